@@ -1,0 +1,145 @@
+// Package migrate runs a backend's embedded, numbered SQL migrations with
+// goose, after rendering the table names into them. Each outbox table has
+// its own version table (<table>_schema_migrations), so several outboxes can
+// live in one database.
+package migrate
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"testing/fstest"
+	"text/template"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+// Runner applies one backend's migrations to one outbox.
+type Runner struct {
+	provider *goose.Provider
+}
+
+// New renders every *.sql file of dir in fsys with the table names and
+// prepares a goose provider on db. dialect is a goose dialect
+// (database.DialectPostgres, DialectMySQL, DialectSQLite3).
+func New(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, t store.Tables) (*Runner, error) {
+	rendered, err := render(fsys, dir, t)
+	if err != nil {
+		return nil, err
+	}
+	st, err := database.NewStore(dialect, t.Migrations)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	opts := []goose.ProviderOption{goose.WithStore(st), goose.WithDisableGlobalRegistry(true)}
+	if dialect == database.DialectPostgres {
+		// A session advisory lock keeps two concurrent "outbox migrate" runs
+		// from interleaving; the lock id is derived from the table name.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(t.Outbox)))
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	}
+	p, err := goose.NewProvider(goose.DialectCustom, db, rendered, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return &Runner{provider: p}, nil
+}
+
+// Up applies pending migrations and returns the versions applied.
+func (r *Runner) Up(ctx context.Context) ([]int64, error) {
+	res, err := r.provider.Up(ctx)
+	var applied []int64
+	for _, m := range res {
+		if m.Error == nil && m.Source != nil {
+			applied = append(applied, m.Source.Version)
+		}
+	}
+	if err != nil {
+		return applied, fmt.Errorf("apply migrations: %w", unwrapPartial(err))
+	}
+	return applied, nil
+}
+
+// Down reverts every applied migration.
+func (r *Runner) Down(ctx context.Context) error {
+	if _, err := r.provider.DownTo(ctx, 0); err != nil {
+		return fmt.Errorf("revert migrations: %w", unwrapPartial(err))
+	}
+	return nil
+}
+
+// Version returns the applied and the latest version.
+func (r *Runner) Version(ctx context.Context) (current, latest int64, err error) {
+	current, latest, err = r.provider.GetVersions(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read migration version: %w", err)
+	}
+	return current, latest, nil
+}
+
+func unwrapPartial(err error) error {
+	var pe *goose.PartialError
+	if errors.As(err, &pe) && pe.Err != nil {
+		if pe.Failed != nil && pe.Failed.Source != nil {
+			return fmt.Errorf("migration %d: %w", pe.Failed.Source.Version, pe.Err)
+		}
+		return pe.Err
+	}
+	return err
+}
+
+func render(fsys fs.FS, dir string, t store.Tables) (fs.FS, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	out := fstest.MapFS{}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		raw, err := fs.ReadFile(fsys, path.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+		tpl, err := template.New(name).Option("missingkey=error").Parse(string(raw))
+		if err != nil {
+			return nil, fmt.Errorf("migrations: parse %s: %w", name, err)
+		}
+		var buf bytes.Buffer
+		if err := tpl.Execute(&buf, t); err != nil {
+			return nil, fmt.Errorf("migrations: render %s: %w", name, err)
+		}
+		out[name] = &fstest.MapFile{Data: buf.Bytes()}
+	}
+	return out, nil
+}
+
+func lockID(table string) int64 {
+	// FNV-1a, folded to a positive int64, salted so that it does not collide
+	// with goose's own default lock id.
+	var h uint64 = 14695981039346656037
+	for _, c := range []byte("outbox-migrate:" + table) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return int64(h >> 1)
+}

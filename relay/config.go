@@ -1,0 +1,183 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/store"
+)
+
+// FailurePolicy says what a FAILED event does to the later events of its
+// aggregate.
+type FailurePolicy int
+
+const (
+	// BlockAggregate (the default) holds the later events of the
+	// aggregate as BLOCKED until an operator requeues or skips the FAILED
+	// one, so that order is never broken.
+	BlockAggregate FailurePolicy = iota
+	// ContinueAggregate lets the later events go on; the FAILED one stays
+	// in the dead-letter table.
+	ContinueAggregate
+)
+
+// ParseFailurePolicy accepts "block" or "continue".
+func ParseFailurePolicy(s string) (FailurePolicy, error) {
+	switch s {
+	case "block", "":
+		return BlockAggregate, nil
+	case "continue":
+		return ContinueAggregate, nil
+	}
+	return 0, fmt.Errorf("%w: unknown failure policy %q: use block or continue", outbox.ErrInvalidConfig, s)
+}
+
+func (p FailurePolicy) String() string {
+	if p == ContinueAggregate {
+		return "continue"
+	}
+	return "block"
+}
+
+// FailedEvent is what the alarm callback receives.
+type FailedEvent struct {
+	EventID       outbox.EventID
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Attempts      int
+	Reason        string
+	// Blocking is true when the aggregate's later events now wait for an operator.
+	Blocking bool
+}
+
+// Config configures a Relay. Zero values mean the documented defaults.
+type Config struct {
+	Store store.Store // required
+	Sink  sink.Sink   // required
+
+	// RelayID names this relay in the audit trail and logs. Default
+	// "<hostname>-<pid>-<random>".
+	RelayID string
+	// BatchSize is the most events claimed at once. Default 500.
+	BatchSize int
+	// PollInterval is the wait between claims when nothing was due.
+	// Default 1s. Wake-ups (Notify) cut it short.
+	PollInterval time.Duration
+	// Lease is how long a claim is exclusive. It must exceed the time to
+	// publish and mark a batch by a wide margin. Default 2m.
+	Lease time.Duration
+	// MaxRetries is how many failed attempts are retried: the event ends
+	// FAILED when retry_count would exceed it. Default 5 (the source's
+	// "retry_count > 5 -> FAILED"); set NoRetries for none.
+	MaxRetries int
+	// NoRetries fails an event at its first failure.
+	NoRetries bool
+	// BackoffMin and BackoffMax bound the exponential backoff between
+	// attempts. Defaults 1s and 5m.
+	BackoffMin, BackoffMax time.Duration
+	// SweepInterval is how often the reaper runs. Default 5s.
+	SweepInterval time.Duration
+	// Retention deletes PROCESSED and EXPIRED events (and their audit rows)
+	// this long after they finished. 0 keeps them forever.
+	Retention time.Duration
+	// OnFailure chooses what a FAILED event does to its aggregate.
+	OnFailure FailurePolicy
+	// StopTimeout bounds how long a stopping relay keeps publishing the
+	// batch in flight before it releases the rest. Default 10s.
+	StopTimeout time.Duration
+
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+	// OnFailed is called (the alarm) after an event ends FAILED. It runs
+	// on the relay's goroutine: keep it short.
+	OnFailed func(context.Context, FailedEvent)
+}
+
+// Defaults.
+const (
+	DefaultBatchSize     = 500
+	DefaultPollInterval  = time.Second
+	DefaultLease         = 2 * time.Minute
+	DefaultMaxRetries    = 5
+	DefaultBackoffMin    = time.Second
+	DefaultBackoffMax    = 5 * time.Minute
+	DefaultSweepInterval = 5 * time.Second
+	DefaultStopTimeout   = 10 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.RelayID == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "relay"
+		}
+		c.RelayID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.MaxRetries == 0 && !c.NoRetries {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = DefaultBackoffMin
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(DefaultBackoffMax, c.BackoffMin)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Store == nil:
+		return bad("relay needs a Store")
+	case c.Sink == nil:
+		return bad("relay needs a Sink")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return bad("batch size %d is out of range: use 1 to 10000", c.BatchSize)
+	case c.PollInterval < time.Millisecond:
+		return bad("poll interval %s is too short: use at least 1ms", c.PollInterval)
+	case c.Lease < 100*time.Millisecond:
+		return bad("lease %s is too short: use at least 100ms (the default is %s)", c.Lease, DefaultLease)
+	case c.MaxRetries < 0:
+		return bad("max retries %d is negative", c.MaxRetries)
+	case c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin:
+		return bad("backoff bounds min %s, max %s: need 0 <= min <= max", c.BackoffMin, c.BackoffMax)
+	case c.SweepInterval < 10*time.Millisecond:
+		return bad("sweep interval %s is too short: use at least 10ms", c.SweepInterval)
+	case c.Retention < 0:
+		return bad("retention %s is negative", c.Retention)
+	case c.StopTimeout < 0:
+		return bad("stop timeout %s is negative", c.StopTimeout)
+	case c.OnFailure != BlockAggregate && c.OnFailure != ContinueAggregate:
+		return bad("unknown failure policy %d", c.OnFailure)
+	}
+	return nil
+}

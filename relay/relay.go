@@ -1,0 +1,274 @@
+// Package relay delivers committed outbox events to a sink: it claims a
+// batch under a lease, publishes it outside any database transaction, and
+// records the outcomes (PROCESSED, a retry with backoff, FAILED with a dead
+// letter and an alarm, EXPIRED) in one batched write. A sweeper returns the
+// rows of dead relays to PENDING once their lease ends.
+//
+// Any number of relays may run against one database. Per-aggregate order is
+// kept by the store's claim (one relay holds an aggregate's next events at a
+// time) and by the relay, which never sends an event after an earlier one of
+// its aggregate failed in the same batch.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/txoutbox/outbox/internal/backoff"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Relay moves events from a Store to a Sink. Create it with New; run it
+// with Run or Drain.
+type Relay struct {
+	cfg     Config
+	log     *slog.Logger
+	backoff backoff.Policy
+	wake    chan struct{}
+	running atomic.Bool
+	stats   counters
+	// now is the local clock (monotonic), replaceable in tests.
+	now func() time.Time
+}
+
+// New validates cfg and returns a relay.
+func New(cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{
+		cfg:     cfg,
+		log:     cfg.Logger.With("relay_id", cfg.RelayID),
+		backoff: backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
+		wake:    make(chan struct{}, 1),
+		now:     time.Now,
+	}, nil
+}
+
+// ID returns the relay's id as written in the audit trail.
+func (r *Relay) ID() string { return r.cfg.RelayID }
+
+// Notify wakes the relay for an immediate claim, e.g. right after a
+// transaction that enqueued events commits in this process. It never blocks.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers events until ctx is cancelled, then stops cleanly: it stops
+// claiming, finishes the batch in flight (or, after StopTimeout, releases
+// what it could not send) and records every outcome, so no row is left
+// PROCESSING. It returns nil after a clean stop.
+func (r *Relay) Run(ctx context.Context) error { return r.run(ctx, false) }
+
+// Drain delivers events until none can move without an operator: every
+// event is final, or waits behind a FAILED event of its aggregate. It
+// returns nil then, or ctx's error if ctx ends first.
+func (r *Relay) Drain(ctx context.Context) error { return r.run(ctx, true) }
+
+func (r *Relay) failedBlocks() bool { return r.cfg.OnFailure == BlockAggregate }
+
+func (r *Relay) run(ctx context.Context, drain bool) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("relay: already running")
+	}
+	defer r.running.Store(false)
+	r.log.Info("relay started", "batch", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_interval", r.cfg.PollInterval,
+		"max_retries", r.cfg.MaxRetries, "on_failure", r.cfg.OnFailure.String(), "drain", drain)
+
+	var wg sync.WaitGroup
+	sweepCtx, stopSweeper := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.sweepLoop(sweepCtx)
+	}()
+	defer func() {
+		stopSweeper()
+		wg.Wait()
+	}()
+
+	errDelay := time.Duration(0)
+	for {
+		if ctx.Err() != nil {
+			r.log.Info("relay stopped", "delivered", r.stats.delivered.Load())
+			if drain {
+				return ctx.Err()
+			}
+			return nil
+		}
+		n, err := r.cycle(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			errDelay = min(max(2*errDelay, 100*time.Millisecond), 30*time.Second)
+			r.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
+			r.sleep(ctx, errDelay)
+			continue
+		}
+		errDelay = 0
+		if n > 0 {
+			continue
+		}
+		if drain {
+			done, err := r.drained(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("drain check failed", "err", err)
+			}
+			if done {
+				r.log.Info("drain complete: no event can move without an operator", "delivered", r.stats.delivered.Load())
+				return nil
+			}
+		}
+		r.sleep(ctx, r.cfg.PollInterval)
+	}
+}
+
+// sleep waits for d, a Notify, or ctx.
+func (r *Relay) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-r.wake:
+	}
+}
+
+// drained sweeps once (so that ended leases, deadlines and blocks are up to
+// date) and reports whether nothing is left that a relay can move.
+func (r *Relay) drained(ctx context.Context) (bool, error) {
+	if _, err := r.sweepOnce(ctx); err != nil {
+		return false, err
+	}
+	n, err := r.cfg.Store.CountMovable(ctx, r.failedBlocks())
+	if err != nil {
+		return false, err
+	}
+	return n == 0, nil
+}
+
+// cycle claims one batch, delivers it and records the outcomes. It returns
+// the number of events claimed.
+func (r *Relay) cycle(ctx context.Context) (int, error) {
+	// The claim runs to completion even if ctx ends meanwhile: a claim
+	// cancelled mid-flight might commit unseen and strand its rows until
+	// the lease ends. What it returns is delivered or released below.
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+	localClaim := r.now()
+	c, err := r.cfg.Store.Claim(claimCtx, store.ClaimRequest{
+		RelayID:      r.cfg.RelayID,
+		Limit:        r.cfg.BatchSize,
+		Lease:        r.cfg.Lease,
+		FailedBlocks: r.failedBlocks(),
+	})
+	cancel()
+	r.stats.claims.Add(1)
+	if err != nil {
+		r.stats.claimErrors.Add(1)
+		return 0, err
+	}
+	if len(c.Events) == 0 {
+		return 0, nil
+	}
+	r.stats.claimed.Add(int64(len(c.Events)))
+	b := &batch{relay: r, claim: c, localClaim: localClaim}
+	outcomes := b.deliver(ctx)
+	r.complete(ctx, b, outcomes)
+	return len(c.Events), nil
+}
+
+// complete records outcomes, retrying a failed write until the lease ends:
+// after that the rows belong to the reaper and the outcome is moot.
+func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome) {
+	leaseEnd := b.localClaim.Add(r.cfg.Lease)
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
+	defer cancel()
+	req := store.CompleteRequest{
+		Token:        b.claim.Token,
+		RelayID:      r.cfg.RelayID,
+		FailedBlocks: r.failedBlocks(),
+		Outcomes:     outcomes,
+	}
+	delay := 50 * time.Millisecond
+	for {
+		res, err := r.cfg.Store.Complete(cctx, req)
+		if err == nil {
+			r.afterComplete(ctx, b, outcomes, res)
+			return
+		}
+		r.stats.completeErrors.Add(1)
+		if cctx.Err() != nil {
+			r.log.Error("could not record the outcome of a batch before its lease ended; the reaper will return its events to PENDING and they will be delivered again",
+				"events", len(outcomes), "err", err)
+			return
+		}
+		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-cctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Outcome, res store.CompleteResult) {
+	applied := make(map[int64]bool, len(res.Applied))
+	for _, id := range res.Applied {
+		applied[id] = true
+	}
+	if len(res.Fenced) > 0 {
+		r.stats.fenced.Add(int64(len(res.Fenced)))
+		r.log.Warn("lease lost: another relay or the reaper took these events, so their outcome here was not recorded",
+			"events", len(res.Fenced), "first_id", res.Fenced[0])
+	}
+	for i, o := range outcomes {
+		if !applied[o.ID] {
+			continue
+		}
+		switch o.Kind {
+		case store.Delivered:
+			r.stats.delivered.Add(1)
+		case store.Retry:
+			r.stats.retried.Add(1)
+		case store.Expired:
+			r.stats.expired.Add(1)
+		case store.Released:
+			r.stats.released.Add(1)
+		case store.Failed:
+			r.stats.failed.Add(1)
+			ev := b.claim.Events[b.index[o.ID]]
+			fe := FailedEvent{
+				EventID:       o.EventID,
+				AggregateType: ev.AggregateType,
+				AggregateID:   ev.AggregateID,
+				EventType:     ev.EventType,
+				Attempts:      o.Attempt,
+				Reason:        o.Error,
+				Blocking:      r.failedBlocks(),
+			}
+			attrs := []any{"event_id", fe.EventID.String(), "aggregate_type", fe.AggregateType,
+				"aggregate_id", fe.AggregateID, "event_type", fe.EventType, "attempts", fe.Attempts, "reason", fe.Reason}
+			if fe.Blocking {
+				attrs = append(attrs, "blocked", fmt.Sprintf("later events of %s/%s wait until an operator runs `outbox events retry %s` or `outbox events skip %s`",
+					fe.AggregateType, fe.AggregateID, fe.EventID, fe.EventID))
+			}
+			r.log.Error("event FAILED and moved to the dead-letter table", attrs...)
+			if r.cfg.OnFailed != nil {
+				r.cfg.OnFailed(ctx, fe)
+			}
+		}
+		_ = i
+	}
+}

@@ -1,0 +1,359 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Stats implements store.Store.
+func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
+	st := store.Stats{Counts: make(map[outbox.Status]int64, len(outbox.Statuses))}
+	for _, status := range outbox.Statuses {
+		st.Counts[status] = 0
+	}
+	rows, err := s.pool.Query(ctx, s.q.stats)
+	if err != nil {
+		return st, s.wrap("stats", err)
+	}
+	for rows.Next() {
+		var status string
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			rows.Close()
+			return st, s.wrap("stats", err)
+		}
+		st.Counts[outbox.Status(status)] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, s.wrap("stats", err)
+	}
+	var age float64
+	if err := s.pool.QueryRow(ctx, s.q.oldestPending).Scan(&age); err != nil {
+		return st, s.wrap("stats: oldest pending", err)
+	}
+	st.OldestPendingAge = time.Duration(age * float64(time.Second))
+	if err := s.pool.QueryRow(ctx, s.q.deadLetterCount).Scan(&st.DeadLetters); err != nil {
+		return st, s.wrap("stats: dead letters", err)
+	}
+	if failedBlocks {
+		rows, err := s.pool.Query(ctx, s.q.blockedAg)
+		if err != nil {
+			return st, s.wrap("stats: blocked aggregates", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b store.BlockedAggregate
+			var id [16]byte
+			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &id, &b.Waiting, &st.BlockedAggregateCount); err != nil {
+				return st, s.wrap("stats: blocked aggregates", err)
+			}
+			b.FailedEventID = outbox.EventID(id)
+			st.BlockedAggregates = append(st.BlockedAggregates, b)
+		}
+		if err := rows.Err(); err != nil {
+			return st, s.wrap("stats: blocked aggregates", err)
+		}
+	}
+	return st, nil
+}
+
+const recordColumns = `id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, status,
+    retry_count, created_at, processed_at, available_at, expires_at, locked_until, lock_token, last_error`
+
+func scanRecord(row pgx.Row) (store.Record, error) {
+	var (
+		r                                       store.Record
+		eventID                                 [16]byte
+		payload, headers                        []byte
+		status                                  string
+		processedAt, expiresAt, lockedUntil     *time.Time
+		lockToken                               *[16]byte
+		lastError                               *string
+	)
+	if err := row.Scan(&r.ID, &eventID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload, &headers,
+		&status, &r.RetryCount, &r.CreatedAt, &processedAt, &r.AvailableAt, &expiresAt, &lockedUntil,
+		&lockToken, &lastError); err != nil {
+		return r, err
+	}
+	r.EventID = outbox.EventID(eventID)
+	r.Payload = payload
+	r.Headers = decodeHeaders(headers)
+	r.Status = outbox.Status(status)
+	if processedAt != nil {
+		r.ProcessedAt = *processedAt
+	}
+	if expiresAt != nil {
+		r.ExpiresAt = *expiresAt
+	}
+	if lockedUntil != nil {
+		r.LockedUntil = *lockedUntil
+	}
+	if lockToken != nil {
+		r.LockToken = uuid.UUID(*lockToken).String()
+	}
+	if lastError != nil {
+		r.LastError = *lastError
+	}
+	return r, nil
+}
+
+// ListEvents implements store.Store.
+func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
+	f = f.Normalize()
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Status != "" {
+		add("status = ?", string(f.Status))
+	}
+	if f.AggregateType != "" {
+		add("aggregate_type = ?", f.AggregateType)
+	}
+	if f.AggregateID != "" {
+		add("aggregate_id = ?", f.AggregateID)
+	}
+	if f.BeforeID > 0 {
+		add("id < ?", f.BeforeID)
+	}
+	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, f.Limit)
+	q += " ORDER BY id DESC LIMIT $" + strconv.Itoa(len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap("list events", err)
+	}
+	defer rows.Close()
+	var out []store.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, s.wrap("list events", err)
+		}
+		out = append(out, r)
+	}
+	return out, s.wrap("list events", rows.Err())
+}
+
+// GetEvent implements store.Store.
+func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
+	r, err := scanRecord(s.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM "`+s.t.Outbox+`" WHERE event_id = $1::uuid`, id.String()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	}
+	return r, s.wrap("get event", err)
+}
+
+// Attempts implements store.Store.
+func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, '')
+        FROM "`+s.t.Attempts+`" WHERE event_id = $1::uuid ORDER BY finished_at, started_at, attempt`, id.String())
+	if err != nil {
+		return nil, s.wrap("attempts", err)
+	}
+	defer rows.Close()
+	var out []store.Attempt
+	for rows.Next() {
+		var a store.Attempt
+		var token [16]byte
+		var outcome string
+		if err := rows.Scan(&a.Attempt, &a.RelayID, &token, &a.StartedAt, &a.FinishedAt, &outcome, &a.Error); err != nil {
+			return nil, s.wrap("attempts", err)
+		}
+		a.ClaimToken = uuid.UUID(token).String()
+		a.Outcome = store.OutcomeKind(outcome)
+		out = append(out, a)
+	}
+	return out, s.wrap("attempts", rows.Err())
+}
+
+// DeadLetters implements store.Store.
+func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
+        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, s.wrap("dead letters", err)
+	}
+	defer rows.Close()
+	var out []store.DeadLetter
+	for rows.Next() {
+		var d store.DeadLetter
+		var id [16]byte
+		var requeued *time.Time
+		if err := rows.Scan(&d.ID, &d.OutboxID, &id, &d.AggregateType, &d.AggregateID, &d.EventType,
+			&d.RetryCount, &d.Reason, &d.FailedAt, &requeued); err != nil {
+			return nil, s.wrap("dead letters", err)
+		}
+		d.EventID = outbox.EventID(id)
+		if requeued != nil {
+			d.RequeuedAt = *requeued
+		}
+		out = append(out, d)
+	}
+	return out, s.wrap("dead letters", rows.Err())
+}
+
+// operatorChange runs one audited operator action in a transaction.
+func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind store.OutcomeKind,
+	from []outbox.Status, to outbox.Status) error {
+	actor := a.Actor
+	if actor == "" {
+		actor = "operator"
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.wrap(strings.ToLower(string(kind)), err)
+	}
+	defer tx.Rollback(ctx)
+	var (
+		id, status string
+		rowID      int64
+		retries    int
+		aggType    string
+		aggID      string
+	)
+	err = tx.QueryRow(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id::text FROM "`+s.t.Outbox+`"
+        WHERE event_id = $1::uuid FOR UPDATE`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s", outbox.ErrNotFound, a.EventID)
+	}
+	if err != nil {
+		return s.wrap("operator action", err)
+	}
+	allowed := false
+	for _, f := range from {
+		allowed = allowed || outbox.Status(status) == f
+	}
+	if !allowed {
+		return fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
+			strings.ToLower(string(kind)), joinStatuses(from))
+	}
+	switch to {
+	case outbox.StatusPending:
+		// A requeued event gets a fresh chance now. An EXPIRED event's
+		// deadline has passed, so the requeue removes it (or sets a new one).
+		var ttl any
+		if a.NewTTL > 0 {
+			ttl = a.NewTTL.Microseconds()
+		}
+		_, err = tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" SET status = 'PENDING', available_at = now(), processed_at = NULL,
+            locked_until = NULL, lock_token = NULL,
+            expires_at = CASE WHEN $2::bigint IS NOT NULL THEN now() + $2::bigint * interval '1 microsecond'
+                              WHEN expires_at <= now() THEN NULL ELSE expires_at END
+            WHERE id = $1`, rowID, ttl)
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE "`+s.t.DeadLetters+`" SET requeued_at = now() WHERE outbox_id = $1 AND requeued_at IS NULL`, rowID)
+		}
+	default:
+		_, err = tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" SET status = $2 WHERE id = $1`, rowID, string(to))
+	}
+	if err != nil {
+		return s.wrap("operator action", err)
+	}
+	reason := fmt.Sprintf("%s by %s (was %s)", strings.ToLower(string(kind)), actor, status)
+	if a.Reason != "" {
+		reason += ": " + a.Reason
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO "`+s.t.Attempts+`" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+        VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, now(), now(), $6)`,
+		id, string(kind), rowID, retries, "operator:"+actor, reason); err != nil {
+		return s.wrap("operator action: audit", err)
+	}
+	// Release the events this one held back, unless another FAILED event
+	// of the aggregate still holds them.
+	if _, err := tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" o SET status = 'PENDING'
+        WHERE o.aggregate_type = $1 AND o.aggregate_id = $2 AND o.status = 'BLOCKED'
+          AND NOT EXISTS (SELECT 1 FROM "`+s.t.Outbox+`" f WHERE f.status = 'FAILED'
+              AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)`,
+		aggType, aggID); err != nil {
+		return s.wrap("operator action: unblock", err)
+	}
+	return s.wrap("operator action: commit", tx.Commit(ctx))
+}
+
+func joinStatuses(ss []outbox.Status) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, " or ")
+}
+
+// Requeue implements store.Store.
+func (s *Store) Requeue(ctx context.Context, a store.OperatorAction) error {
+	return s.operatorChange(ctx, a, store.Requeued, []outbox.Status{outbox.StatusFailed, outbox.StatusExpired}, outbox.StatusPending)
+}
+
+// Skip implements store.Store.
+func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
+	return s.operatorChange(ctx, a, store.Skipped, []outbox.Status{outbox.StatusFailed}, outbox.StatusSkipped)
+}
+
+// Purge implements store.Store. It walks the table in id order and stops at
+// the first page whose rows are all younger than the retention, so a purge
+// with nothing to do reads one page.
+func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
+	statuses := req.Statuses
+	if len(statuses) == 0 {
+		statuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}
+	}
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		if !st.Final() {
+			return 0, fmt.Errorf("%w: purge applies to final statuses only, not %s", outbox.ErrInvalidConfig, st)
+		}
+		names[i] = string(st)
+	}
+	if req.OlderThan < 0 {
+		return 0, fmt.Errorf("%w: purge retention must not be negative", outbox.ErrInvalidConfig)
+	}
+	batch := req.BatchSize
+	if batch <= 0 {
+		batch = 1000
+	}
+	q := render(s.t, `
+WITH p AS (
+    SELECT id, created_at, status, processed_at FROM {t} WHERE id > $1 ORDER BY id LIMIT $2
+),
+d AS (
+    SELECT o.id, o.event_id FROM {t} o JOIN p ON p.id = o.id
+    WHERE o.status = ANY($3::text[]) AND o.processed_at < now() - $4::bigint * interval '1 microsecond'
+    FOR UPDATE OF o SKIP LOCKED
+),
+da AS (DELETE FROM {att} a USING d WHERE a.event_id = d.event_id),
+dd AS (DELETE FROM {dl} x USING d WHERE x.outbox_id = d.id),
+del AS (DELETE FROM {t} o USING d WHERE o.id = d.id RETURNING o.id)
+SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
+       (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`)
+	var total, cursor int64
+	for {
+		var deleted, last, old int64
+		if err := s.pool.QueryRow(ctx, q, cursor, batch, names, req.OlderThan.Microseconds()).Scan(&deleted, &last, &old); err != nil {
+			return total, s.wrap("purge", err)
+		}
+		total += deleted
+		if last == 0 || old == 0 {
+			return total, nil
+		}
+		cursor = last
+	}
+}

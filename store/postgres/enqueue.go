@@ -1,0 +1,156 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox"
+)
+
+// maxRowsPerInsert keeps one INSERT well under PostgreSQL's 65535 bind
+// parameters (10 per row).
+const maxRowsPerInsert = 1000
+
+var _ outbox.Writer[pgx.Tx] = (*Store)(nil)
+
+// EnqueueLimits returns the limits Enqueue enforces.
+func (s *Store) EnqueueLimits() outbox.Limits { return s.cfg.Limits }
+
+// Enqueue validates events and inserts them in tx. It is
+// outbox.Enqueue(ctx, s, tx, events...).
+func (s *Store) Enqueue(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]outbox.EventID, error) {
+	return outbox.Enqueue[pgx.Tx](ctx, s, tx, events...)
+}
+
+// WriteEvents implements outbox.Writer for pgx.Tx. Use Enqueue instead.
+func (s *Store) WriteEvents(ctx context.Context, tx pgx.Tx, events []outbox.Event) error {
+	if tx == nil {
+		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
+	}
+	return s.writeChunks(events, func(query string, args []any) error {
+		_, err := tx.Exec(ctx, query, args...)
+		return err
+	})
+}
+
+// SQLWriter enqueues in a *sql.Tx opened by any PostgreSQL database/sql
+// driver (pgx's stdlib, lib/pq).
+type SQLWriter struct{ s *Store }
+
+var _ outbox.Writer[*sql.Tx] = SQLWriter{}
+
+// SQL returns the writer for *sql.Tx transactions.
+func (s *Store) SQL() SQLWriter { return SQLWriter{s} }
+
+// EnqueueLimits returns the limits Enqueue enforces.
+func (w SQLWriter) EnqueueLimits() outbox.Limits { return w.s.cfg.Limits }
+
+// Enqueue validates events and inserts them in tx.
+func (w SQLWriter) Enqueue(ctx context.Context, tx *sql.Tx, events ...outbox.Event) ([]outbox.EventID, error) {
+	return outbox.Enqueue[*sql.Tx](ctx, w, tx, events...)
+}
+
+// WriteEvents implements outbox.Writer for *sql.Tx. Use Enqueue instead.
+func (w SQLWriter) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
+	if tx == nil {
+		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
+	}
+	return w.s.writeChunks(events, func(query string, args []any) error {
+		_, err := tx.ExecContext(ctx, query, args...)
+		return err
+	})
+}
+
+func (s *Store) writeChunks(events []outbox.Event, exec func(string, []any) error) error {
+	for start := 0; start < len(events); start += maxRowsPerInsert {
+		end := min(start+maxRowsPerInsert, len(events))
+		query, args, err := s.insertStatement(events[start:end])
+		if err != nil {
+			return err
+		}
+		if err := exec(query, args); err != nil {
+			return s.wrap("enqueue", err)
+		}
+	}
+	return nil
+}
+
+// insertStatement builds one multi-row INSERT. Expiry and delay given as
+// durations are added to the database's now(); the optional per-aggregate
+// advisory locks are taken, in a fixed order, before any row gets its id.
+func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
+	var b strings.Builder
+	args := make([]any, 0, len(events)*10+8)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if !s.cfg.NoAggregateLock {
+		keys := make([]string, 0, len(events))
+		seen := make(map[string]bool, len(events))
+		for i := range events {
+			k := events[i].AggregateType + "\x1f" + events[i].AggregateID
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtext(")
+		b.WriteString(arg(s.t.Outbox))
+		b.WriteString("), hashtext(k)) FROM unnest(ARRAY[")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(arg(k) + "::text")
+		}
+		b.WriteString("]) WITH ORDINALITY AS x(k, n) ORDER BY n) ")
+	}
+	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, available_at) ` +
+		`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, ` +
+		`COALESCE(v.xa, now() + v.ttl * interval '1 microsecond'), ` +
+		`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `)
+	for i := range events {
+		e := &events[i]
+		headers := "{}"
+		if len(e.Headers) > 0 {
+			hb, err := json.Marshal(e.Headers)
+			if err != nil {
+				return "", nil, &outbox.InvalidEventError{Index: i, Field: "headers", Reason: err.Error()}
+			}
+			headers = string(hb)
+		}
+		var expiresAt, availableAt, ttl, delay any
+		if !e.ExpiresAt.IsZero() {
+			expiresAt = e.ExpiresAt
+		}
+		if e.TTL > 0 {
+			ttl = e.TTL.Microseconds()
+		}
+		if !e.AvailableAt.IsZero() {
+			availableAt = e.AvailableAt
+		}
+		if e.Delay > 0 {
+			delay = e.Delay.Microseconds()
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "(%s::uuid,%s::text,%s::text,%s::text,%s::json,%s::json,%s::timestamptz,%s::bigint,%s::timestamptz,%s::bigint)",
+			arg(e.ID.String()), arg(e.AggregateType), arg(e.AggregateID), arg(e.EventType),
+			arg(string(e.Payload)), arg(headers), arg(expiresAt), arg(ttl), arg(availableAt), arg(delay))
+	}
+	b.WriteString(") AS v(e, at, ai, et, p, h, xa, ttl, aa, d)")
+	if !s.cfg.NoAggregateLock {
+		b.WriteString(" WHERE (SELECT count(*) FROM l) >= 0")
+	}
+	return b.String(), args, nil
+}

@@ -1,0 +1,254 @@
+package postgres
+
+import (
+	"strings"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+// queries holds the SQL of the hot path, with the table names rendered in.
+type queries struct {
+	claim, complete                               string
+	reap, expire, block, unblock                  string
+	countMovable, stats, oldestPending, blockedAg string
+	deadLetterCount                               string
+}
+
+// render replaces {t}, {dl} and {att} with the quoted table names.
+func render(t store.Tables, sql string) string {
+	return strings.NewReplacer(
+		"{t}", `"`+t.Outbox+`"`,
+		"{dl}", `"`+t.DeadLetters+`"`,
+		"{att}", `"`+t.Attempts+`"`,
+	).Replace(sql)
+}
+
+func buildQueries(t store.Tables) queries {
+	return queries{
+		claim:           render(t, claimSQL),
+		complete:        render(t, completeSQL),
+		reap:            render(t, reapSQL),
+		expire:          render(t, expireSQL),
+		block:           render(t, blockSQL),
+		unblock:         render(t, unblockSQL),
+		countMovable:    render(t, countMovableSQL),
+		stats:           render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
+		oldestPending:   render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
+		blockedAg:       render(t, blockedAggregatesSQL),
+		deadLetterCount: render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+	}
+}
+
+// claimSQL claims a batch in one statement.
+//
+//	w: the window, the first $1 due PENDING rows in (available_at, id) order.
+//	h: per aggregate in the window, its head (lowest unfinished id; FAILED
+//	   counts when $4) and its first gap (an unfinished row after the
+//	   window's first row of the aggregate that is not in the window).
+//	c: candidates, the window rows of aggregates whose head is in the window,
+//	   up to the gap: an unbroken run from the head.
+//	l: the candidates this statement could lock (SKIP LOCKED: another relay's
+//	   concurrent claim keeps its rows).
+//	k: a run is cut at its first row that could not be locked, so that two
+//	   relays never hold parts of one aggregate's run.
+const claimSQL = `
+WITH w AS MATERIALIZED (
+    SELECT id, aggregate_type, aggregate_id FROM {t}
+    WHERE status = 'PENDING' AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT $1
+),
+h AS MATERIALIZED (
+    SELECT a.aggregate_type, a.aggregate_id, a.first_id,
+        (SELECT min(b.id) FROM {t} b
+          WHERE b.aggregate_type = a.aggregate_type AND b.aggregate_id = a.aggregate_id
+            AND b.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
+            AND (b.status <> 'FAILED' OR $4::bool)) AS head_id,
+        (SELECT min(g.id) FROM {t} g
+          WHERE g.aggregate_type = a.aggregate_type AND g.aggregate_id = a.aggregate_id
+            AND g.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
+            AND g.id > a.first_id
+            AND g.id NOT IN (SELECT id FROM w)) AS gap_id
+    FROM (SELECT aggregate_type, aggregate_id, min(id) AS first_id FROM w GROUP BY 1, 2) a
+),
+c AS MATERIALIZED (
+    SELECT w.id, w.aggregate_type, w.aggregate_id
+    FROM w JOIN h ON h.aggregate_type = w.aggregate_type AND h.aggregate_id = w.aggregate_id
+    WHERE h.head_id = h.first_id AND (h.gap_id IS NULL OR w.id < h.gap_id)
+),
+l AS MATERIALIZED (
+    SELECT o.id FROM {t} o
+    WHERE o.id IN (SELECT id FROM c) AND o.status = 'PENDING'
+    ORDER BY o.id
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+cut AS (
+    SELECT aggregate_type, aggregate_id, min(id) AS stop_id FROM c
+    WHERE id NOT IN (SELECT id FROM l)
+    GROUP BY 1, 2
+),
+k AS (
+    SELECT c.id FROM c
+    LEFT JOIN cut ON cut.aggregate_type = c.aggregate_type AND cut.aggregate_id = c.aggregate_id
+    WHERE c.id IN (SELECT id FROM l) AND (cut.stop_id IS NULL OR c.id < cut.stop_id)
+)
+UPDATE {t} o SET status = 'PROCESSING', lock_token = $2::uuid,
+    locked_until = now() + $3::bigint * interval '1 millisecond'
+FROM k WHERE o.id = k.id
+RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+    o.retry_count, o.created_at, o.expires_at,
+    (o.expires_at IS NOT NULL AND o.expires_at <= now()) AS expired, now(), o.locked_until`
+
+// completeSQL applies a batch of outcomes under one claim token ($1) in one
+// statement: the guarded state change, dead letters for new FAILED rows,
+// BLOCKED for the waiting events of their aggregates (when $3), a pushed-back
+// available_at for the waiting events of retried aggregates, and one attempt
+// row per attempted event (a replay conflicts and writes nothing).
+const completeSQL = `
+WITH i AS (
+    SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bigint[],
+                         $9::bool[], $10::bool[], $11::int[], $12::timestamptz[], $13::timestamptz[])
+        AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at)
+),
+u AS (
+    UPDATE {t} o SET
+        status = CASE i.kind
+            WHEN 'DELIVERED' THEN 'PROCESSED'
+            WHEN 'FAILED' THEN 'FAILED'
+            WHEN 'EXPIRED' THEN 'EXPIRED'
+            WHEN 'RETRY' THEN 'PENDING'
+            ELSE CASE WHEN i.block THEN 'BLOCKED' ELSE 'PENDING' END END,
+        retry_count = o.retry_count + CASE WHEN i.kind IN ('RETRY', 'FAILED') THEN 1 ELSE 0 END,
+        processed_at = CASE WHEN i.kind IN ('DELIVERED', 'FAILED', 'EXPIRED') THEN now() END,
+        available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
+            THEN now() + i.retry_ms * interval '1 millisecond' ELSE o.available_at END,
+        last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN left(i.err, 2000) ELSE o.last_error END,
+        locked_until = NULL,
+        lock_token = NULL
+    FROM i
+    WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = $1::uuid
+    RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+        o.retry_count, o.status, o.available_at, i.kind, i.err
+),
+dl AS (
+    INSERT INTO {dl} (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason)
+    SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, COALESCE(NULLIF(err, ''), 'failed')
+    FROM u WHERE status = 'FAILED'
+),
+blk AS (
+    UPDATE {t} o SET status = 'BLOCKED'
+    FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM u WHERE status = 'FAILED' GROUP BY 1, 2) f
+    WHERE $3::bool AND o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+      AND o.id > f.id AND o.status = 'PENDING'
+),
+dfr AS (
+    UPDATE {t} o SET available_at = r.available_at
+    FROM (SELECT aggregate_type, aggregate_id, min(id) AS id, max(available_at) AS available_at
+          FROM u WHERE kind = 'RETRY' GROUP BY 1, 2) r
+    WHERE o.aggregate_type = r.aggregate_type AND o.aggregate_id = r.aggregate_id
+      AND o.id > r.id AND o.status = 'PENDING' AND o.available_at < r.available_at
+),
+att AS (
+    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    SELECT i.event_id, $1::uuid, i.kind, i.id, i.attempt, $2, i.started_at, i.finished_at,
+        CASE WHEN u.id IS NULL
+            THEN concat_ws('; ', NULLIF(i.err, ''), 'lease lost before the mark: the row was not changed')
+            ELSE NULLIF(left(i.err, 2000), '') END
+    FROM i LEFT JOIN u ON u.id = i.id
+    WHERE i.attempted
+    ON CONFLICT DO NOTHING
+)
+SELECT id FROM u`
+
+// reapSQL returns PROCESSING rows whose lease ended to PENDING, keeping
+// retry_count, and audits each with the claim token it had.
+const reapSQL = `
+WITH r AS (
+    SELECT id, event_id, lock_token, retry_count, locked_until FROM {t}
+    WHERE status = 'PROCESSING' AND locked_until < now()
+    ORDER BY id LIMIT $1
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+u AS (
+    UPDATE {t} o SET status = 'PENDING', locked_until = NULL, lock_token = NULL
+    FROM r WHERE o.id = r.id
+    RETURNING o.id
+),
+att AS (
+    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    SELECT r.event_id, COALESCE(r.lock_token, gen_random_uuid()), 'LEASE_EXPIRED', r.id, r.retry_count + 1, $2, now(), now(),
+        'lease ended at ' || to_char(r.locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') ||
+        ' without a result; returned to PENDING'
+    FROM r JOIN u ON u.id = r.id
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM u`
+
+// expireSQL ends waiting events past their deadline.
+const expireSQL = `
+WITH r AS (
+    SELECT id, event_id, retry_count, expires_at FROM {t}
+    WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at LIMIT $1
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+u AS (
+    UPDATE {t} o SET status = 'EXPIRED', processed_at = now(),
+        last_error = 'expired before delivery: deadline was ' ||
+            to_char(r.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+    FROM r WHERE o.id = r.id
+    RETURNING o.id, o.event_id, o.retry_count, o.last_error
+),
+att AS (
+    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    SELECT u.event_id, gen_random_uuid(), 'EXPIRED', u.id, u.retry_count + 1, $2, now(), now(), u.last_error
+    FROM u
+)
+SELECT count(*) FROM u`
+
+// blockSQL moves PENDING events that wait behind a FAILED event of their
+// aggregate to BLOCKED.
+const blockSQL = `
+WITH f AS (
+    SELECT aggregate_type, aggregate_id, min(id) AS id FROM {t} WHERE status = 'FAILED' GROUP BY 1, 2
+),
+r AS (
+    SELECT o.id FROM {t} o JOIN f ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
+    WHERE o.status = 'PENDING' AND o.id > f.id
+    ORDER BY o.id LIMIT $1
+    FOR NO KEY UPDATE OF o SKIP LOCKED
+)
+UPDATE {t} o SET status = 'BLOCKED' FROM r WHERE o.id = r.id`
+
+// unblockSQL returns BLOCKED events with no FAILED event before them (or all
+// of them when FAILED events do not block, $2 = false) to PENDING.
+const unblockSQL = `
+WITH r AS (
+    SELECT o.id FROM {t} o
+    WHERE o.status = 'BLOCKED' AND (NOT $2::bool OR NOT EXISTS (
+        SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+          AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id))
+    ORDER BY o.id LIMIT $1
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE {t} o SET status = 'PENDING' FROM r WHERE o.id = r.id`
+
+const countMovableSQL = `
+SELECT count(*) FROM {t} o
+WHERE o.status = 'PROCESSING' OR (o.status = 'PENDING' AND NOT ($1::bool AND EXISTS (
+    SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+      AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)))`
+
+const blockedAggregatesSQL = `
+WITH f AS (
+    SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, id, event_id
+    FROM {t} WHERE status = 'FAILED' ORDER BY aggregate_type, aggregate_id, id
+),
+b AS (
+    SELECT f.aggregate_type, f.aggregate_id, f.event_id,
+        (SELECT count(*) FROM {t} o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+           AND o.id > f.id AND o.status IN ('PENDING', 'BLOCKED')) AS waiting
+    FROM f
+)
+SELECT aggregate_type, aggregate_id, event_id, waiting, count(*) OVER () FROM b
+WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100`

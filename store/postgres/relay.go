@@ -1,0 +1,267 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
+	if req.Limit <= 0 {
+		return nil, fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, req.Limit)
+	}
+	if req.Lease <= 0 {
+		return nil, fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, req.Lease)
+	}
+	token := uuid.NewString()
+	c := &store.Claim{Token: token}
+	err := retrySerialization(ctx, func() error {
+		c.Events = c.Events[:0]
+		rows, err := s.pool.Query(ctx, s.q.claim, req.Limit, token, req.Lease.Milliseconds(), req.FailedBlocks)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				ev        store.Claimed
+				eventID   [16]byte
+				payload   []byte
+				headers   []byte
+				expiresAt *time.Time
+			)
+			if err := rows.Scan(&ev.ID, &eventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
+				&payload, &headers, &ev.RetryCount, &ev.CreatedAt, &expiresAt, &ev.Expired,
+				&c.DBTime, &c.LockedUntil); err != nil {
+				return err
+			}
+			ev.EventID = outbox.EventID(eventID)
+			ev.Payload = json.RawMessage(payload)
+			ev.Headers = decodeHeaders(headers)
+			ev.Attempt = ev.RetryCount + 1
+			if expiresAt != nil {
+				ev.ExpiresAt = *expiresAt
+			}
+			c.Events = append(c.Events, ev)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	if len(c.Events) == 0 {
+		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
+	}
+	return c, nil
+}
+
+func decodeHeaders(b []byte) map[string]string {
+	if len(b) <= 2 { // "{}"
+		return nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil
+	}
+	return h
+}
+
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
+	var res store.CompleteResult
+	n := len(req.Outcomes)
+	if n == 0 {
+		return res, nil
+	}
+	ids := make([]int64, n)
+	eventIDs := make([]string, n)
+	kinds := make([]string, n)
+	errs := make([]string, n)
+	retryMS := make([]int64, n)
+	block := make([]bool, n)
+	attempted := make([]bool, n)
+	attempt := make([]int32, n)
+	started := make([]time.Time, n)
+	finished := make([]time.Time, n)
+	for i, o := range req.Outcomes {
+		ids[i] = o.ID
+		eventIDs[i] = o.EventID.String()
+		kinds[i] = string(o.Kind)
+		errs[i] = o.Error
+		retryMS[i] = o.RetryIn.Milliseconds()
+		block[i] = o.Block
+		attempted[i] = o.Attempted
+		attempt[i] = int32(o.Attempt)
+		started[i] = o.StartedAt
+		finished[i] = o.FinishedAt
+	}
+	applied := make(map[int64]bool, n)
+	err := retrySerialization(ctx, func() error {
+		clear(applied)
+		rows, err := s.pool.Query(ctx, s.q.complete, req.Token, req.RelayID, req.FailedBlocks,
+			ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			applied[id] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return res, s.wrap("complete", err)
+	}
+	for _, id := range ids {
+		if applied[id] {
+			res.Applied = append(res.Applied, id)
+		} else {
+			res.Fenced = append(res.Fenced, id)
+		}
+	}
+	return res, nil
+}
+
+// Sweep implements store.Store.
+func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
+	var res store.SweepResult
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	relay := req.RelayID
+	if relay == "" {
+		relay = "sweeper"
+	}
+	page := func(query string, counter *int64, args ...any) error {
+		for {
+			var n int64
+			err := retrySerialization(ctx, func() error {
+				tag, err := s.execOrCount(ctx, query, args...)
+				n = tag
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			*counter += n
+			if n < int64(limit) {
+				return nil
+			}
+		}
+	}
+	if err := page(s.q.reap, &res.Reaped, limit, relay); err != nil {
+		return res, s.wrap("sweep: reap expired leases", err)
+	}
+	if err := page(s.q.expire, &res.Expired, limit, relay); err != nil {
+		return res, s.wrap("sweep: expire events", err)
+	}
+	if req.FailedBlocks {
+		if err := page(s.q.block, &res.Blocked, limit); err != nil {
+			return res, s.wrap("sweep: block events behind FAILED ones", err)
+		}
+	}
+	if err := page(s.q.unblock, &res.Unblocked, limit, req.FailedBlocks); err != nil {
+		return res, s.wrap("sweep: unblock events", err)
+	}
+	return res, nil
+}
+
+// execOrCount runs a statement that either ends in "SELECT count(*)" (and
+// returns that count) or is a plain UPDATE (and returns rows affected).
+func (s *Store) execOrCount(ctx context.Context, query string, args ...any) (int64, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n int64
+	counted := false
+	for rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+		counted = true
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if !counted {
+		n = rows.CommandTag().RowsAffected()
+	}
+	return n, nil
+}
+
+// CountMovable implements store.Store.
+func (s *Store) CountMovable(ctx context.Context, failedBlocks bool) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.q.countMovable, failedBlocks).Scan(&n); err != nil {
+		return 0, s.wrap("count movable events", err)
+	}
+	return n, nil
+}
+
+// retrySerialization retries f on deadlocks and serialization failures,
+// which concurrent claims, marks and sweeps can cause; they are never
+// reported as event failures.
+func retrySerialization(ctx context.Context, f func() error) error {
+	delay := 5 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || attempt >= 10 || !isRetryableConflict(err) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
+}
+
+func isRetryableConflict(err error) bool {
+	var pe *pgconn.PgError
+	if !asPgError(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "40P01", "40001", "55P03": // deadlock, serialization failure, lock not available
+		return true
+	}
+	return false
+}
+
+func asPgError(err error, target **pgconn.PgError) bool {
+	for err != nil {
+		if pe, ok := err.(*pgconn.PgError); ok {
+			*target = pe
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
+
+var _ = pgx.ErrNoRows

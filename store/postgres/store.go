@@ -1,0 +1,189 @@
+// Package postgres is the PostgreSQL backend of the outbox (pgx v5): the
+// schema migrations, Enqueue in a caller's pgx.Tx or *sql.Tx, and the
+// [store.Store] the relay uses.
+//
+// Claims use FOR NO KEY UPDATE SKIP LOCKED, so any number of relays can run
+// against one database; all lease and due-time arithmetic uses now().
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3/database"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/migrate"
+	"github.com/txoutbox/outbox/store"
+)
+
+//go:embed migrations/*.sql
+var migrationsFS embed.FS
+
+// Config configures a Store. The zero value is valid.
+type Config struct {
+	// Table is the outbox table; default "outbox_events". The dead-letter,
+	// attempts and migration tables are named after it.
+	Table string
+	// Limits bound what Enqueue accepts; zero fields mean the defaults.
+	Limits outbox.Limits
+	// NoAggregateLock turns off the transaction-scoped advisory lock that
+	// Enqueue takes per aggregate. With the lock, two transactions that
+	// enqueue events of the same aggregate are serialized, so that id order
+	// is commit order within an aggregate and the relay can never see a
+	// later event of an aggregate before an earlier one commits. Turn it off
+	// only if your own row locks already serialize writers per aggregate.
+	NoAggregateLock bool
+	// Logger receives the store's own warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the PostgreSQL outbox. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	cfg     Config
+	t       store.Tables
+	log     *slog.Logger
+	q       queries
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store on pool. The pool stays the caller's: Close does not
+// close it.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: postgres.New needs a *pgxpool.Pool", outbox.ErrInvalidConfig)
+	}
+	t, err := store.TablesFor(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Table = t.Outbox
+	cfg.Limits = cfg.Limits.WithDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Store{pool: pool, cfg: cfg, t: t, log: log, q: buildQueries(t)}, nil
+}
+
+// Open connects to dsn (a postgres:// URL or a key=value string) and returns
+// a Store that owns its pool. Errors never contain the password.
+func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot parse the PostgreSQL DSN: %s", outbox.ErrInvalidConfig, redactParseError(err))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+	}
+	s, err := New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+func redactParseError(err error) string {
+	// pgconn's ParseConfigError already masks the password; keep only the
+	// reason in case a future version does not.
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, "://") {
+		return msg[i+2:]
+	}
+	return msg
+}
+
+// Pool returns the pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Table returns the outbox table name.
+func (s *Store) Table() string { return s.t.Outbox }
+
+// Tables returns the names of all the outbox's tables.
+func (s *Store) Tables() store.Tables { return s.t }
+
+// Features reports SKIP LOCKED and LISTEN/NOTIFY.
+func (s *Store) Features() store.Features {
+	return store.Features{SkipLocked: true, Notify: true}
+}
+
+// Close closes the pool if Open created it.
+func (s *Store) Close() error {
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+func (s *Store) migrator() (*migrate.Runner, func(), error) {
+	db := stdlib.OpenDBFromPool(s.pool)
+	r, err := migrate.New(db, database.DialectPostgres, migrationsFS, "migrations", s.t)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return r, func() { db.Close() }, nil
+}
+
+// MigrateUp applies the pending migrations.
+func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
+	r, done, err := s.migrator()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return r.Up(ctx)
+}
+
+// MigrateDown drops the outbox tables.
+func (s *Store) MigrateDown(ctx context.Context) error {
+	r, done, err := s.migrator()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return r.Down(ctx)
+}
+
+// MigrationVersion returns the applied and latest versions.
+func (s *Store) MigrationVersion(ctx context.Context) (int64, int64, error) {
+	r, done, err := s.migrator()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer done()
+	return r.Version(ctx)
+}
+
+// wrapMissingTable turns "relation does not exist" into advice.
+func (s *Store) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.Contains(err.Error(), "SQLSTATE 42P01") {
+		return fmt.Errorf("%s: table %q does not exist: run `outbox migrate` first: %w", op, s.t.Outbox, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -1,0 +1,304 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/txoutbox/outbox"
+)
+
+// Store is what the relay and the operator commands need from a database.
+// Every state change it makes is a compare-and-set on (status, claim token),
+// and every lease and due time is computed with the database clock.
+type Store interface {
+	// Claim moves up to req.Limit due PENDING events to PROCESSING under a
+	// fresh claim token and a lease of req.Lease, in one short transaction.
+	// It claims an event only if every earlier unfinished event of its
+	// aggregate is claimed in the same call, so that one relay holds an
+	// aggregate's next events at a time; events come back in id order.
+	Claim(ctx context.Context, req ClaimRequest) (*Claim, error)
+
+	// Complete applies the outcomes of a claim in one transaction: marks,
+	// retries, dead letters and attempt rows. A row that is no longer
+	// PROCESSING under req.Token is left alone and reported as fenced.
+	// Complete is idempotent: replaying it after an ambiguous commit changes
+	// nothing more and writes no second attempt row.
+	Complete(ctx context.Context, req CompleteRequest) (CompleteResult, error)
+
+	// Sweep is the reaper and housekeeper: it returns PROCESSING rows whose
+	// lease ended to PENDING, expires waiting events past their deadline,
+	// and keeps BLOCKED in step with FAILED events. It works in pages of
+	// req.Limit rows and never waits on a row another transaction holds.
+	Sweep(ctx context.Context, req SweepRequest) (SweepResult, error)
+
+	// Stats counts events by status and reports the oldest pending age and
+	// the aggregates held back by a FAILED event.
+	Stats(ctx context.Context, failedBlocks bool) (Stats, error)
+	// CountMovable counts events a relay can still move without an
+	// operator: PROCESSING ones, and PENDING ones not held back by a FAILED
+	// event of their aggregate (when failedBlocks).
+	CountMovable(ctx context.Context, failedBlocks bool) (int64, error)
+
+	// ListEvents returns events matching the filter, newest first.
+	ListEvents(ctx context.Context, f ListFilter) ([]Record, error)
+	// GetEvent returns one event by its id, or outbox.ErrNotFound.
+	GetEvent(ctx context.Context, id outbox.EventID) (Record, error)
+	// Attempts returns the audit trail of one event, oldest first.
+	Attempts(ctx context.Context, id outbox.EventID) ([]Attempt, error)
+	// DeadLetters returns dead-letter rows, newest first.
+	DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error)
+
+	// Requeue returns a FAILED or EXPIRED event to PENDING (due now),
+	// releases the events it held back, and writes an audit row.
+	Requeue(ctx context.Context, a OperatorAction) error
+	// Skip moves a FAILED event to SKIPPED so that its aggregate moves on,
+	// releases the events it held back, and writes an audit row.
+	Skip(ctx context.Context, a OperatorAction) error
+	// Purge deletes final events (and their attempt rows) older than the
+	// retention, in batches; it returns how many events it deleted.
+	Purge(ctx context.Context, req PurgeRequest) (int64, error)
+
+	Migrator
+
+	// Features declares optional capabilities.
+	Features() Features
+	// Table returns the outbox table name.
+	Table() string
+	// Close releases the store's own resources (not a pool the caller passed in).
+	Close() error
+}
+
+// Migrator applies the versioned, embedded schema migrations.
+type Migrator interface {
+	// MigrateUp applies every pending migration and returns the versions it applied.
+	MigrateUp(ctx context.Context) ([]int64, error)
+	// MigrateDown reverts every migration: it drops the outbox tables.
+	MigrateDown(ctx context.Context) error
+	// MigrationVersion returns the applied and the latest known version.
+	MigrationVersion(ctx context.Context) (current, latest int64, err error)
+}
+
+// Features lists capabilities that not every backend has.
+type Features struct {
+	// SkipLocked: concurrent claims skip each other's rows instead of
+	// waiting (PostgreSQL, MySQL 8, MariaDB 10.6). SQLite has a single writer.
+	SkipLocked bool
+	// Notify: the store can wake relays when events are committed
+	// (PostgreSQL LISTEN/NOTIFY).
+	Notify bool
+}
+
+// ClaimRequest asks for a batch of events.
+type ClaimRequest struct {
+	RelayID string
+	Limit   int
+	Lease   time.Duration
+	// FailedBlocks: a FAILED event holds back the later events of its aggregate.
+	FailedBlocks bool
+}
+
+// Claim is a batch of events under one claim token.
+type Claim struct {
+	// Token fences every later change: rows change only while they are
+	// PROCESSING under this token.
+	Token string
+	// DBTime is the database clock when the claim was made; LockedUntil is
+	// DBTime plus the lease.
+	DBTime      time.Time
+	LockedUntil time.Time
+	// Events are in id order.
+	Events []Claimed
+}
+
+// Claimed is one claimed event.
+type Claimed struct {
+	outbox.Message
+	RetryCount int
+	// Expired is true when the event was already past its deadline at claim
+	// time; the relay must complete it as EXPIRED without sending it.
+	Expired bool
+}
+
+// OutcomeKind is what happened to one claimed event.
+type OutcomeKind string
+
+const (
+	Delivered OutcomeKind = "DELIVERED" // -> PROCESSED
+	Retry     OutcomeKind = "RETRY"     // -> PENDING, retry_count+1, available_at = now + RetryIn
+	Failed    OutcomeKind = "FAILED"    // -> FAILED, retry_count+1, dead letter
+	Expired   OutcomeKind = "EXPIRED"   // -> EXPIRED, never sent
+	Released  OutcomeKind = "RELEASED"  // -> PENDING (or BLOCKED), retry_count kept
+)
+
+// Audit outcomes written by the sweeper and by operators, beside the above.
+const (
+	LeaseExpired OutcomeKind = "LEASE_EXPIRED"
+	Requeued     OutcomeKind = "REQUEUED"
+	Skipped      OutcomeKind = "SKIPPED"
+)
+
+// Outcome is the result for one claimed event.
+type Outcome struct {
+	ID      int64
+	EventID outbox.EventID
+	Kind    OutcomeKind
+	// Attempt is the attempt number (retry_count+1 at claim).
+	Attempt int
+	// Error is a short description for last_error and the audit row.
+	Error string
+	// RetryIn delays the next attempt (Retry, Released): available_at =
+	// database now + RetryIn.
+	RetryIn time.Duration
+	// Block (Released only): hold the event as BLOCKED behind a FAILED one.
+	Block bool
+	// Attempted: write an attempt row. False for events released without
+	// being sent.
+	Attempted bool
+	// StartedAt and FinishedAt bound the delivery attempt, in the database clock.
+	StartedAt, FinishedAt time.Time
+}
+
+// CompleteRequest applies the outcomes of one claim.
+type CompleteRequest struct {
+	Token        string
+	RelayID      string
+	FailedBlocks bool
+	Outcomes     []Outcome
+}
+
+// CompleteResult says which rows changed.
+type CompleteResult struct {
+	// Applied are the ids whose row moved as asked.
+	Applied []int64
+	// Fenced are the ids whose row was no longer PROCESSING under the
+	// token (the lease ended and another relay or the reaper moved it):
+	// nothing was changed.
+	Fenced []int64
+}
+
+// SweepRequest configures one sweep.
+type SweepRequest struct {
+	RelayID      string
+	FailedBlocks bool
+	// Limit is the page size; 0 means 1000.
+	Limit int
+}
+
+// SweepResult counts what one sweep changed.
+type SweepResult struct {
+	Reaped    int64 // PROCESSING past the lease -> PENDING
+	Expired   int64 // PENDING/BLOCKED past expires_at -> EXPIRED
+	Blocked   int64 // PENDING behind a FAILED event -> BLOCKED
+	Unblocked int64 // BLOCKED with nothing FAILED before it -> PENDING
+}
+
+// Stats is a snapshot of the outbox.
+type Stats struct {
+	Counts map[outbox.Status]int64
+	// OldestPendingAge is the database time since the oldest PENDING event
+	// was created; 0 when nothing is pending.
+	OldestPendingAge time.Duration
+	// BlockedAggregates lists up to 100 aggregates held back by a FAILED event.
+	BlockedAggregates []BlockedAggregate
+	// BlockedAggregateCount counts all of them.
+	BlockedAggregateCount int64
+	DeadLetters           int64
+}
+
+// BlockedAggregate is one aggregate held back by a FAILED event.
+type BlockedAggregate struct {
+	AggregateType string
+	AggregateID   string
+	FailedEventID outbox.EventID
+	Waiting       int64 // events held back
+}
+
+// Record is a full outbox row.
+type Record struct {
+	ID            int64
+	EventID       outbox.EventID
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       json.RawMessage
+	Headers       map[string]string
+	Status        outbox.Status
+	RetryCount    int
+	CreatedAt     time.Time
+	ProcessedAt   time.Time // zero if not final
+	AvailableAt   time.Time
+	ExpiresAt     time.Time // zero if none
+	LockedUntil   time.Time // zero if not claimed
+	LockToken     string
+	LastError     string
+}
+
+// Attempt is one row of the audit trail.
+type Attempt struct {
+	Attempt    int
+	RelayID    string
+	ClaimToken string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Outcome    OutcomeKind
+	Error      string
+}
+
+// DeadLetter is one row of the dead-letter table.
+type DeadLetter struct {
+	ID            int64
+	OutboxID      int64
+	EventID       outbox.EventID
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	RetryCount    int
+	Reason        string
+	FailedAt      time.Time
+	RequeuedAt    time.Time // zero unless requeued
+}
+
+// ListFilter selects events for ListEvents.
+type ListFilter struct {
+	Status        outbox.Status // empty: any
+	AggregateType string
+	AggregateID   string
+	// BeforeID pages backwards: only rows with id < BeforeID (0: no bound).
+	BeforeID int64
+	// Limit defaults to 50 and is capped at 1000.
+	Limit int
+}
+
+// OperatorAction identifies an operator's change to one event.
+type OperatorAction struct {
+	EventID outbox.EventID
+	// Actor names who acted (user name, token name); it goes in the audit row.
+	Actor  string
+	Reason string
+	// NewTTL (Requeue only) gives the event a new deadline, measured from
+	// now with the database clock. Without it, a deadline that has passed is
+	// removed, since the operator asked for the event to be sent.
+	NewTTL time.Duration
+}
+
+// PurgeRequest deletes final events older than OlderThan.
+type PurgeRequest struct {
+	OlderThan time.Duration
+	// Statuses to purge; empty means PROCESSED and EXPIRED. FAILED and
+	// SKIPPED rows are kept unless named here.
+	Statuses []outbox.Status
+	// BatchSize rows per transaction; 0 means 1000.
+	BatchSize int
+}
+
+// Normalize fills defaults in l.
+func (f ListFilter) Normalize() ListFilter {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	if f.Limit > 1000 {
+		f.Limit = 1000
+	}
+	return f
+}
