@@ -4,8 +4,8 @@ import "sync/atomic"
 
 type counters struct {
 	claims, claimed, delivered, retried, failed, expired, released, fenced atomic.Int64
-	claimErrors, completeErrors                                           atomic.Int64
-	reaped, sweptExpired, blocked, unblocked, purged, sweepErrors         atomic.Int64
+	claimErrors, completeErrors                                            atomic.Int64
+	reaped, sweptExpired, blocked, unblocked, purged, sweepErrors          atomic.Int64
 }
 
 // Stats are a relay's counters since it was created.

@@ -73,13 +73,13 @@ const recordColumns = `id, event_id, aggregate_type, aggregate_id, event_type, p
 
 func scanRecord(row pgx.Row) (store.Record, error) {
 	var (
-		r                                       store.Record
-		eventID                                 [16]byte
-		payload, headers                        []byte
-		status                                  string
-		processedAt, expiresAt, lockedUntil     *time.Time
-		lockToken                               *[16]byte
-		lastError                               *string
+		r                                   store.Record
+		eventID                             [16]byte
+		payload, headers                    []byte
+		status                              string
+		processedAt, expiresAt, lockedUntil *time.Time
+		lockToken                           *[16]byte
+		lastError                           *string
 	)
 	if err := row.Scan(&r.ID, &eventID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload, &headers,
 		&status, &r.RetryCount, &r.CreatedAt, &processedAt, &r.AvailableAt, &expiresAt, &lockedUntil,
