@@ -187,12 +187,12 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	return len(c.Events), nil
 }
 
-// complete records outcomes, retrying a failed write until the lease ends:
-// after that the rows belong to the reaper and the outcome is moot.
+// complete records outcomes. The first write is always attempted, even
+// after the lease ended: the database's guard on (status, token) decides,
+// and a late delivery still lands in the audit trail. A failed write is
+// retried until the lease ends; after that the rows belong to the reaper.
 func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome) {
 	leaseEnd := b.localClaim.Add(r.cfg.Lease)
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
-	defer cancel()
 	req := store.CompleteRequest{
 		Token:        b.claim.Token,
 		RelayID:      r.cfg.RelayID,
@@ -201,27 +201,28 @@ func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome
 	}
 	delay := 50 * time.Millisecond
 	for {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
 		res, err := r.cfg.Store.Complete(cctx, req)
+		cancel()
 		if err == nil {
 			r.afterComplete(ctx, b, outcomes, res)
 			return
 		}
 		r.stats.completeErrors.Add(1)
-		if cctx.Err() != nil {
+		if !r.now().Add(delay).Before(leaseEnd) {
 			r.log.Error("could not record the outcome of a batch before its lease ended; the reaper will return its events to PENDING and they will be delivered again",
 				"events", len(outcomes), "err", err)
 			return
 		}
 		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", delay)
 		t := time.NewTimer(delay)
-		select {
-		case <-cctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		<-t.C
 		delay = min(2*delay, 2*time.Second)
 	}
 }
+
+// completeTimeout bounds one attempt to record a batch's outcome.
+const completeTimeout = 30 * time.Second
 
 func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Outcome, res store.CompleteResult) {
 	applied := make(map[int64]bool, len(res.Applied))
@@ -233,7 +234,7 @@ func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Ou
 		r.log.Warn("lease lost: another relay or the reaper took these events, so their outcome here was not recorded",
 			"events", len(res.Fenced), "first_id", res.Fenced[0])
 	}
-	for i, o := range outcomes {
+	for _, o := range outcomes {
 		if !applied[o.ID] {
 			continue
 		}
@@ -269,6 +270,5 @@ func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Ou
 				r.cfg.OnFailed(ctx, fe)
 			}
 		}
-		_ = i
 	}
 }

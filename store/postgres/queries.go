@@ -41,40 +41,67 @@ func buildQueries(t store.Tables) queries {
 
 // claimSQL claims a batch in one statement.
 //
-//	w: the window, the first $1 due PENDING rows in (available_at, id) order.
-//	h: per aggregate in the window, its head (lowest unfinished id; FAILED
-//	   counts when $4) and its first gap (an unfinished row after the
-//	   window's first row of the aggregate that is not in the window).
-//	c: candidates, the window rows of aggregates whose head is in the window,
-//	   up to the gap: an unbroken run from the head.
-//	l: the candidates this statement could lock (SKIP LOCKED: another relay's
-//	   concurrent claim keeps its rows).
-//	k: a run is cut at its first row that could not be locked, so that two
-//	   relays never hold parts of one aggregate's run.
+//	w:   the aggregates with due work: those of the first $1 due PENDING rows
+//	     in (available_at, id) order, oldest first.
+//	r:   for each such aggregate, its first unfinished rows in id order (FAILED
+//	     counts when $4), at most a fair share of $1 per aggregate. The first
+//	     is the aggregate's head.
+//	c:   the claimable runs: from the head on, while rows are PENDING and due.
+//	dfr: rows that wait behind a head in backoff take the head's
+//	     available_at, and blk: rows behind a FAILED head become BLOCKED,
+//	     so that neither crowds the next window.
+//	l:   the runs' rows this statement could lock (SKIP LOCKED: a concurrent
+//	     claim keeps its rows).
+//	k:   a run is cut at its first row that could not be locked, so two
+//	     relays never hold parts of one aggregate's run.
 const claimSQL = `
 WITH w AS MATERIALIZED (
-    SELECT id, aggregate_type, aggregate_id FROM {t}
-    WHERE status = 'PENDING' AND available_at <= now()
-    ORDER BY available_at, id
-    LIMIT $1
+    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM (
+        SELECT aggregate_type, aggregate_id, available_at FROM {t}
+        WHERE status = 'PENDING' AND available_at <= now()
+        ORDER BY available_at, id
+        LIMIT $1
+    ) x GROUP BY 1, 2
 ),
-h AS MATERIALIZED (
-    SELECT a.aggregate_type, a.aggregate_id, a.first_id,
-        (SELECT min(b.id) FROM {t} b
-          WHERE b.aggregate_type = a.aggregate_type AND b.aggregate_id = a.aggregate_id
-            AND b.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
-            AND (b.status <> 'FAILED' OR $4::bool)) AS head_id,
-        (SELECT min(g.id) FROM {t} g
-          WHERE g.aggregate_type = a.aggregate_type AND g.aggregate_id = a.aggregate_id
-            AND g.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
-            AND g.id > a.first_id
-            AND g.id NOT IN (SELECT id FROM w)) AS gap_id
-    FROM (SELECT aggregate_type, aggregate_id, min(id) AS first_id FROM w GROUP BY 1, 2) a
+per AS (
+    SELECT GREATEST(1, ceil($1::numeric / GREATEST(count(*), 1)))::int AS n FROM w
+),
+r AS MATERIALIZED (
+    SELECT w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
+        row_number() OVER run AS pos,
+        sum(CASE WHEN x.ok THEN 0 ELSE 1 END) OVER run AS bad
+    FROM w CROSS JOIN per CROSS JOIN LATERAL (
+        SELECT o.id, o.status, o.available_at, (o.status = 'PENDING' AND o.available_at <= now()) AS ok
+        FROM {t} o
+        WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
+          AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
+          AND (o.status <> 'FAILED' OR $4::bool)
+        ORDER BY o.id
+        LIMIT per.n
+    ) x
+    WINDOW run AS (PARTITION BY w.aggregate_type, w.aggregate_id ORDER BY x.id)
 ),
 c AS MATERIALIZED (
-    SELECT w.id, w.aggregate_type, w.aggregate_id
-    FROM w JOIN h ON h.aggregate_type = w.aggregate_type AND h.aggregate_id = w.aggregate_id
-    WHERE h.head_id = h.first_id AND (h.gap_id IS NULL OR w.id < h.gap_id)
+    SELECT id, aggregate_type, aggregate_id FROM r
+    WHERE bad = 0
+    ORDER BY pos, first_due, id
+    LIMIT $1
+),
+held AS MATERIALIZED (
+    SELECT aggregate_type, aggregate_id, status, available_at FROM r
+    WHERE pos = 1 AND (status = 'FAILED' OR (status = 'PENDING' AND NOT ok))
+),
+dfr AS (
+    UPDATE {t} o SET available_at = h.available_at
+    FROM held h
+    WHERE h.status = 'PENDING' AND o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
+      AND o.id IN (SELECT id FROM r) AND o.status = 'PENDING' AND o.available_at < h.available_at
+),
+blk AS (
+    UPDATE {t} o SET status = 'BLOCKED'
+    FROM held h
+    WHERE h.status = 'FAILED' AND o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
+      AND o.id IN (SELECT id FROM r) AND o.status = 'PENDING'
 ),
 l AS MATERIALIZED (
     SELECT o.id FROM {t} o

@@ -1,0 +1,84 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/postgres"
+	"github.com/txoutbox/outbox/store/storetest"
+)
+
+type pgTx struct {
+	tx pgx.Tx
+	s  *postgres.Store
+}
+
+func (p pgTx) Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.EventID, error) {
+	return p.s.Enqueue(ctx, p.tx, events...)
+}
+func (p pgTx) Commit(ctx context.Context) error   { return p.tx.Commit(ctx) }
+func (p pgTx) Rollback(ctx context.Context) error { return p.tx.Rollback(ctx) }
+
+func newPool(t testing.TB) *pgxpool.Pool {
+	dsn := testenv.Postgres.Addr(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func newHarness(t *testing.T) *storetest.Harness {
+	pool := newPool(t)
+	table := storetest.TableName("pg")
+	s, err := postgres.New(pool, postgres.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MigrateUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.MigrateDown(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return &storetest.Harness{
+		Store: s,
+		Begin: func(ctx context.Context) (storetest.Tx, error) {
+			tx, err := pool.Begin(ctx)
+			return pgTx{tx, s}, err
+		},
+		NewStore: func(t *testing.T, limits outbox.Limits) store.Store {
+			s2, err := postgres.New(pool, postgres.Config{Table: table, Limits: limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s2
+		},
+		Scale: scale(),
+	}
+}
+
+func scale() float64 {
+	if testenv.Short() {
+		return 0.2
+	}
+	return 1
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, newHarness)
+}

@@ -1,0 +1,123 @@
+// Package storetest is the conformance suite every store backend runs:
+// storetest.Run(t, newHarness). It checks the Store contract directly
+// (claims, fencing, outcomes, sweeps, operator actions) and, through the
+// real relay, the guarantees of DESIGN.md section 3: atomic enqueue, no loss,
+// per-aggregate order, bounded duplicates, fencing and expiry.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Tx is a producer's transaction in the backend's own driver.
+type Tx interface {
+	Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.EventID, error)
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Harness adapts one backend to the suite.
+type Harness struct {
+	// Store is migrated, on a table of its own.
+	Store store.Store
+	// Begin opens a producer transaction.
+	Begin func(ctx context.Context) (Tx, error)
+	// NewStore opens a second Store on the same tables with another
+	// configuration (for limits); nil if not supported.
+	NewStore func(t *testing.T, limits outbox.Limits) store.Store
+	// SingleWriter: the database serializes write transactions (SQLite),
+	// so producers cannot hold several open at once.
+	SingleWriter bool
+	// Scale multiplies the event counts of the heavier tests (1 = full).
+	Scale float64
+}
+
+// Factory returns a fresh harness on new tables; it registers its own cleanup.
+type Factory func(t *testing.T) *Harness
+
+// Run runs the whole suite.
+func Run(t *testing.T, newHarness Factory) {
+	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
+	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
+}
+
+var tableSeq atomic.Int64
+
+// TableName returns a table name unique within the test binary run, for
+// harnesses to use.
+func TableName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, tableSeq.Add(1))
+}
+
+// enqueue writes events in one committed transaction.
+func enqueue(t testing.TB, h *Harness, events ...outbox.Event) []outbox.EventID {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := h.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	ids, err := tx.Enqueue(ctx, events...)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatalf("enqueue: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return ids
+}
+
+// ev returns a valid event of aggregate payment/<id>.
+func ev(aggregateID string, n int) outbox.Event {
+	return outbox.Event{
+		AggregateType: "payment",
+		AggregateID:   aggregateID,
+		EventType:     "ApprovalRequested",
+		Payload:       []byte(fmt.Sprintf(`{"aggregate":%q,"n":%d}`, aggregateID, n)),
+	}
+}
+
+// waitFor polls cond every 10ms until it is true or the timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		ok, err := cond()
+		if err != nil {
+			lastErr = err
+		} else if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+		}
+		<-tick.C
+	}
+}
+
+func scaled(h *Harness, n int) int {
+	if h.Scale <= 0 || h.Scale >= 1 {
+		return n
+	}
+	return max(1, int(float64(n)*h.Scale))
+}
+
+func countStatus(t testing.TB, s store.Store, status outbox.Status) int64 {
+	t.Helper()
+	st, err := s.Stats(context.Background(), true)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	return st.Counts[status]
+}
