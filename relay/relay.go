@@ -74,6 +74,9 @@ func (r *Relay) Run(ctx context.Context) error { return r.run(ctx, false) }
 // returns nil then, or ctx's error if ctx ends first.
 func (r *Relay) Drain(ctx context.Context) error { return r.run(ctx, true) }
 
+// FailurePolicy returns what a FAILED event does to its aggregate.
+func (r *Relay) FailurePolicy() FailurePolicy { return r.cfg.OnFailure }
+
 func (r *Relay) failedBlocks() bool { return r.cfg.OnFailure == BlockAggregate }
 
 func (r *Relay) run(ctx context.Context, drain bool) error {

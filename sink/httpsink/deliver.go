@@ -1,0 +1,151 @@
+package httpsink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/txoutbox/outbox"
+)
+
+// send delivers one message: it waits for a slot, then POSTs it unless the
+// context, Close or the message's deadline forbids.
+func (s *Sink) send(ctx context.Context, m *outbox.Message) error {
+	if err := s.mayStart(ctx, m); err != nil {
+		return err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return notSent(m, "the publish context ended", ctx.Err())
+	case <-s.closing:
+		return notSent(m, "the sink is closed", outbox.ErrClosed)
+	}
+	defer func() { <-s.sem }()
+	// Waiting for the slot took time: check again.
+	if err := s.mayStart(ctx, m); err != nil {
+		return err
+	}
+	deadline, byEvent := time.Now().Add(s.cfg.Timeout), false
+	if !m.Deadline.IsZero() && m.Deadline.Before(deadline) {
+		deadline, byEvent = m.Deadline, true
+	}
+	rctx, end, ok := s.begin(ctx, deadline)
+	if !ok {
+		return notSent(m, "the sink is closed", outbox.ErrClosed)
+	}
+	defer end()
+	return s.post(ctx, rctx, m, byEvent)
+}
+
+// mayStart returns why m must not be sent now, or nil.
+func (s *Sink) mayStart(ctx context.Context, m *outbox.Message) error {
+	if err := ctx.Err(); err != nil {
+		return notSent(m, "the publish context ended", err)
+	}
+	select {
+	case <-s.closing:
+		return notSent(m, "the sink is closed", outbox.ErrClosed)
+	default:
+	}
+	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
+		return notSent(m, "its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
+	}
+	return nil
+}
+
+// skipped is the result of a message left unsent because failed, an
+// earlier message of its ordering key, did not succeed.
+func (s *Sink) skipped(ctx context.Context, m, failed *outbox.Message) error {
+	if err := ctx.Err(); err != nil {
+		return notSent(m, "the publish context ended", err)
+	}
+	if s.isClosed() {
+		return notSent(m, "the sink is closed", outbox.ErrClosed)
+	}
+	return notSent(m, "event "+failed.EventID.String()+" of the same aggregate failed before it", nil)
+}
+
+// post sends the request and classifies the outcome. pctx is the Publish
+// context, rctx the request's.
+func (s *Sink) post(pctx, rctx context.Context, m *outbox.Message, byEvent bool) error {
+	h, err := s.requestHeader(m)
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("http sink: event %s: %w", m.EventID, err))
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(m.Payload))
+	if err != nil {
+		// The URL was validated by New; report without quoting it.
+		return outbox.Permanent(fmt.Errorf("http sink: event %s: cannot build the request for %s", m.EventID, s.display))
+	}
+	req.Header = h
+	if s.signer != nil {
+		id := m.EventID.String()
+		ts, sig := s.signer.sign(id, time.Now(), m.Payload)
+		h[headerWebhookID] = []string{id}
+		h[headerWebhookTime] = []string{ts}
+		h[headerWebhookSig] = []string{sig}
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return s.transportError(pctx, rctx, m, err, byEvent)
+	}
+	return s.result(m, resp)
+}
+
+// transportError classifies a request that got no response. Only a
+// connection refused by the SSRF guard is permanent.
+func (s *Sink) transportError(pctx, rctx context.Context, m *outbox.Message, err error, byEvent bool) error {
+	// The *url.Error quotes the URL with its query; say the endpoint instead.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	prefix := fmt.Sprintf("http sink: event %s: POST %s", m.EventID, s.display)
+	var refused *refusedAddrError
+	switch {
+	case errors.As(err, &refused):
+		return outbox.Permanent(fmt.Errorf("%s: %w", prefix, refused))
+	case errors.Is(context.Cause(rctx), errCloseAborted):
+		return outbox.Retryable(fmt.Errorf("%s: interrupted: %w", prefix, errCloseAborted), 0)
+	case pctx.Err() != nil:
+		return outbox.Retryable(fmt.Errorf("%s: interrupted: the publish context ended: %w", prefix, pctx.Err()), 0)
+	case errors.Is(rctx.Err(), context.DeadlineExceeded) && byEvent:
+		return outbox.Retryable(fmt.Errorf("%s: no response before the event's deadline: %w", prefix, context.DeadlineExceeded), 0)
+	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+		return outbox.Retryable(fmt.Errorf("%s: no response within %s (raise Timeout if the receiver is slow): %w", prefix, s.cfg.Timeout, context.DeadlineExceeded), 0)
+	}
+	return outbox.Retryable(fmt.Errorf("%s: %w", prefix, err), 0)
+}
+
+// notSentError is the result of a message that was not sent. It matches
+// [outbox.ErrNotAttempted] and its cause (a context error,
+// [outbox.ErrClosed]), if any.
+type notSentError struct {
+	id     outbox.EventID
+	reason string
+	cause  error
+}
+
+func notSent(m *outbox.Message, reason string, cause error) error {
+	return &notSentError{id: m.EventID, reason: reason, cause: cause}
+}
+
+func (e *notSentError) Error() string {
+	msg := "http sink: event " + e.id.String() + " not sent: " + e.reason
+	if e.cause != nil && e.cause != outbox.ErrClosed {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+func (e *notSentError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{outbox.ErrNotAttempted}
+	}
+	return []error{e.cause, outbox.ErrNotAttempted}
+}

@@ -1,0 +1,67 @@
+// Package httpsink is the HTTP sink: "the external API call". It POSTs
+// each event to one endpoint and reports per event whether the endpoint
+// took it.
+//
+// # What delivered means
+//
+// An event is delivered when the endpoint answered its POST with a 2xx
+// status. Nothing else counts:
+//
+//   - 408, 429 and 5xx, a timeout and a connection error are retryable; a
+//     Retry-After header (delay seconds or an HTTP date, capped at one
+//     hour) becomes the delay the relay waits before the next attempt.
+//   - Every other status is permanent: other 4xx, and 3xx, since redirects
+//     are not followed (point the sink at the final URL).
+//   - With [Config.DenyPrivate], a connection to a loopback, private,
+//     link-local, unspecified or cloud metadata address is refused before
+//     anything is sent, and is permanent.
+//
+// Errors say the status and at most 200 bytes of the response body, with
+// the configured header values and signing secret scrubbed out. The body is
+// read (up to 64 KiB) and closed so that connections are reused.
+//
+// Delivery is at least once: an endpoint may see an event again after a
+// timeout or a relay crash, so it should drop repeats by Idempotency-Key.
+//
+// # The request
+//
+// The body is the event's payload, byte for byte. The headers:
+//
+//	Content-Type           application/json
+//	User-Agent             Config.UserAgent (default outbox-relay)
+//	Idempotency-Key        the event id (a UUIDv7), stable across attempts
+//	Outbox-Event-Id        the event id
+//	Outbox-Event-Type      e.g. ApprovalRequested
+//	Outbox-Aggregate-Type  e.g. payment
+//	Outbox-Aggregate-Id    e.g. the transaction number
+//	Outbox-Attempt         1 for the first attempt, then 2, 3, ...
+//	webhook-id             the event id        } only with
+//	webhook-timestamp      Unix seconds        } Config.SigningSecret
+//	webhook-signature      v1,<base64 HMAC>    } (Standard Webhooks)
+//
+// plus Config.Headers (e.g. Authorization) and the event's own headers
+// (e.g. traceparent). An event header never replaces a header above, a
+// configured one or a transport header (Host, Connection, ...); it is
+// dropped instead.
+//
+// The signature follows the Standard Webhooks specification
+// (https://www.standardwebhooks.com): HMAC-SHA256 over
+// "webhook-id.webhook-timestamp.body", keyed by the secret ("whsec_" +
+// base64 of the key, or the raw string).
+//
+// # Order and concurrency
+//
+// Events of one aggregate (one ordering key) are sent one at a time, in the
+// order given, each after the previous one's response. When one fails, the
+// later ones of its aggregate in the same Publish call are not sent and
+// report [outbox.ErrNotAttempted]. Aggregates proceed concurrently, at most
+// [Config.Concurrency] requests at a time for the whole sink.
+//
+// Each request is bounded by [Config.Timeout] and by the event's Deadline;
+// an event whose deadline has passed is not sent.
+//
+// # URL form
+//
+// [ParseURL] reads http(s)://host/path?timeout=5s&concurrency=8&sign_secret_env=NAME;
+// see it for every option.
+package httpsink
