@@ -1,0 +1,89 @@
+package sink
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/txoutbox/outbox"
+)
+
+// DefaultRoute is the destination template used when none is configured:
+// payment events go to "payment.events", merchant events to
+// "merchant.events", as in the source document's Kafka topics.
+const DefaultRoute = "{aggregate_type}.events"
+
+// Router maps a message to its destination (Kafka topic, NATS subject,
+// AMQP routing key, Redis stream). A template may use {aggregate_type},
+// {aggregate_id} and {event_type}; a per-aggregate-type override replaces
+// the template for that type.
+type Router struct {
+	template  string
+	overrides map[string]string
+}
+
+var placeholders = []string{"{aggregate_type}", "{aggregate_id}", "{event_type}"}
+
+// NewRouter validates the template (empty means DefaultRoute) and the
+// overrides (aggregate type -> template).
+func NewRouter(template string, overrides map[string]string) (*Router, error) {
+	if template == "" {
+		template = DefaultRoute
+	}
+	if err := checkTemplate(template); err != nil {
+		return nil, err
+	}
+	r := &Router{template: template, overrides: make(map[string]string, len(overrides))}
+	for k, v := range overrides {
+		if k == "" {
+			return nil, fmt.Errorf("%w: route override with an empty aggregate type", outbox.ErrInvalidConfig)
+		}
+		if err := checkTemplate(v); err != nil {
+			return nil, err
+		}
+		r.overrides[k] = v
+	}
+	return r, nil
+}
+
+func checkTemplate(t string) error {
+	if strings.TrimSpace(t) == "" {
+		return fmt.Errorf("%w: empty route template", outbox.ErrInvalidConfig)
+	}
+	rest := t
+	for _, p := range placeholders {
+		rest = strings.ReplaceAll(rest, p, "")
+	}
+	if strings.ContainsAny(rest, "{}") {
+		return fmt.Errorf("%w: route template %q has an unknown placeholder: use %s", outbox.ErrInvalidConfig, t, strings.Join(placeholders, ", "))
+	}
+	return nil
+}
+
+// Route returns the destination of m.
+func (r *Router) Route(m *outbox.Message) string {
+	t := r.template
+	if o, ok := r.overrides[m.AggregateType]; ok {
+		t = o
+	}
+	if !strings.Contains(t, "{") {
+		return t
+	}
+	return strings.NewReplacer(
+		"{aggregate_type}", m.AggregateType,
+		"{aggregate_id}", m.AggregateID,
+		"{event_type}", m.EventType,
+	).Replace(t)
+}
+
+// ParseRouteOverrides parses "type=template" pairs, as given to --route.
+func ParseRouteOverrides(pairs []string) (map[string]string, error) {
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%w: route %q: use aggregate_type=destination, e.g. merchant=merchant.audit", outbox.ErrInvalidConfig, p)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,62 @@
+package sink
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/txoutbox/outbox"
+)
+
+func TestRouter(t *testing.T) {
+	r, err := NewRouter("", map[string]string{"merchant": "merchant.audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ aggType, want string }{{"payment", "payment.events"}, {"merchant", "merchant.audit"}} {
+		m := outbox.Message{AggregateType: tc.aggType, AggregateID: "x", EventType: "E"}
+		if got := r.Route(&m); got != tc.want {
+			t.Errorf("Route(%s) = %q, want %q", tc.aggType, got, tc.want)
+		}
+	}
+	r, _ = NewRouter("{aggregate_type}.{event_type}", nil)
+	m := outbox.Message{AggregateType: "payment", EventType: "ApprovalRequested"}
+	if got := r.Route(&m); got != "payment.ApprovalRequested" {
+		t.Errorf("Route = %q", got)
+	}
+	if _, err := NewRouter("{aggregate}.events", nil); !errors.Is(err, outbox.ErrInvalidConfig) {
+		t.Errorf("unknown placeholder: %v", err)
+	}
+	if _, err := ParseRouteOverrides([]string{"merchant"}); !errors.Is(err, outbox.ErrInvalidConfig) {
+		t.Errorf("override without '=': %v", err)
+	}
+	if o, err := ParseRouteOverrides([]string{"merchant=merchant.audit"}); err != nil || o["merchant"] != "merchant.audit" {
+		t.Errorf("ParseRouteOverrides = %v, %v", o, err)
+	}
+}
+
+func TestKeyGateAndHeaders(t *testing.T) {
+	g := KeyGate{}
+	a := outbox.Message{AggregateType: "payment", AggregateID: "a", Headers: map[string]string{"outbox-event-id": "forged", "traceparent": "t"}}
+	if g.Blocked(&a) != nil {
+		t.Fatal("a fresh gate blocked a key")
+	}
+	g.Fail(&a, errors.New("boom"))
+	if err := g.Blocked(&a); !errors.Is(err, outbox.ErrNotAttempted) {
+		t.Fatalf("Blocked after Fail = %v", err)
+	}
+	b := outbox.Message{AggregateType: "payment", AggregateID: "b"}
+	if g.Blocked(&b) != nil {
+		t.Fatal("another key was blocked")
+	}
+	h := BrokerHeaders(&a)
+	seen := map[string]string{}
+	for _, kv := range h {
+		if _, dup := seen[kv[0]]; dup {
+			t.Fatalf("header %s twice", kv[0])
+		}
+		seen[kv[0]] = kv[1]
+	}
+	if seen[HeaderEventID] == "forged" || seen["traceparent"] != "t" {
+		t.Fatalf("headers = %v", seen)
+	}
+}
