@@ -50,10 +50,12 @@ func buildQueries(t store.Tables) queries {
 //	dfr: rows that wait behind a head in backoff take the head's
 //	     available_at, and blk: rows behind a FAILED head become BLOCKED,
 //	     so that neither crowds the next window.
-//	l:   the runs' rows this statement could lock (SKIP LOCKED: a concurrent
-//	     claim keeps its rows).
-//	k:   a run is cut at its first row that could not be locked, so two
-//	     relays never hold parts of one aggregate's run.
+//	l:   the heads this statement could lock (SKIP LOCKED: a concurrent
+//	     claim keeps its aggregates). Holding the head locked while it is
+//	     still PENDING is what makes a run exclusive: another claim can take
+//	     an aggregate's rows only from its head, and the head is either
+//	     locked by this statement or, once committed, PROCESSING.
+//	k:   the runs whose head this statement locked.
 const claimSQL = `
 WITH w AS MATERIALIZED (
     SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM (
@@ -69,6 +71,7 @@ per AS (
 r AS MATERIALIZED (
     SELECT w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
         row_number() OVER run AS pos,
+        first_value(x.id) OVER run AS head_id,
         sum(CASE WHEN x.ok THEN 0 ELSE 1 END) OVER run AS bad
     FROM w CROSS JOIN per CROSS JOIN LATERAL (
         SELECT o.id, o.status, o.available_at, (o.status = 'PENDING' AND o.available_at <= now()) AS ok
@@ -82,7 +85,7 @@ r AS MATERIALIZED (
     WINDOW run AS (PARTITION BY w.aggregate_type, w.aggregate_id ORDER BY x.id)
 ),
 c AS MATERIALIZED (
-    SELECT id, aggregate_type, aggregate_id FROM r
+    SELECT id, head_id FROM r
     WHERE bad = 0
     ORDER BY pos, first_due, id
     LIMIT $1
@@ -105,19 +108,12 @@ blk AS (
 ),
 l AS MATERIALIZED (
     SELECT o.id FROM {t} o
-    WHERE o.id IN (SELECT id FROM c) AND o.status = 'PENDING'
+    WHERE o.id IN (SELECT head_id FROM c) AND o.status = 'PENDING'
     ORDER BY o.id
     FOR NO KEY UPDATE SKIP LOCKED
 ),
-cut AS (
-    SELECT aggregate_type, aggregate_id, min(id) AS stop_id FROM c
-    WHERE id NOT IN (SELECT id FROM l)
-    GROUP BY 1, 2
-),
 k AS (
-    SELECT c.id FROM c
-    LEFT JOIN cut ON cut.aggregate_type = c.aggregate_type AND cut.aggregate_id = c.aggregate_id
-    WHERE c.id IN (SELECT id FROM l) AND (cut.stop_id IS NULL OR c.id < cut.stop_id)
+    SELECT c.id FROM c WHERE c.head_id IN (SELECT id FROM l)
 )
 UPDATE {t} o SET status = 'PROCESSING', lock_token = $2::uuid,
     locked_until = now() + $3::bigint * interval '1 millisecond'
