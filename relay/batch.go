@@ -20,6 +20,13 @@ type batch struct {
 	claim      *store.Claim
 	localClaim time.Time
 	index      map[int64]int // row id -> position in claim.Events
+
+	seq             int64 // claim order within the relay, from 1
+	recordedAtClaim int64 // sequence of the last batch recorded when this one was claimed
+	outcomes        []store.Outcome
+	// stopped lists the aggregates this batch left undelivered, so that a
+	// later batch in flight holds their events back too.
+	stopped map[string]aggregateState
 }
 
 // dbTime converts a local time to the database clock, anchored at the claim.
@@ -45,7 +52,9 @@ type aggregateState struct {
 }
 
 // deliver publishes the batch and returns one outcome per claimed event.
-func (b *batch) deliver(ctx context.Context) []store.Outcome {
+// held names aggregates an earlier batch in flight left undelivered: their
+// events here are released unsent, behind the earlier ones.
+func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []store.Outcome {
 	r := b.relay
 	events := b.claim.Events
 	b.index = make(map[int64]int, len(events))
@@ -65,10 +74,18 @@ func (b *batch) deliver(ctx context.Context) []store.Outcome {
 			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
 			continue
 		}
+		if st, ok := held[ev.OrderingKey()]; ok {
+			outcomes[i].Kind, outcomes[i].RetryIn, outcomes[i].Block = store.Released, st.retryIn, st.block
+			continue
+		}
 		m := ev.Message
 		m.Deadline = deadline
 		msgs = append(msgs, m)
 		msgPos = append(msgPos, i)
+	}
+	b.stopped = make(map[string]aggregateState, len(held))
+	for k, st := range held {
+		b.stopped[k] = st
 	}
 	if len(msgs) == 0 {
 		return outcomes
@@ -109,6 +126,11 @@ func (b *batch) deliver(ctx context.Context) []store.Outcome {
 			aggs[key] = st
 		}
 		b.classify(ev, o, err, st, pctx, msgs[mi].Deadline, finished)
+	}
+	for key, st := range aggs {
+		if st.stopped {
+			b.stopped[key] = *st
+		}
 	}
 	return outcomes
 }

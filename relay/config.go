@@ -90,6 +90,11 @@ type Config struct {
 	Retention time.Duration
 	// OnFailure chooses what a FAILED event does to its aggregate.
 	OnFailure FailurePolicy
+	// MaxBatchesInFlight is how many claimed batches may be on their way
+	// at once: while one is published, the next is claimed and the one
+	// before is being recorded. Default 2; 1 turns the pipeline off. Only
+	// stores that declare Features.ClaimBehindOwn pipeline; others use 1.
+	MaxBatchesInFlight int
 	// StopTimeout bounds how long a stopping relay keeps publishing the
 	// batch in flight before it releases the rest. Default 10s.
 	StopTimeout time.Duration
@@ -111,6 +116,8 @@ const (
 	DefaultBackoffMax    = 5 * time.Minute
 	DefaultSweepInterval = 5 * time.Second
 	DefaultStopTimeout   = 10 * time.Second
+	// DefaultMaxBatchesInFlight: claim the next batch while one is published.
+	DefaultMaxBatchesInFlight = 2
 )
 
 func (c Config) withDefaults() Config {
@@ -141,6 +148,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.MaxBatchesInFlight == 0 {
+		c.MaxBatchesInFlight = DefaultMaxBatchesInFlight
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = DefaultStopTimeout
@@ -174,6 +184,8 @@ func (c Config) validate() error {
 		return bad("sweep interval %s is too short: use at least 10ms", c.SweepInterval)
 	case c.Retention < 0:
 		return bad("retention %s is negative", c.Retention)
+	case c.MaxBatchesInFlight < 1 || c.MaxBatchesInFlight > 16:
+		return bad("max batches in flight %d is out of range: use 1 to 16", c.MaxBatchesInFlight)
 	case c.StopTimeout < 0:
 		return bad("stop timeout %s is negative", c.StopTimeout)
 	case c.OnFailure != BlockAggregate && c.OnFailure != ContinueAggregate:

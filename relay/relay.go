@@ -42,6 +42,9 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if !cfg.Store.Features().ClaimBehindOwn {
+		cfg.MaxBatchesInFlight = 1
+	}
 	return &Relay{
 		cfg:     cfg,
 		log:     cfg.Logger.With("relay_id", cfg.RelayID),
@@ -99,41 +102,12 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 		wg.Wait()
 	}()
 
-	errDelay := time.Duration(0)
-	for {
-		if ctx.Err() != nil {
-			r.log.Info("relay stopped", "delivered", r.stats.delivered.Load())
-			if drain {
-				return ctx.Err()
-			}
-			return nil
-		}
-		n, err := r.cycle(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			errDelay = min(max(2*errDelay, 100*time.Millisecond), 30*time.Second)
-			r.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
-			r.sleep(ctx, errDelay)
-			continue
-		}
-		errDelay = 0
-		if n > 0 {
-			continue
-		}
-		if drain {
-			done, err := r.drained(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("drain check failed", "err", err)
-			}
-			if done {
-				r.log.Info("drain complete: no event can move without an operator", "delivered", r.stats.delivered.Load())
-				return nil
-			}
-		}
-		r.sleep(ctx, r.cfg.PollInterval)
-	}
+	p := newPipeline(r)
+	p.start(ctx)
+	err := p.claimLoop(ctx, drain)
+	p.finish()
+	r.log.Info("relay stopped", "delivered", r.stats.delivered.Load())
+	return err
 }
 
 // sleep waits for d, a Notify, or ctx.
@@ -158,36 +132,6 @@ func (r *Relay) drained(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return n == 0, nil
-}
-
-// cycle claims one batch, delivers it and records the outcomes. It returns
-// the number of events claimed.
-func (r *Relay) cycle(ctx context.Context) (int, error) {
-	// The claim runs to completion even if ctx ends meanwhile: a claim
-	// cancelled mid-flight might commit unseen and strand its rows until
-	// the lease ends. What it returns is delivered or released below.
-	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
-	localClaim := r.now()
-	c, err := r.cfg.Store.Claim(claimCtx, store.ClaimRequest{
-		RelayID:      r.cfg.RelayID,
-		Limit:        r.cfg.BatchSize,
-		Lease:        r.cfg.Lease,
-		FailedBlocks: r.failedBlocks(),
-	})
-	cancel()
-	r.stats.claims.Add(1)
-	if err != nil {
-		r.stats.claimErrors.Add(1)
-		return 0, err
-	}
-	if len(c.Events) == 0 {
-		return 0, nil
-	}
-	r.stats.claimed.Add(int64(len(c.Events)))
-	b := &batch{relay: r, claim: c, localClaim: localClaim}
-	outcomes := b.deliver(ctx)
-	r.complete(ctx, b, outcomes)
-	return len(c.Events), nil
 }
 
 // complete records outcomes. The first write is always attempted, even

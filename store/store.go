@@ -87,6 +87,10 @@ type Features struct {
 	// Notify: the store can wake relays when events are committed
 	// (PostgreSQL LISTEN/NOTIFY).
 	Notify bool
+	// ClaimBehindOwn: Claim honours ClaimRequest.Own, so a relay can claim
+	// the next events of an aggregate while its earlier ones are still in
+	// flight with the same relay (pipelining).
+	ClaimBehindOwn bool
 }
 
 // ClaimRequest asks for a batch of events.
@@ -96,6 +100,12 @@ type ClaimRequest struct {
 	Lease   time.Duration
 	// FailedBlocks: a FAILED event holds back the later events of its aggregate.
 	FailedBlocks bool
+	// Own lists the tokens of this relay's claims still in flight. Their
+	// PROCESSING rows do not hold back the later events of their
+	// aggregates for this claim: the relay publishes its batches in order
+	// and holds back a later event itself if an earlier one fails. Stores
+	// without Features.ClaimBehindOwn ignore it (the relay then sends none).
+	Own []string
 }
 
 // Claim is a batch of events under one claim token.

@@ -44,9 +44,12 @@ func buildQueries(t store.Tables) queries {
 //	w:   the aggregates with due work: those of the first $1 due PENDING rows
 //	     in (available_at, id) order, oldest first.
 //	r:   for each such aggregate, its first unfinished rows in id order (FAILED
-//	     counts when $4), at most a fair share of $1 per aggregate. The first
+//	     counts when $4), about a fair share of $1 per aggregate. The first
 //	     is the aggregate's head.
-//	c:   the claimable runs: from the head on, while rows are PENDING and due.
+//	c:   the claimable runs: from the head on, while rows are PENDING and
+//	     due. Rows PROCESSING under one of this relay's own tokens ($5) are
+//	     stepped over: the relay sends its batches in order and holds back
+//	     a later event itself if an earlier one fails.
 //	dfr: rows that wait behind a head in backoff take the head's
 //	     available_at, and blk: rows behind a FAILED head become BLOCKED,
 //	     so that neither crowds the next window.
@@ -62,33 +65,37 @@ WITH w AS MATERIALIZED (
         SELECT aggregate_type, aggregate_id, available_at FROM {t}
         WHERE status = 'PENDING' AND available_at <= now()
         ORDER BY available_at, id
-        LIMIT $1
+        LIMIT $LIMIT
     ) x GROUP BY 1, 2
 ),
 per AS (
-    SELECT GREATEST(1, ceil($1::numeric / GREATEST(count(*), 1)))::int AS n FROM w
+    SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
 ),
 r AS MATERIALIZED (
     SELECT w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
         row_number() OVER run AS pos,
-        first_value(x.id) OVER run AS head_id,
-        sum(CASE WHEN x.ok THEN 0 ELSE 1 END) OVER run AS bad
+        sum(CASE WHEN x.ok OR x.mine THEN 0 ELSE 1 END) OVER run AS bad
     FROM w CROSS JOIN per CROSS JOIN LATERAL (
-        SELECT o.id, o.status, o.available_at, (o.status = 'PENDING' AND o.available_at <= now()) AS ok
+        SELECT o.id, o.status, o.available_at,
+            (o.status = 'PENDING' AND o.available_at <= now()) AS ok,
+            (o.status = 'PROCESSING' AND o.lock_token = ANY($4::uuid[])) AS mine
         FROM {t} o
         WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
           AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
-          AND (o.status <> 'FAILED' OR $4::bool)
+          AND (o.status <> 'FAILED' OR $3::bool)
         ORDER BY o.id
-        LIMIT per.n
+        LIMIT per.n * (1 + cardinality($4::uuid[]))
     ) x
     WINDOW run AS (PARTITION BY w.aggregate_type, w.aggregate_id ORDER BY x.id)
 ),
-c AS MATERIALIZED (
-    SELECT id, head_id FROM r
-    WHERE bad = 0
+c0 AS (
+    SELECT id, aggregate_type, aggregate_id FROM r
+    WHERE bad = 0 AND ok
     ORDER BY pos, first_due, id
-    LIMIT $1
+    LIMIT $LIMIT
+),
+c AS MATERIALIZED (
+    SELECT id, min(id) OVER (PARTITION BY aggregate_type, aggregate_id) AS head_id FROM c0
 ),
 held AS MATERIALIZED (
     SELECT aggregate_type, aggregate_id, status, available_at FROM r
@@ -115,8 +122,8 @@ l AS MATERIALIZED (
 k AS (
     SELECT c.id FROM c WHERE c.head_id IN (SELECT id FROM l)
 )
-UPDATE {t} o SET status = 'PROCESSING', lock_token = $2::uuid,
-    locked_until = now() + $3::bigint * interval '1 millisecond'
+UPDATE {t} o SET status = 'PROCESSING', lock_token = $1::uuid,
+    locked_until = now() + $2::bigint * interval '1 millisecond'
 FROM k WHERE o.id = k.id
 RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
     o.retry_count, o.created_at, o.expires_at,

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,9 +29,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	c := &store.Claim{Token: token}
 	err := retrySerialization(ctx, func() error {
 		c.Events = c.Events[:0]
-		// QueryExecModeExec plans each claim with its real parameters: a
-		// cached generic plan misjudges the window and runs several times slower.
-		rows, err := s.pool.Query(ctx, s.q.claim, req.Limit, token, req.Lease.Milliseconds(), req.FailedBlocks)
+		own := req.Own
+		if own == nil {
+			own = []string{}
+		}
+		rows, err := s.pool.Query(ctx, strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(req.Limit)), token, req.Lease.Milliseconds(), req.FailedBlocks, own)
 		if err != nil {
 			return err
 		}

@@ -123,7 +123,7 @@ func (s *Store) Tables() store.Tables { return s.t }
 
 // Features reports SKIP LOCKED and LISTEN/NOTIFY.
 func (s *Store) Features() store.Features {
-	return store.Features{SkipLocked: true, Notify: true}
+	return store.Features{SkipLocked: true, Notify: true, ClaimBehindOwn: true}
 }
 
 // Close closes the pool if Open created it.

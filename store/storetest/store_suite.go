@@ -24,6 +24,7 @@ func RunStore(t *testing.T, newHarness Factory) {
 		{"EnqueueFields", testEnqueueFields},
 		{"ClaimOrderAndExclusivity", testClaimExclusivity},
 		{"ClaimRunOfOneAggregate", testClaimRun},
+		{"ClaimBehindOwnInFlight", testClaimBehindOwn},
 		{"CompleteOutcomes", testCompleteOutcomes},
 		{"CompleteReplayAndFencing", testCompleteFencing},
 		{"LeaseExpiryFencesOldClaim", testLeaseExpiryFencing},
@@ -285,6 +286,43 @@ func testClaimRun(t *testing.T, h *Harness) {
 	}
 	if other := claim(t, h.Store, 10, time.Minute, true); len(other.Events) != 0 {
 		t.Fatalf("a second claim took %v of an aggregate whose run is PROCESSING", ids(other))
+	}
+}
+
+// testClaimBehindOwn: a relay may claim the next events of an aggregate
+// behind its own claim still in flight (pipelining); nobody else may.
+func testClaimBehindOwn(t *testing.T, h *Harness) {
+	if !h.Store.Features().ClaimBehindOwn {
+		t.Skip("the store does not declare ClaimBehindOwn")
+	}
+	var events []outbox.Event
+	for i := 0; i < 6; i++ {
+		events = append(events, ev("pipe", i))
+	}
+	enqueue(t, h, events...)
+	first := claim(t, h.Store, 2, time.Minute, true)
+	if len(first.Events) != 2 {
+		t.Fatalf("first claim: %d events", len(first.Events))
+	}
+	if other := claim(t, h.Store, 10, time.Minute, true); len(other.Events) != 0 {
+		t.Fatalf("another relay claimed %v behind a claim in flight", ids(other))
+	}
+	next, err := h.Store.Claim(context.Background(), store.ClaimRequest{RelayID: "test", Limit: 2, Lease: time.Minute,
+		FailedBlocks: true, Own: []string{first.Token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(next.Events) != 2 || next.Events[0].ID <= first.Events[1].ID {
+		t.Fatalf("claim behind its own batch = %v, want the next 2 events after %v", ids(next), ids(first))
+	}
+	// Once the first batch is recorded, a plain claim continues after both.
+	complete(t, h.Store, first, true, outcomes(first, store.Delivered))
+	if other := claim(t, h.Store, 10, time.Minute, true); len(other.Events) != 0 {
+		t.Fatalf("claimed %v while the second batch is in flight", ids(other))
+	}
+	complete(t, h.Store, next, true, outcomes(next, store.Delivered))
+	if rest := claim(t, h.Store, 10, time.Minute, true); len(rest.Events) != 2 {
+		t.Fatalf("after both batches: claimed %d, want the last 2", len(rest.Events))
 	}
 }
 

@@ -1,0 +1,221 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+// pipeline overlaps the three steps of a batch: while batch k is being
+// recorded (complete), batch k+1 is published and batch k+2 is claimed.
+// Publishing and recording each handle batches one at a time, in claim
+// order, so that events of one aggregate are sent in id order and a later
+// batch knows whether an earlier one left an aggregate undelivered.
+type pipeline struct {
+	r        *Relay
+	toSend   chan *batch
+	toRecord chan *batch
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	inFlight map[string]bool // claim tokens not yet recorded
+	slot     chan struct{}   // signalled when a batch is recorded
+	claimed  int64           // sequence of the last batch claimed
+	recorded int64           // sequence of the last batch recorded
+
+	// held, used by the publisher only: aggregates that a batch left
+	// undelivered, by batch sequence.
+	held map[string][]heldAggregate
+}
+
+type heldAggregate struct {
+	seq     int64
+	retryIn time.Duration
+	block   bool
+}
+
+func newPipeline(r *Relay) *pipeline {
+	return &pipeline{
+		r:        r,
+		toSend:   make(chan *batch),
+		toRecord: make(chan *batch, r.cfg.MaxBatchesInFlight),
+		inFlight: make(map[string]bool),
+		slot:     make(chan struct{}, 1),
+		held:     make(map[string][]heldAggregate),
+	}
+}
+
+func (p *pipeline) start(ctx context.Context) {
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		defer close(p.toRecord)
+		for b := range p.toSend {
+			b.outcomes = b.deliver(ctx, p.heldFor(b))
+			p.noteHeld(b)
+			p.toRecord <- b
+		}
+	}()
+	go func() {
+		defer p.wg.Done()
+		for b := range p.toRecord {
+			p.r.complete(ctx, b, b.outcomes)
+			p.mu.Lock()
+			delete(p.inFlight, b.claim.Token)
+			p.recorded = b.seq
+			p.mu.Unlock()
+			select {
+			case p.slot <- struct{}{}:
+			default:
+			}
+		}
+	}()
+}
+
+// finish lets the batches in flight go through publish and record, then returns.
+func (p *pipeline) finish() {
+	close(p.toSend)
+	p.wg.Wait()
+}
+
+// claimLoop claims batches until ctx ends (or, when draining, until
+// nothing can move) and hands them to the publisher.
+func (p *pipeline) claimLoop(ctx context.Context, drain bool) error {
+	r := p.r
+	errDelay := time.Duration(0)
+	for {
+		if ctx.Err() != nil {
+			if drain {
+				return ctx.Err()
+			}
+			return nil
+		}
+		if !p.waitSlot(ctx) {
+			continue
+		}
+		b, err := p.claim(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			errDelay = min(max(2*errDelay, 100*time.Millisecond), 30*time.Second)
+			r.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
+			r.sleep(ctx, errDelay)
+			continue
+		}
+		errDelay = 0
+		if b != nil {
+			p.toSend <- b
+			continue
+		}
+		if drain {
+			done, err := r.drained(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("drain check failed", "err", err)
+			}
+			if done {
+				r.log.Info("drain complete: no event can move without an operator", "delivered", r.stats.delivered.Load())
+				return nil
+			}
+		}
+		r.sleep(ctx, r.cfg.PollInterval)
+	}
+}
+
+// waitSlot waits until fewer than MaxBatchesInFlight batches are in flight.
+func (p *pipeline) waitSlot(ctx context.Context) bool {
+	for {
+		p.mu.Lock()
+		n := len(p.inFlight)
+		p.mu.Unlock()
+		if n < p.r.cfg.MaxBatchesInFlight {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.slot:
+		}
+	}
+}
+
+// claim claims one batch; nil when nothing was due.
+func (p *pipeline) claim(ctx context.Context) (*batch, error) {
+	r := p.r
+	p.mu.Lock()
+	own := make([]string, 0, len(p.inFlight))
+	for t := range p.inFlight {
+		own = append(own, t)
+	}
+	recorded := p.recorded
+	p.mu.Unlock()
+	// The claim runs to completion even if ctx ends meanwhile: a claim
+	// cancelled mid-flight might commit unseen and strand its rows until
+	// the lease ends. What it returns is delivered or released.
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+	defer cancel()
+	localClaim := r.now()
+	c, err := r.cfg.Store.Claim(claimCtx, store.ClaimRequest{
+		RelayID:      r.cfg.RelayID,
+		Limit:        r.cfg.BatchSize,
+		Lease:        r.cfg.Lease,
+		FailedBlocks: r.failedBlocks(),
+		Own:          own,
+	})
+	r.stats.claims.Add(1)
+	if err != nil {
+		r.stats.claimErrors.Add(1)
+		return nil, err
+	}
+	if len(c.Events) == 0 {
+		return nil, nil
+	}
+	r.stats.claimed.Add(int64(len(c.Events)))
+	p.mu.Lock()
+	p.claimed++
+	b := &batch{relay: r, claim: c, localClaim: localClaim, seq: p.claimed, recordedAtClaim: recorded}
+	p.inFlight[c.Token] = true
+	p.mu.Unlock()
+	return b, nil
+}
+
+// heldFor returns, for batch b, the aggregates that an earlier batch (one
+// not yet recorded when b was claimed) left undelivered: b must not send
+// their events.
+func (p *pipeline) heldFor(b *batch) map[string]aggregateState {
+	out := map[string]aggregateState{}
+	for key, hs := range p.held {
+		kept := hs[:0]
+		for _, h := range hs {
+			if h.seq <= b.recordedAtClaim {
+				continue // recorded before b was claimed: the claim saw it
+			}
+			kept = append(kept, h)
+			if h.seq < b.seq {
+				st := out[key]
+				st.stopped = true
+				st.retryIn = max(st.retryIn, h.retryIn)
+				st.block = st.block || h.block
+				out[key] = st
+			}
+		}
+		if len(kept) == 0 {
+			delete(p.held, key)
+		} else {
+			p.held[key] = kept
+		}
+	}
+	return out
+}
+
+// noteHeld records the aggregates b left undelivered.
+func (p *pipeline) noteHeld(b *batch) {
+	if p.r.cfg.MaxBatchesInFlight == 1 {
+		return
+	}
+	for key, st := range b.stopped {
+		p.held[key] = append(p.held[key], heldAggregate{seq: b.seq, retryIn: st.retryIn, block: st.block})
+	}
+}
