@@ -99,6 +99,10 @@ type Config struct {
 	// batch in flight before it releases the rest. Default 10s.
 	StopTimeout time.Duration
 
+	// NoListen turns off database wake-ups (PostgreSQL LISTEN/NOTIFY): the
+	// relay then finds new events by polling alone.
+	NoListen bool
+
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// OnFailed is called (the alarm) after an event ends FAILED. It runs

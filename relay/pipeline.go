@@ -28,6 +28,8 @@ type pipeline struct {
 	// held, used by the publisher only: aggregates that a batch left
 	// undelivered, by batch sequence.
 	held map[string][]heldAggregate
+	// fast is the current quick-poll wait of the claimer (see idleWait).
+	fast time.Duration
 }
 
 type heldAggregate struct {
@@ -107,6 +109,7 @@ func (p *pipeline) claimLoop(ctx context.Context, drain bool) error {
 		}
 		errDelay = 0
 		if b != nil {
+			p.fast = 0
 			p.toSend <- b
 			continue
 		}
@@ -120,8 +123,26 @@ func (p *pipeline) claimLoop(ctx context.Context, drain bool) error {
 				return nil
 			}
 		}
-		r.sleep(ctx, r.cfg.PollInterval)
+		r.sleep(ctx, p.idleWait())
 	}
+}
+
+// idleWait is the wait after an empty claim: the poll interval, or less
+// while an in-process Enqueue's commit is expected.
+func (p *pipeline) idleWait() time.Duration {
+	r := p.r
+	until := r.expectUntil.Load()
+	now := r.now().UnixNano()
+	if now >= until {
+		p.fast = 0
+		return r.cfg.PollInterval
+	}
+	if p.fast == 0 {
+		p.fast = fastPoll
+	} else {
+		p.fast *= 2
+	}
+	return min(p.fast, time.Duration(until-now), r.cfg.PollInterval)
 }
 
 // waitSlot waits until fewer than MaxBatchesInFlight batches are in flight.

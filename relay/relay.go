@@ -30,7 +30,11 @@ type Relay struct {
 	log     *slog.Logger
 	backoff backoff.Policy
 	wake    chan struct{}
-	running atomic.Bool
+	// expectUntil (unix nanoseconds) is set by an in-process Enqueue: its
+	// transaction is about to commit, so an empty claim is retried quickly
+	// until then instead of waiting a poll interval.
+	expectUntil atomic.Int64
+	running     atomic.Bool
 	stats   counters
 	// now is the local clock (monotonic), replaceable in tests.
 	now func() time.Time
@@ -66,6 +70,22 @@ func (r *Relay) Notify() {
 	}
 }
 
+// expectSoon is how long after an in-process Enqueue the relay keeps
+// looking quickly for its commit, and fastPoll the first of those looks;
+// each empty look doubles the wait.
+const (
+	expectSoon = 250 * time.Millisecond
+	fastPoll   = time.Millisecond
+)
+
+// enqueued is the in-process hybrid path: an Enqueue in this process is
+// about to commit, so claim now and look again shortly if it is not yet
+// visible.
+func (r *Relay) enqueued() {
+	r.expectUntil.Store(r.now().Add(expectSoon).UnixNano())
+	r.Notify()
+}
+
 // Run delivers events until ctx is cancelled, then stops cleanly: it stops
 // claiming, finishes the batch in flight (or, after StopTimeout, releases
 // what it could not send) and records every outcome, so no row is left
@@ -91,14 +111,26 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 		"max_retries", r.cfg.MaxRetries, "on_failure", r.cfg.OnFailure.String(), "drain", drain)
 
 	var wg sync.WaitGroup
-	sweepCtx, stopSweeper := context.WithCancel(ctx)
+	bgCtx, stopBackground := context.WithCancel(ctx)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r.sweepLoop(sweepCtx)
+		r.sweepLoop(bgCtx)
 	}()
+	if l, ok := r.cfg.Store.(store.Listener); ok && !r.cfg.NoListen {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.Listen(bgCtx, r.Notify); err != nil && bgCtx.Err() == nil {
+				r.log.Warn("wake-ups stopped; polling every poll interval", "err", err)
+			}
+		}()
+	}
+	if o, ok := r.cfg.Store.(store.EnqueueObserver); ok {
+		defer o.OnEnqueue(r.enqueued)()
+	}
 	defer func() {
-		stopSweeper()
+		stopBackground()
 		wg.Wait()
 	}()
 

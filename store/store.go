@@ -79,6 +79,24 @@ type Migrator interface {
 	MigrationVersion(ctx context.Context) (current, latest int64, err error)
 }
 
+// Listener is implemented by stores that can wake a relay when events are
+// committed (PostgreSQL LISTEN/NOTIFY). Listen calls wake for each
+// notification (and once after every reconnect, since notifications sent
+// while disconnected are lost) until ctx ends. A wake-up only cuts latency:
+// the relay's polling stays correct without it.
+type Listener interface {
+	Listen(ctx context.Context, wake func()) error
+}
+
+// EnqueueObserver is implemented by stores that tell relays in the same
+// process that events were just enqueued (the source's hybrid path). The
+// events become visible when the producer commits, which is usually a
+// moment later, so an observer should look again shortly.
+type EnqueueObserver interface {
+	// OnEnqueue registers f; the returned func removes it.
+	OnEnqueue(f func()) (remove func())
+}
+
 // Features lists capabilities that not every backend has.
 type Features struct {
 	// SkipLocked: concurrent claims skip each other's rows instead of

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,10 +35,29 @@ func (s *Store) WriteEvents(ctx context.Context, tx pgx.Tx, events []outbox.Even
 	if tx == nil {
 		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
 	}
-	return s.writeChunks(events, func(query string, args []any) error {
+	err := s.writeChunks(events, func(query string, args []any) error {
 		_, err := tx.Exec(ctx, query, args...)
 		return err
 	})
+	return s.afterWrite(err, func(query string, args []any) error {
+		_, err := tx.Exec(ctx, query, args...)
+		return err
+	})
+}
+
+// afterWrite wakes relays: a NOTIFY in the producer's transaction when the
+// debounce allows (it fires at commit), and the in-process observers.
+func (s *Store) afterWrite(err error, exec func(string, []any) error) error {
+	if err != nil {
+		return err
+	}
+	if !s.cfg.NoNotify && s.notify.claimInTx(time.Now()) {
+		if err := exec("SELECT pg_notify($1, '')", []any{s.t.Outbox}); err != nil {
+			return s.wrap("enqueue: notify", err)
+		}
+	}
+	s.notify.enqueued()
+	return nil
 }
 
 // SQLWriter enqueues in a *sql.Tx opened by any PostgreSQL database/sql
@@ -62,10 +82,11 @@ func (w SQLWriter) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.
 	if tx == nil {
 		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
 	}
-	return w.s.writeChunks(events, func(query string, args []any) error {
+	exec := func(query string, args []any) error {
 		_, err := tx.ExecContext(ctx, query, args...)
 		return err
-	})
+	}
+	return w.s.afterWrite(w.s.writeChunks(events, exec), exec)
 }
 
 func (s *Store) writeChunks(events []outbox.Event, exec func(string, []any) error) error {

@@ -8,6 +8,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 	"embed"
 	"errors"
 	"fmt"
@@ -40,6 +41,11 @@ type Config struct {
 	// later event of an aggregate before an earlier one commits. Turn it off
 	// only if your own row locks already serialize writers per aggregate.
 	NoAggregateLock bool
+	// NoNotify turns off the NOTIFY that Enqueue sends to wake relays.
+	NoNotify bool
+	// NotifyDebounce is the shortest gap between two NOTIFYs from this
+	// Store's Enqueue calls (see notifier). Default 5ms.
+	NotifyDebounce time.Duration
 	// Logger receives the store's own warnings. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -52,9 +58,14 @@ type Store struct {
 	t       store.Tables
 	log     *slog.Logger
 	q       queries
+	notify  *notifier
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store           = (*Store)(nil)
+	_ store.Listener        = (*Store)(nil)
+	_ store.EnqueueObserver = (*Store)(nil)
+)
 
 // New returns a Store on pool. The pool stays the caller's: Close does not
 // close it.
@@ -75,7 +86,23 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{pool: pool, cfg: cfg, t: t, log: log, q: buildQueries(t)}, nil
+	if cfg.NotifyDebounce < 0 {
+		return nil, fmt.Errorf("%w: notify debounce must not be negative", outbox.ErrInvalidConfig)
+	}
+	if cfg.NotifyDebounce == 0 {
+		cfg.NotifyDebounce = DefaultNotifyDebounce
+	}
+	s := &Store{pool: pool, cfg: cfg, t: t, log: log, q: buildQueries(t)}
+	s.notify = &notifier{
+		channel:  t.Outbox,
+		debounce: cfg.NotifyDebounce,
+		watchers: map[int]func(){},
+		send: func(ctx context.Context) error {
+			_, err := pool.Exec(ctx, "SELECT pg_notify($1, '')", t.Outbox)
+			return err
+		},
+	}
+	return s, nil
 }
 
 // Open connects to dsn (a postgres:// URL or a key=value string) and returns
