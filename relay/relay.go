@@ -35,7 +35,7 @@ type Relay struct {
 	// until then instead of waiting a poll interval.
 	expectUntil atomic.Int64
 	running     atomic.Bool
-	stats   counters
+	stats       counters
 	// now is the local clock (monotonic), replaceable in tests.
 	now func() time.Time
 }

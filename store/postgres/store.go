@@ -8,12 +8,12 @@ package postgres
 
 import (
 	"context"
-	"time"
 	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
