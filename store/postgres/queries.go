@@ -41,18 +41,20 @@ func buildQueries(t store.Tables) queries {
 
 // claimSQL claims a batch in one statement.
 //
-//	w:   the aggregates with due work: those of the first $1 due PENDING rows
-//	     in (available_at, id) order, oldest first.
+//	win: the window, the first $LIMIT due PENDING rows in (available_at, id)
+//	     order; w: the aggregates they belong to, oldest first.
 //	r:   for each such aggregate, its first unfinished rows in id order (FAILED
-//	     counts when $4), about a fair share of $1 per aggregate. The first
+//	     counts when $4), about a fair share of $LIMIT per aggregate. The first
 //	     is the aggregate's head.
 //	c:   the claimable runs: from the head on, while rows are PENDING and
 //	     due. Rows PROCESSING under one of this relay's own tokens ($5) are
 //	     stepped over: the relay sends its batches in order and holds back
 //	     a later event itself if an earlier one fails.
-//	dfr: rows that wait behind a head in backoff take the head's
-//	     available_at, and blk: rows behind a FAILED head become BLOCKED,
-//	     so that neither crowds the next window.
+//	dfr: rows (of the window and of r) that wait behind a head in backoff
+//	     take the head's available_at, and blk: those behind a FAILED head
+//	     become BLOCKED, so that neither crowds the next window: each claim
+//	     clears its window of what it cannot take, so other aggregates
+//	     are reached however many events pile up behind one head.
 //	l:   the heads this statement could lock (SKIP LOCKED: a concurrent
 //	     claim keeps its aggregates). Holding the head locked while it is
 //	     still PENDING is what makes a run exclusive: another claim can take
@@ -60,13 +62,14 @@ func buildQueries(t store.Tables) queries {
 //	     locked by this statement or, once committed, PROCESSING.
 //	k:   the runs whose head this statement locked.
 const claimSQL = `
-WITH w AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM (
-        SELECT aggregate_type, aggregate_id, available_at FROM {t}
-        WHERE status = 'PENDING' AND available_at <= now()
-        ORDER BY available_at, id
-        LIMIT $LIMIT
-    ) x GROUP BY 1, 2
+WITH win AS MATERIALIZED (
+    SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
+    WHERE status = 'PENDING' AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT $LIMIT
+),
+w AS MATERIALIZED (
+    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM win GROUP BY 1, 2
 ),
 per AS (
     SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
@@ -105,13 +108,15 @@ dfr AS (
     UPDATE {t} o SET available_at = h.available_at
     FROM held h
     WHERE h.status = 'PENDING' AND o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
-      AND o.id IN (SELECT id FROM r) AND o.status = 'PENDING' AND o.available_at < h.available_at
+      AND (o.id IN (SELECT id FROM r) OR o.id IN (SELECT id FROM win))
+      AND o.status = 'PENDING' AND o.available_at < h.available_at
 ),
 blk AS (
     UPDATE {t} o SET status = 'BLOCKED'
     FROM held h
     WHERE h.status = 'FAILED' AND o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
-      AND o.id IN (SELECT id FROM r) AND o.status = 'PENDING'
+      AND (o.id IN (SELECT id FROM r) OR o.id IN (SELECT id FROM win))
+      AND o.status = 'PENDING'
 ),
 l AS MATERIALIZED (
     SELECT o.id FROM {t} o

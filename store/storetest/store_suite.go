@@ -30,6 +30,7 @@ func RunStore(t *testing.T, newHarness Factory) {
 		{"LeaseExpiryFencesOldClaim", testLeaseExpiryFencing},
 		{"RetryBacksOffFollowers", testRetryDefersFollowers},
 		{"RetriedHeadNotStarvedByNewerFollowers", testRetriedHeadNotStarved},
+		{"PileBehindBackoffDoesNotStarveOthers", testPileBehindBackoff},
 		{"FailedBlocksAggregate", testFailedBlocks},
 		{"FailedContinuePolicy", testFailedContinue},
 		{"Expiry", testExpiry},
@@ -550,6 +551,31 @@ func testRetriedHeadNotStarved(t *testing.T, h *Harness) {
 	if got.Events[0].EventID != head || got.Events[0].Attempt != 2 {
 		t.Fatalf("claim with a window of 1 returned %s attempt %d, want the retried head at attempt 2", got.Events[0].EventID, got.Events[0].Attempt)
 	}
+}
+
+// testPileBehindBackoff: more events than the claim window pile up behind
+// a head in backoff; another aggregate's event queued after them is still
+// reached within a few claims.
+func testPileBehindBackoff(t *testing.T, h *Harness) {
+	enqueue(t, h, ev("s", 1))
+	c := claim(t, h.Store, 2, time.Minute, true)
+	outs := outcomes(c, store.Retry)
+	outs[0].RetryIn = time.Hour
+	complete(t, h.Store, c, true, outs)
+	enqueue(t, h, ev("s", 2), ev("s", 3), ev("s", 4), ev("s", 5))
+	other := enqueue(t, h, ev("t", 1))[0]
+	for i := 0; i < 5; i++ {
+		got := claim(t, h.Store, 2, time.Minute, true)
+		for _, e := range got.Events {
+			if e.AggregateID == "s" {
+				t.Fatalf("claimed %s/%d behind a head in backoff", e.AggregateID, e.ID)
+			}
+			if e.EventID == other {
+				return
+			}
+		}
+	}
+	t.Fatal("5 claims with a window of 2 never reached the other aggregate's event queued behind the pile")
 }
 
 func mustFind(t testing.TB, h *Harness, aggregateID string, n int) outbox.EventID {
