@@ -1,0 +1,476 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Stats implements store.Store. It reads one consistent snapshot.
+func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
+	var st store.Stats
+	err := s.readTx(ctx, func(c *sql.Conn, now string) error {
+		st = store.Stats{Counts: make(map[outbox.Status]int64, len(outbox.Statuses))}
+		for _, status := range outbox.Statuses {
+			st.Counts[status] = 0
+		}
+		rows, err := c.QueryContext(ctx, s.q.stats)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var status string
+			var n int64
+			if err := rows.Scan(&status, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			st.Counts[outbox.Status(status)] = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var oldest sql.NullString
+		if err := c.QueryRowContext(ctx, s.q.oldestPending).Scan(&oldest); err != nil {
+			return fmt.Errorf("oldest pending: %w", err)
+		}
+		if oldest.Valid {
+			o, err := parseTime(oldest.String)
+			if err != nil {
+				return err
+			}
+			n, err := parseTime(now)
+			if err != nil {
+				return err
+			}
+			st.OldestPendingAge = max(n.Sub(o), 0)
+		}
+		if err := c.QueryRowContext(ctx, s.q.deadLetterCount).Scan(&st.DeadLetters); err != nil {
+			return fmt.Errorf("dead letters: %w", err)
+		}
+		if !failedBlocks {
+			return nil
+		}
+		rows, err = c.QueryContext(ctx, s.q.blockedAg)
+		if err != nil {
+			return fmt.Errorf("blocked aggregates: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b store.BlockedAggregate
+			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, &st.BlockedAggregateCount); err != nil {
+				return fmt.Errorf("blocked aggregates: %w", err)
+			}
+			st.BlockedAggregates = append(st.BlockedAggregates, b)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return st, s.wrap("stats", err)
+	}
+	return st, nil
+}
+
+const recordColumns = `id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, status,
+    retry_count, created_at, processed_at, available_at, expires_at, locked_until, lock_token, last_error`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (store.Record, error) {
+	var (
+		r                                   store.Record
+		payload, headers, status            string
+		createdAt, availableAt              string
+		processedAt, expiresAt, lockedUntil sql.NullString
+		lockToken, lastError                sql.NullString
+		retries                             int64
+	)
+	if err := row.Scan(&r.ID, &r.EventID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload, &headers,
+		&status, &retries, &createdAt, &processedAt, &availableAt, &expiresAt, &lockedUntil,
+		&lockToken, &lastError); err != nil {
+		return r, err
+	}
+	r.Payload = json.RawMessage(payload)
+	r.Headers = decodeHeaders(headers)
+	r.Status = outbox.Status(status)
+	r.RetryCount = int(retries)
+	r.LockToken = lockToken.String
+	r.LastError = lastError.String
+	var err error
+	if r.CreatedAt, err = parseTime(createdAt); err != nil {
+		return r, err
+	}
+	if r.AvailableAt, err = parseTime(availableAt); err != nil {
+		return r, err
+	}
+	if r.ProcessedAt, err = parseNullTime(processedAt); err != nil {
+		return r, err
+	}
+	if r.ExpiresAt, err = parseNullTime(expiresAt); err != nil {
+		return r, err
+	}
+	if r.LockedUntil, err = parseNullTime(lockedUntil); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// ListEvents implements store.Store.
+func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
+	f = f.Normalize()
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, cond)
+	}
+	if f.Status != "" {
+		add("status = ?", string(f.Status))
+	}
+	if f.AggregateType != "" {
+		add("aggregate_type = ?", f.AggregateType)
+	}
+	if f.AggregateID != "" {
+		add("aggregate_id = ?", f.AggregateID)
+	}
+	if f.BeforeID > 0 {
+		add("id < ?", f.BeforeID)
+	}
+	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, f.Limit)
+	q += " ORDER BY id DESC LIMIT ?"
+	var out []store.Record
+	err := retryBusy(ctx, func() error {
+		out = nil
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.wrap("list events", err)
+	}
+	return out, nil
+}
+
+// GetEvent implements store.Store.
+func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
+	var r store.Record
+	err := retryBusy(ctx, func() error {
+		var err error
+		r, err = scanRecord(s.db.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM "`+s.t.Outbox+`" WHERE event_id = ?`, id.String()))
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	}
+	return r, s.wrap("get event", err)
+}
+
+// Attempts implements store.Store.
+func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
+	var out []store.Attempt
+	err := retryBusy(ctx, func() error {
+		out = nil
+		rows, err := s.db.QueryContext(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, '')
+        FROM "`+s.t.Attempts+`" WHERE event_id = ? ORDER BY finished_at, started_at, attempt`, id.String())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				a                 store.Attempt
+				attempt           int64
+				outcome           string
+				started, finished string
+			)
+			if err := rows.Scan(&attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error); err != nil {
+				return err
+			}
+			a.Attempt = int(attempt)
+			a.Outcome = store.OutcomeKind(outcome)
+			if a.StartedAt, err = parseTime(started); err != nil {
+				return err
+			}
+			if a.FinishedAt, err = parseTime(finished); err != nil {
+				return err
+			}
+			out = append(out, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.wrap("attempts", err)
+	}
+	return out, nil
+}
+
+// DeadLetters implements store.Store.
+func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	var out []store.DeadLetter
+	err := retryBusy(ctx, func() error {
+		out = nil
+		rows, err := s.db.QueryContext(ctx, `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
+        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT ?`, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				d        store.DeadLetter
+				retries  int64
+				failedAt string
+				requeued sql.NullString
+			)
+			if err := rows.Scan(&d.ID, &d.OutboxID, &d.EventID, &d.AggregateType, &d.AggregateID, &d.EventType,
+				&retries, &d.Reason, &failedAt, &requeued); err != nil {
+				return err
+			}
+			d.RetryCount = int(retries)
+			if d.FailedAt, err = parseTime(failedAt); err != nil {
+				return err
+			}
+			if d.RequeuedAt, err = parseNullTime(requeued); err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.wrap("dead letters", err)
+	}
+	return out, nil
+}
+
+// errAction carries an operator error that must reach the caller unwrapped
+// by the "operator action" prefix (ErrNotFound, ErrConflict).
+type errAction struct{ err error }
+
+func (e errAction) Error() string { return e.err.Error() }
+
+// operatorChange runs one audited operator action in one write transaction.
+func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind store.OutcomeKind,
+	from []outbox.Status, to outbox.Status) error {
+	actor := a.Actor
+	if actor == "" {
+		actor = "operator"
+	}
+	err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
+		var (
+			status, eventID string
+			rowID, retries  int64
+			aggType, aggID  string
+		)
+		err := c.QueryRowContext(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id FROM "`+s.t.Outbox+`"
+            WHERE event_id = ?`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errAction{fmt.Errorf("%w: %s", outbox.ErrNotFound, a.EventID)}
+		}
+		if err != nil {
+			return err
+		}
+		allowed := false
+		for _, f := range from {
+			allowed = allowed || outbox.Status(status) == f
+		}
+		if !allowed {
+			return errAction{fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
+				strings.ToLower(string(kind)), joinStatuses(from))}
+		}
+		switch to {
+		case outbox.StatusPending:
+			// A requeued event gets a fresh chance now. An EXPIRED event's
+			// deadline has passed, so the requeue removes it (or sets a new one).
+			var ttl any
+			if a.NewTTL > 0 {
+				ttl = modifier(a.NewTTL)
+			}
+			_, err = c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = 'PENDING', available_at = ?2, processed_at = NULL,
+                locked_until = NULL, lock_token = NULL,
+                expires_at = CASE WHEN ?3 IS NOT NULL THEN strftime(`+tsSQL+`, ?2, ?3)
+                                  WHEN expires_at <= ?2 THEN NULL ELSE expires_at END
+                WHERE id = ?1`, rowID, now, ttl)
+			if err == nil {
+				_, err = c.ExecContext(ctx, `UPDATE "`+s.t.DeadLetters+`" SET requeued_at = ? WHERE outbox_id = ? AND requeued_at IS NULL`, now, rowID)
+			}
+		default:
+			_, err = c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = ? WHERE id = ?`, string(to), rowID)
+		}
+		if err != nil {
+			return err
+		}
+		reason := fmt.Sprintf("%s by %s (was %s)", strings.ToLower(string(kind)), actor, status)
+		if a.Reason != "" {
+			reason += ": " + a.Reason
+		}
+		if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(kind), rowID, retries,
+			"operator:"+actor, now, reason); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		// Release the events this one held back, unless another FAILED event
+		// of the aggregate still holds them.
+		if _, err := c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = 'PENDING'
+            WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND status = 'BLOCKED'
+              AND NOT EXISTS (SELECT 1 FROM "`+s.t.Outbox+`" f WHERE f.status = 'FAILED'
+                  AND f.aggregate_type = ?1 AND f.aggregate_id = ?2 AND f.id < "`+s.t.Outbox+`".id)`,
+			aggType, aggID); err != nil {
+			return fmt.Errorf("unblock: %w", err)
+		}
+		return nil
+	})
+	var ae errAction
+	if errors.As(err, &ae) {
+		return ae.err
+	}
+	return s.wrap("operator action", err)
+}
+
+func joinStatuses(ss []outbox.Status) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, " or ")
+}
+
+// Requeue implements store.Store.
+func (s *Store) Requeue(ctx context.Context, a store.OperatorAction) error {
+	return s.operatorChange(ctx, a, store.Requeued, []outbox.Status{outbox.StatusFailed, outbox.StatusExpired}, outbox.StatusPending)
+}
+
+// Skip implements store.Store.
+func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
+	return s.operatorChange(ctx, a, store.Skipped, []outbox.Status{outbox.StatusFailed}, outbox.StatusSkipped)
+}
+
+// Purge implements store.Store. It walks the table in id order, one short
+// write transaction per batch, and stops at the first page whose rows are
+// all younger than the retention, so a purge with nothing to do reads one
+// page. Timestamps have millisecond precision, so a row counts as older
+// than the retention when its time is at or before now - OlderThan (with
+// OlderThan 0, a row finished in the current millisecond is purged too).
+func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
+	statuses := req.Statuses
+	if len(statuses) == 0 {
+		statuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}
+	}
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		if !st.Final() {
+			return 0, fmt.Errorf("%w: purge applies to final statuses only, not %s", outbox.ErrInvalidConfig, st)
+		}
+		names[i] = string(st)
+	}
+	if req.OlderThan < 0 {
+		return 0, fmt.Errorf("%w: purge retention must not be negative", outbox.ErrInvalidConfig)
+	}
+	batch := req.BatchSize
+	if batch <= 0 {
+		batch = 1000
+	}
+	namesJSON, err := json.Marshal(names)
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	page := render(s.t, `
+SELECT id, event_id,
+    (status IN (SELECT value FROM json_each(?4)) AND processed_at IS NOT NULL AND processed_at <= ?3) AS del,
+    created_at <= ?3 AS old
+FROM {t} WHERE id > ?1 ORDER BY id LIMIT ?2`)
+	delAttempts := render(s.t, `DELETE FROM {att} WHERE event_id IN (SELECT value FROM json_each(?1))`)
+	delDead := render(s.t, `DELETE FROM {dl} WHERE outbox_id IN (SELECT value FROM json_each(?1))`)
+	delEvents := render(s.t, `DELETE FROM {t} WHERE id IN (SELECT value FROM json_each(?1))`)
+	cutoffSQL := render(s.t, `SELECT strftime({ts}, ?, ?)`)
+
+	var total, cursor int64
+	for {
+		var deleted, last, old int64
+		err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
+			deleted, last, old = 0, 0, 0
+			var cutoff string
+			if err := c.QueryRowContext(ctx, cutoffSQL, now, modifier(-req.OlderThan)).Scan(&cutoff); err != nil {
+				return err
+			}
+			rows, err := c.QueryContext(ctx, page, cursor, batch, cutoff, string(namesJSON))
+			if err != nil {
+				return err
+			}
+			var ids []int64
+			var eventIDs []string
+			for rows.Next() {
+				var (
+					id         int64
+					eventID    string
+					del, isOld bool
+				)
+				if err := rows.Scan(&id, &eventID, &del, &isOld); err != nil {
+					rows.Close()
+					return err
+				}
+				last = id
+				if isOld {
+					old++
+				}
+				if del {
+					ids = append(ids, id)
+					eventIDs = append(eventIDs, eventID)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil || len(ids) == 0 {
+				return err
+			}
+			idsJSON, err := json.Marshal(ids)
+			if err != nil {
+				return err
+			}
+			eventIDsJSON, err := json.Marshal(eventIDs)
+			if err != nil {
+				return err
+			}
+			if _, err := c.ExecContext(ctx, delAttempts, string(eventIDsJSON)); err != nil {
+				return err
+			}
+			if _, err := c.ExecContext(ctx, delDead, string(idsJSON)); err != nil {
+				return err
+			}
+			deleted, err = execCount(ctx, c, delEvents, string(idsJSON))
+			return err
+		})
+		if err != nil {
+			return total, s.wrap("purge", err)
+		}
+		total += deleted
+		if last == 0 || old == 0 {
+			return total, nil
+		}
+		cursor = last
+	}
+}

@@ -1,0 +1,73 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/sqlite"
+	"github.com/txoutbox/outbox/store/storetest"
+)
+
+type sqlTx struct {
+	tx *sql.Tx
+	s  *sqlite.Store
+}
+
+func (x sqlTx) Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.EventID, error) {
+	return x.s.Enqueue(ctx, x.tx, events...)
+}
+func (x sqlTx) Commit(context.Context) error   { return x.tx.Commit() }
+func (x sqlTx) Rollback(context.Context) error { return x.tx.Rollback() }
+
+func newConformanceHarness(t *testing.T) *storetest.Harness {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	table := storetest.TableName("lite")
+	s, err := sqlite.Open(ctx, "sqlite://"+path, sqlite.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.MigrateUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The application's own connection, opened the recommended way.
+	app, err := sql.Open(sqlite.DriverName, sqlite.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	writer, err := sqlite.New(app, sqlite.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale := 0.25
+	if testenv.Short() {
+		scale = 0.1
+	}
+	return &storetest.Harness{
+		Store: s,
+		Begin: func(ctx context.Context) (storetest.Tx, error) {
+			tx, err := app.BeginTx(ctx, nil)
+			return sqlTx{tx, writer}, err
+		},
+		NewStore: func(t *testing.T, limits outbox.Limits) store.Store {
+			s2, err := sqlite.New(app, sqlite.Config{Table: table, Limits: limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s2
+		},
+		SingleWriter: true,
+		Scale:        scale,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, newConformanceHarness)
+}

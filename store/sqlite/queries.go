@@ -1,0 +1,280 @@
+package sqlite
+
+import (
+	"strings"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+// queries holds the SQL of the hot path, with the table names rendered in.
+// The statements are translations of the PostgreSQL backend's (see
+// store/postgres/queries.go); SQLite has one writer at a time, so where
+// PostgreSQL locks rows with SKIP LOCKED, these run inside a BEGIN IMMEDIATE
+// transaction that already excludes every other writer. "now" is always a
+// parameter: the database clock read once at the start of the transaction.
+type queries struct {
+	due, claimRuns, claimUpdate, lockedUntil          string
+	claimWindow                                       string
+	claimDefer, claimBlock                            string
+	completeUpdate, deadLetter, blockAfter, deferFrom string
+	insertAttempts                                    string
+	reapSelect, reapUpdate, audit                     string
+	expire, block, unblock                            string
+	countMovable, stats, oldestPending, blockedAg     string
+	deadLetterCount                                   string
+}
+
+// render replaces {t}, {dl}, {att} with the quoted table names and {ts}
+// with the strftime format of stored timestamps.
+func render(t store.Tables, sql string) string {
+	return strings.NewReplacer(
+		"{t}", `"`+t.Outbox+`"`,
+		"{dl}", `"`+t.DeadLetters+`"`,
+		"{att}", `"`+t.Attempts+`"`,
+		"{ts}", tsSQL,
+	).Replace(sql)
+}
+
+func buildQueries(t store.Tables) queries {
+	return queries{
+		due:             render(t, dueSQL),
+		claimRuns:       render(t, claimRunsSQL),
+		claimWindow:     render(t, claimWindowSQL),
+		claimDefer:      render(t, claimDeferSQL),
+		claimBlock:      render(t, claimBlockSQL),
+		claimUpdate:     render(t, claimUpdateSQL),
+		lockedUntil:     render(t, `SELECT strftime({ts}, ?, ?)`),
+		completeUpdate:  render(t, completeUpdateSQL),
+		deadLetter:      render(t, deadLetterSQL),
+		blockAfter:      render(t, blockAfterSQL),
+		deferFrom:       render(t, deferSQL),
+		insertAttempts:  render(t, insertAttemptsSQL),
+		reapSelect:      render(t, reapSelectSQL),
+		reapUpdate:      render(t, reapUpdateSQL),
+		audit:           render(t, auditSQL),
+		expire:          render(t, expireSQL),
+		block:           render(t, blockSQL),
+		unblock:         render(t, unblockSQL),
+		countMovable:    render(t, countMovableSQL),
+		stats:           render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
+		oldestPending:   render(t, `SELECT min(created_at) FROM {t} WHERE status = 'PENDING'`),
+		blockedAg:       render(t, blockedAggregatesSQL),
+		deadLetterCount: render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+	}
+}
+
+// dueSQL is the claim's cheap pre-check, run outside the write transaction:
+// when nothing is due, an idle relay's poll does not take the write lock
+// that producers need.
+const dueSQL = `SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'PENDING' AND available_at <= strftime({ts}, 'now'))`
+
+// claimRunsSQL reads what a claim decides on; it is the read part of
+// claimSQL of the PostgreSQL backend (?1 now, ?2 the limit, ?3 FailedBlocks).
+//
+//	w:   the aggregates with due work: those of the first ?2 due PENDING rows
+//	     in (available_at, id) order, with the oldest available_at of each.
+//	per: a fair share of ?2 per aggregate, at least 1.
+//	b:   per aggregate, the id of its per-th unfinished row (FAILED counts
+//	     when ?3), NULL if it has fewer.
+//	the result: each aggregate's first unfinished rows in id order, at most
+//	     its fair share, with whether each is PENDING and due. The first is
+//	     the aggregate's head.
+//
+// Claim then takes, in Go and in the same write transaction, the runs from
+// each head while rows are PENDING and due, heads first (ordered by pos,
+// first_due, id), up to ?2; pushes the rows behind a head in backoff to the
+// head's available_at, and marks the rows behind a FAILED head BLOCKED.
+const claimRunsSQL = `
+WITH w AS MATERIALIZED (
+    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM (
+        SELECT aggregate_type, aggregate_id, available_at FROM {t}
+        WHERE status = 'PENDING' AND available_at <= ?1
+        ORDER BY available_at, id
+        LIMIT ?2
+    ) GROUP BY aggregate_type, aggregate_id
+),
+per AS MATERIALIZED (
+    SELECT max(1, CASE WHEN count(*) = 0 THEN ?2 ELSE (?2 + count(*) - 1) / count(*) END) AS n FROM w
+),
+b AS MATERIALIZED (
+    SELECT w.aggregate_type, w.aggregate_id, w.first_due,
+        (SELECT o.id FROM {t} o
+          WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
+            AND o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
+          ORDER BY o.id LIMIT 1 OFFSET (SELECT n - 1 FROM per)) AS last_id
+    FROM w
+)
+SELECT b.aggregate_type, b.aggregate_id, b.first_due, o.id, o.status, o.available_at,
+    (o.status = 'PENDING' AND o.available_at <= ?1) AS ok
+FROM b JOIN {t} o ON o.aggregate_type = b.aggregate_type AND o.aggregate_id = b.aggregate_id
+WHERE o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
+  AND (b.last_id IS NULL OR o.id <= b.last_id)
+ORDER BY b.aggregate_type, b.aggregate_id, o.id`
+
+// claimWindowSQL lists the window's rows (?1 now, ?2 the limit), so that a
+// claim can clear from it the rows it cannot take.
+const claimWindowSQL = `
+SELECT id, aggregate_type, aggregate_id FROM {t}
+WHERE status = 'PENDING' AND available_at <= ?1
+ORDER BY available_at, id
+LIMIT ?2`
+
+// claimDeferSQL gives the PENDING rows of ?1 (JSON ids, rows behind a head
+// in backoff) the head's available_at ?2, so that they leave the window.
+const claimDeferSQL = `
+UPDATE {t} SET available_at = ?2
+WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PENDING' AND available_at < ?2`
+
+// claimBlockSQL marks the PENDING rows of ?1 (JSON ids, rows behind a FAILED
+// head) BLOCKED.
+const claimBlockSQL = `
+UPDATE {t} SET status = 'BLOCKED'
+WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PENDING'`
+
+// claimUpdateSQL moves the chosen rows (?4, a JSON array of ids) to
+// PROCESSING under the claim token ?2 until ?3; ?1 is now.
+const claimUpdateSQL = `
+UPDATE {t} SET status = 'PROCESSING', lock_token = ?2, locked_until = ?3
+WHERE id IN (SELECT value FROM json_each(?4)) AND status = 'PENDING'
+RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
+    retry_count, created_at, expires_at, (expires_at IS NOT NULL AND expires_at <= ?1)`
+
+// completeUpdateSQL is the guarded state change of completeSQL: ?1 is now,
+// ?2 the claim token, ?3 the outcomes as a JSON array of objects.
+const completeUpdateSQL = `
+WITH i AS MATERIALIZED (
+    SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.kind') AS kind,
+        json_extract(value, '$.err') AS err, json_extract(value, '$.retry') AS retry,
+        json_extract(value, '$.block') AS block
+    FROM json_each(?3)
+)
+UPDATE {t} AS o SET
+    status = CASE i.kind
+        WHEN 'DELIVERED' THEN 'PROCESSED'
+        WHEN 'FAILED' THEN 'FAILED'
+        WHEN 'EXPIRED' THEN 'EXPIRED'
+        WHEN 'RETRY' THEN 'PENDING'
+        ELSE CASE WHEN i.block THEN 'BLOCKED' ELSE 'PENDING' END END,
+    retry_count = o.retry_count + CASE WHEN i.kind IN ('RETRY', 'FAILED') THEN 1 ELSE 0 END,
+    processed_at = CASE WHEN i.kind IN ('DELIVERED', 'FAILED', 'EXPIRED') THEN ?1 END,
+    available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
+        THEN strftime({ts}, ?1, i.retry) ELSE o.available_at END,
+    last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN substr(i.err, 1, 2000) ELSE o.last_error END,
+    locked_until = NULL,
+    lock_token = NULL
+FROM i
+WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = ?2
+RETURNING id, aggregate_type, aggregate_id, status, available_at`
+
+// deadLetterSQL records a newly FAILED row (?1) with its reason ?2 at ?3.
+const deadLetterSQL = `
+INSERT INTO {dl} (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason, failed_at)
+SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, ?2, ?3
+FROM {t} WHERE id = ?1`
+
+// unfinished repeats the WHERE clause of the aggregate index: SQLite uses a
+// partial index only when the query names its condition, and does not infer
+// it from status = 'PENDING'.
+const unfinished = `status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`
+
+// blockAfterSQL holds the PENDING rows after a newly FAILED row ?3 of
+// aggregate (?1, ?2) as BLOCKED; ?4 lists (JSON) the rows this completion
+// itself changed, which PostgreSQL's single statement does not see as
+// PENDING either.
+const blockAfterSQL = `
+UPDATE {t} SET status = 'BLOCKED'
+WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
+  AND id NOT IN (SELECT value FROM json_each(?4))`
+
+// deferSQL pushes back the PENDING rows after a retried row ?3 of aggregate
+// (?1, ?2) to its new available_at ?4; ?5 as in blockAfterSQL.
+const deferSQL = `
+UPDATE {t} SET available_at = ?4
+WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
+  AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5))`
+
+// insertAttemptsSQL writes one attempt row per element of ?3 (claim token
+// ?1, relay ?2); a replay conflicts and writes nothing.
+const insertAttemptsSQL = `
+INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
+    json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
+    json_extract(value, '$.error')
+FROM json_each(?3) WHERE true
+ON CONFLICT DO NOTHING`
+
+// reapSelectSQL finds a page of PROCESSING rows whose lease ended (?1 now,
+// ?2 page size), with the claim token they had.
+const reapSelectSQL = `
+SELECT id, event_id, lock_token, retry_count, replace(locked_until, ' ', 'T') || 'Z' FROM {t}
+WHERE status = 'PROCESSING' AND locked_until < ?1
+ORDER BY id LIMIT ?2`
+
+// reapUpdateSQL returns the rows of ?1 (JSON ids) to PENDING, keeping retry_count.
+const reapUpdateSQL = `
+UPDATE {t} SET status = 'PENDING', locked_until = NULL, lock_token = NULL
+WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PROCESSING'`
+
+// auditSQL writes one attempt row at now (?7) for the sweeper; a replay
+// writes nothing.
+const auditSQL = `
+INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
+ON CONFLICT DO NOTHING`
+
+// expireSQL ends a page (?2) of waiting events past their deadline (?1 now).
+const expireSQL = `
+UPDATE {t} SET status = 'EXPIRED', processed_at = ?1,
+    last_error = 'expired before delivery: deadline was ' || replace(expires_at, ' ', 'T') || 'Z'
+WHERE id IN (
+    SELECT id FROM {t}
+    WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= ?1
+    ORDER BY expires_at LIMIT ?2)
+RETURNING id, event_id, retry_count, last_error`
+
+// blockSQL moves a page (?1) of PENDING events that wait behind a FAILED
+// event of their aggregate to BLOCKED.
+const blockSQL = `
+UPDATE {t} SET status = 'BLOCKED'
+WHERE id IN (
+    SELECT o.id FROM {t} o
+    JOIN (SELECT aggregate_type, aggregate_id, min(id) AS id FROM {t} WHERE status = 'FAILED'
+          GROUP BY aggregate_type, aggregate_id) f
+      ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
+    WHERE o.status = 'PENDING' AND o.` + unfinished + ` AND o.id > f.id
+    ORDER BY o.id LIMIT ?1)`
+
+// unblockSQL returns a page (?1) of BLOCKED events with no FAILED event
+// before them (or all of them when FAILED events do not block, ?2 false) to
+// PENDING.
+const unblockSQL = `
+UPDATE {t} SET status = 'PENDING'
+WHERE id IN (
+    SELECT o.id FROM {t} o
+    WHERE o.status = 'BLOCKED' AND (NOT ?2 OR NOT EXISTS (
+        SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+          AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id))
+    ORDER BY o.id LIMIT ?1)`
+
+// countMovableSQL counts PROCESSING rows and PENDING rows not held back by
+// a FAILED event (when ?1), as two counts so that each reads its partial
+// index instead of the whole table.
+const countMovableSQL = `
+SELECT (SELECT count(*) FROM {t} WHERE status = 'PROCESSING')
+     + (SELECT count(*) FROM {t} o WHERE o.status = 'PENDING' AND NOT (?1 AND EXISTS (
+          SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+            AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)))`
+
+const blockedAggregatesSQL = `
+WITH f AS (
+    SELECT aggregate_type, aggregate_id, min(id) AS id FROM {t} WHERE status = 'FAILED'
+    GROUP BY aggregate_type, aggregate_id
+),
+b AS (
+    SELECT f.aggregate_type, f.aggregate_id, (SELECT e.event_id FROM {t} e WHERE e.id = f.id) AS event_id,
+        (SELECT count(*) FROM {t} o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+           AND o.id > f.id AND o.status IN ('PENDING', 'BLOCKED') AND o.` + unfinished + `) AS waiting
+    FROM f
+)
+SELECT aggregate_type, aggregate_id, event_id, waiting, count(*) OVER () FROM b
+WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100`

@@ -1,0 +1,633 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Claim implements store.Store with the rules of the PostgreSQL backend's
+// claim (see planClaim). It runs in one BEGIN IMMEDIATE transaction:
+// SQLite's single write lock plays the part of PostgreSQL's row locks, so a
+// concurrent claim waits for this one (briefly) instead of skipping its rows.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
+	if req.Limit <= 0 {
+		return nil, fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, req.Limit)
+	}
+	if req.Lease <= 0 {
+		return nil, fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, req.Lease)
+	}
+	token := uuid.NewString()
+	c := &store.Claim{Token: token}
+
+	// An idle poll reads, and leaves the write lock to the producers.
+	var due bool
+	if err := retryBusy(ctx, func() error {
+		return s.db.QueryRowContext(ctx, s.q.due).Scan(&due)
+	}); err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	if !due {
+		return c, nil
+	}
+
+	err := s.writeTx(ctx, func(conn *sql.Conn, now string) error {
+		c.Events = nil
+		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
+		plan, err := s.planClaim(ctx, conn, now, req.Limit, req.FailedBlocks)
+		if err != nil {
+			return err
+		}
+		for _, ids := range plan.deferTo {
+			if _, err := conn.ExecContext(ctx, s.q.claimDefer, ids.json(), ids.availableAt); err != nil {
+				return err
+			}
+		}
+		if len(plan.block) > 0 {
+			if _, err := conn.ExecContext(ctx, s.q.claimBlock, int64sJSON(plan.block)); err != nil {
+				return err
+			}
+		}
+		ids := plan.claim
+		if len(ids) == 0 {
+			return nil
+		}
+		var lockedUntil string
+		if err := conn.QueryRowContext(ctx, s.q.lockedUntil, now, modifier(req.Lease)).Scan(&lockedUntil); err != nil {
+			return err
+		}
+		rows, err := conn.QueryContext(ctx, s.q.claimUpdate, now, token, lockedUntil, int64sJSON(ids))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				ev                 store.Claimed
+				payload, headers   string
+				createdAt          string
+				expiresAt          sql.NullString
+				retryCount, expInt int64
+			)
+			if err := rows.Scan(&ev.ID, &ev.EventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
+				&payload, &headers, &retryCount, &createdAt, &expiresAt, &expInt); err != nil {
+				return err
+			}
+			ev.Payload = json.RawMessage(payload)
+			ev.Headers = decodeHeaders(headers)
+			ev.RetryCount = int(retryCount)
+			ev.Attempt = ev.RetryCount + 1
+			ev.Expired = expInt != 0
+			if ev.CreatedAt, err = parseTime(createdAt); err != nil {
+				return err
+			}
+			if ev.ExpiresAt, err = parseNullTime(expiresAt); err != nil {
+				return err
+			}
+			c.Events = append(c.Events, ev)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(c.Events) == 0 {
+			return nil
+		}
+		if c.DBTime, err = parseTime(now); err != nil {
+			return err
+		}
+		c.LockedUntil, err = parseTime(lockedUntil)
+		return err
+	})
+	if err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	return c, nil
+}
+
+// runRow is one row of claimRunsSQL: one of the first unfinished rows of an
+// aggregate with due work.
+type runRow struct {
+	aggType, aggID, firstDue string
+	id                       int64
+	status, availableAt      string
+	ok                       bool // PENDING and due
+}
+
+// deferRows are rows behind a head in backoff, to move to its available_at.
+type deferRows struct {
+	ids         []int64
+	availableAt string
+}
+
+func (d deferRows) json() string { return int64sJSON(d.ids) }
+
+// claimPlan is what one claim does.
+type claimPlan struct {
+	claim   []int64 // rows to claim, in id order
+	deferTo []deferRows
+	block   []int64
+}
+
+// planClaim reads the aggregates with due work and their first rows
+// (claimRunsSQL) and decides, as claimSQL of the PostgreSQL backend does:
+// per aggregate, the run from the head while rows are PENDING and due (pos
+// is the position in the run); the runs' rows in (pos, first_due, id) order
+// up to limit, so that every aggregate's head comes before any second row;
+// and, for a head that is not claimable, what it holds back: the rows behind
+// a head in backoff take its available_at, the rows behind a FAILED head
+// become BLOCKED, so that neither crowds the next window.
+func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit int, failedBlocks bool) (claimPlan, error) {
+	var plan claimPlan
+	window, err := s.claimWindow(ctx, conn, now, limit)
+	if err != nil {
+		return plan, err
+	}
+	rows, err := conn.QueryContext(ctx, s.q.claimRuns, now, limit, failedBlocks)
+	if err != nil {
+		return plan, err
+	}
+	var rs []runRow
+	for rows.Next() {
+		var r runRow
+		if err := rows.Scan(&r.aggType, &r.aggID, &r.firstDue, &r.id, &r.status, &r.availableAt, &r.ok); err != nil {
+			rows.Close()
+			return plan, err
+		}
+		rs = append(rs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return plan, err
+	}
+	type candidate struct {
+		pos      int
+		firstDue string
+		id       int64
+	}
+	var cands []candidate
+	for start := 0; start < len(rs); {
+		end := start + 1
+		for end < len(rs) && rs[end].aggType == rs[start].aggType && rs[end].aggID == rs[start].aggID {
+			end++
+		}
+		run := rs[start:end] // one aggregate, in id order
+		for pos, r := range run {
+			if !r.ok {
+				break
+			}
+			cands = append(cands, candidate{pos: pos + 1, firstDue: r.firstDue, id: r.id})
+		}
+		head := run[0]
+		// The window's rows of a held aggregate (all PENDING and due) are
+		// cleared with the run's, so that however many pile up behind the
+		// head, the next window reaches other aggregates.
+		inWindow := window[aggregateKey{head.aggType, head.aggID}]
+		switch {
+		case head.status == string(outbox.StatusPending) && !head.ok:
+			d := deferRows{availableAt: head.availableAt, ids: inWindow}
+			for _, r := range run[1:] {
+				if r.status == string(outbox.StatusPending) && r.availableAt < head.availableAt {
+					d.ids = append(d.ids, r.id)
+				}
+			}
+			if len(d.ids) > 0 {
+				plan.deferTo = append(plan.deferTo, d)
+			}
+		case head.status == string(outbox.StatusFailed):
+			plan.block = append(plan.block, inWindow...)
+			for _, r := range run[1:] {
+				if r.status == string(outbox.StatusPending) {
+					plan.block = append(plan.block, r.id)
+				}
+			}
+		}
+		start = end
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if a.pos != b.pos {
+			return a.pos < b.pos
+		}
+		if a.firstDue != b.firstDue {
+			return a.firstDue < b.firstDue
+		}
+		return a.id < b.id
+	})
+	if len(cands) > limit {
+		cands = cands[:limit]
+	}
+	for _, c := range cands {
+		plan.claim = append(plan.claim, c.id)
+	}
+	sort.Slice(plan.claim, func(i, j int) bool { return plan.claim[i] < plan.claim[j] })
+	return plan, nil
+}
+
+type aggregateKey struct{ aggType, aggID string }
+
+// claimWindow returns the window's row ids by aggregate.
+func (s *Store) claimWindow(ctx context.Context, conn *sql.Conn, now string, limit int) (map[aggregateKey][]int64, error) {
+	rows, err := conn.QueryContext(ctx, s.q.claimWindow, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[aggregateKey][]int64{}
+	for rows.Next() {
+		var id int64
+		var k aggregateKey
+		if err := rows.Scan(&id, &k.aggType, &k.aggID); err != nil {
+			return nil, err
+		}
+		out[k] = append(out[k], id)
+	}
+	return out, rows.Err()
+}
+
+// int64sJSON renders ids as a JSON array, for json_each.
+func int64sJSON(ids []int64) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func decodeHeaders(s string) map[string]string {
+	if len(s) <= 2 { // "{}"
+		return nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil
+	}
+	return h
+}
+
+// completeItem is one outcome as completeUpdateSQL reads it.
+type completeItem struct {
+	ID    int64  `json:"id"`
+	Kind  string `json:"kind"`
+	Err   string `json:"err"`
+	Retry string `json:"retry"`
+	Block bool   `json:"block"`
+}
+
+// attemptItem is one attempt row as insertAttemptsSQL reads it.
+type attemptItem struct {
+	ID       int64   `json:"id"`
+	EventID  string  `json:"event_id"`
+	Kind     string  `json:"kind"`
+	Attempt  int     `json:"attempt"`
+	Started  string  `json:"started"`
+	Finished string  `json:"finished"`
+	Error    *string `json:"error"`
+}
+
+// appliedRow is a row completeUpdateSQL changed.
+type appliedRow struct {
+	id                  int64
+	aggType, aggID      string
+	status, availableAt string
+}
+
+// leaseLost is appended to the audit error of a fenced outcome.
+const leaseLost = "lease lost before the mark: the row was not changed"
+
+// Complete implements store.Store: the guarded state change, dead letters,
+// BLOCKED and pushed-back followers and the attempt rows, in one BEGIN
+// IMMEDIATE transaction, as completeSQL of the PostgreSQL backend does in one
+// statement.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
+	var res store.CompleteResult
+	n := len(req.Outcomes)
+	if n == 0 {
+		return res, nil
+	}
+	items := make([]completeItem, n)
+	byID := make(map[int64]*store.Outcome, n)
+	for i := range req.Outcomes {
+		o := &req.Outcomes[i]
+		items[i] = completeItem{ID: o.ID, Kind: string(o.Kind), Err: o.Error, Retry: modifier(o.RetryIn), Block: o.Block}
+		if _, dup := byID[o.ID]; !dup {
+			byID[o.ID] = o
+		}
+	}
+	itemsJSON, err := json.Marshal(items)
+	if err != nil {
+		return res, fmt.Errorf("complete: %w", err)
+	}
+	applied := make(map[int64]bool, n)
+	err = s.writeTx(ctx, func(conn *sql.Conn, now string) error {
+		clear(applied)
+		var rowsChanged []appliedRow
+		rows, err := conn.QueryContext(ctx, s.q.completeUpdate, now, req.Token, string(itemsJSON))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r appliedRow
+			if err := rows.Scan(&r.id, &r.aggType, &r.aggID, &r.status, &r.availableAt); err != nil {
+				rows.Close()
+				return err
+			}
+			rowsChanged = append(rowsChanged, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		sort.Slice(rowsChanged, func(i, j int) bool { return rowsChanged[i].id < rowsChanged[j].id })
+		changedIDs := make([]int64, len(rowsChanged))
+		for i, r := range rowsChanged {
+			applied[r.id] = true
+			changedIDs[i] = r.id
+		}
+		changedJSON := int64sJSON(changedIDs)
+
+		type aggKey struct{ typ, id string }
+		type follow struct {
+			id          int64
+			availableAt string
+		}
+		failedHeads := map[aggKey]int64{}
+		retried := map[aggKey]*follow{}
+		var failedOrder, retriedOrder []aggKey
+		for _, r := range rowsChanged {
+			k := aggKey{r.aggType, r.aggID}
+			o := byID[r.id]
+			if r.status == string(outbox.StatusFailed) {
+				reason := o.Error
+				if reason == "" {
+					reason = "failed"
+				}
+				if _, err := conn.ExecContext(ctx, s.q.deadLetter, r.id, reason, now); err != nil {
+					return err
+				}
+				if _, seen := failedHeads[k]; !seen {
+					failedHeads[k] = r.id
+					failedOrder = append(failedOrder, k)
+				}
+			}
+			if o.Kind == store.Retry {
+				f := retried[k]
+				if f == nil {
+					f = &follow{id: r.id, availableAt: r.availableAt}
+					retried[k] = f
+					retriedOrder = append(retriedOrder, k)
+				} else if r.availableAt > f.availableAt {
+					f.availableAt = r.availableAt
+				}
+			}
+		}
+		if req.FailedBlocks {
+			for _, k := range failedOrder {
+				if _, err := conn.ExecContext(ctx, s.q.blockAfter, k.typ, k.id, failedHeads[k], changedJSON); err != nil {
+					return err
+				}
+			}
+		}
+		for _, k := range retriedOrder {
+			f := retried[k]
+			if _, err := conn.ExecContext(ctx, s.q.deferFrom, k.typ, k.id, f.id, f.availableAt, changedJSON); err != nil {
+				return err
+			}
+		}
+
+		var atts []attemptItem
+		for i := range req.Outcomes {
+			o := &req.Outcomes[i]
+			if !o.Attempted {
+				continue
+			}
+			a := attemptItem{ID: o.ID, EventID: o.EventID.String(), Kind: string(o.Kind), Attempt: o.Attempt,
+				Started: now, Finished: now}
+			if !o.StartedAt.IsZero() {
+				a.Started = formatTime(o.StartedAt)
+			}
+			if !o.FinishedAt.IsZero() {
+				a.Finished = formatTime(o.FinishedAt)
+			}
+			var msg string
+			if applied[o.ID] {
+				msg = truncateRunes(o.Error, 2000)
+			} else if o.Error != "" {
+				msg = o.Error + "; " + leaseLost
+			} else {
+				msg = leaseLost
+			}
+			if msg != "" {
+				a.Error = &msg
+			}
+			atts = append(atts, a)
+		}
+		if len(atts) > 0 {
+			attsJSON, err := json.Marshal(atts)
+			if err != nil {
+				return err
+			}
+			if _, err := conn.ExecContext(ctx, s.q.insertAttempts, req.Token, req.RelayID, string(attsJSON)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, s.wrap("complete", err)
+	}
+	for _, o := range req.Outcomes {
+		if applied[o.ID] {
+			res.Applied = append(res.Applied, o.ID)
+		} else {
+			res.Fenced = append(res.Fenced, o.ID)
+		}
+	}
+	return res, nil
+}
+
+// truncateRunes keeps the first n characters of s (PostgreSQL's left()).
+func truncateRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := 0
+	for pos := range s {
+		if i == n {
+			return s[:pos]
+		}
+		i++
+	}
+	return s
+}
+
+// Sweep implements store.Store. Each page is one short BEGIN IMMEDIATE
+// transaction, so producers get the write lock between pages.
+func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
+	var res store.SweepResult
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	relay := req.RelayID
+	if relay == "" {
+		relay = "sweeper"
+	}
+	page := func(counter *int64, step func(ctx context.Context, c *sql.Conn, now string) (int64, error)) error {
+		for {
+			var n int64
+			err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
+				var err error
+				n, err = step(ctx, c, now)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			*counter += n
+			if n < int64(limit) {
+				return nil
+			}
+		}
+	}
+	if err := page(&res.Reaped, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
+		return s.reapPage(ctx, c, now, limit, relay)
+	}); err != nil {
+		return res, s.wrap("sweep: reap expired leases", err)
+	}
+	if err := page(&res.Expired, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
+		return s.expirePage(ctx, c, now, limit, relay)
+	}); err != nil {
+		return res, s.wrap("sweep: expire events", err)
+	}
+	if req.FailedBlocks {
+		if err := page(&res.Blocked, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
+			return execCount(ctx, c, s.q.block, limit)
+		}); err != nil {
+			return res, s.wrap("sweep: block events behind FAILED ones", err)
+		}
+	}
+	if err := page(&res.Unblocked, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
+		return execCount(ctx, c, s.q.unblock, limit, req.FailedBlocks)
+	}); err != nil {
+		return res, s.wrap("sweep: unblock events", err)
+	}
+	return res, nil
+}
+
+func execCount(ctx context.Context, c *sql.Conn, query string, args ...any) (int64, error) {
+	r, err := c.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+// reapPage returns one page of PROCESSING rows whose lease ended to PENDING,
+// keeping retry_count, and audits each with the claim token it had.
+func (s *Store) reapPage(ctx context.Context, c *sql.Conn, now string, limit int, relay string) (int64, error) {
+	type reaped struct {
+		id, retries int64
+		eventID     string
+		token       sql.NullString
+		lockedUntil string
+	}
+	rows, err := c.QueryContext(ctx, s.q.reapSelect, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	var rs []reaped
+	for rows.Next() {
+		var r reaped
+		if err := rows.Scan(&r.id, &r.eventID, &r.token, &r.retries, &r.lockedUntil); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		rs = append(rs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(rs) == 0 {
+		return 0, err
+	}
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	n, err := execCount(ctx, c, s.q.reapUpdate, int64sJSON(ids))
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range rs {
+		token := r.token.String
+		if !r.token.Valid || token == "" {
+			token = uuid.NewString()
+		}
+		msg := "lease ended at " + r.lockedUntil + " without a result; returned to PENDING"
+		if _, err := c.ExecContext(ctx, s.q.audit, r.eventID, token, string(store.LeaseExpired), r.id,
+			r.retries+1, relay, now, msg); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// expirePage ends one page of waiting events past their deadline, with an
+// audit row each.
+func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit int, relay string) (int64, error) {
+	type expired struct {
+		id, retries int64
+		eventID     string
+		lastError   string
+	}
+	rows, err := c.QueryContext(ctx, s.q.expire, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	var es []expired
+	for rows.Next() {
+		var e expired
+		if err := rows.Scan(&e.id, &e.eventID, &e.retries, &e.lastError); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		es = append(es, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, e := range es {
+		if _, err := c.ExecContext(ctx, s.q.audit, e.eventID, uuid.NewString(), string(store.Expired), e.id,
+			e.retries+1, relay, now, e.lastError); err != nil {
+			return 0, err
+		}
+	}
+	return int64(len(es)), nil
+}
+
+// CountMovable implements store.Store.
+func (s *Store) CountMovable(ctx context.Context, failedBlocks bool) (int64, error) {
+	var n int64
+	err := retryBusy(ctx, func() error {
+		return s.db.QueryRowContext(ctx, s.q.countMovable, failedBlocks).Scan(&n)
+	})
+	if err != nil {
+		return 0, s.wrap("count movable events", err)
+	}
+	return n, nil
+}
