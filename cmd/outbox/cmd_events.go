@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// EventsCmd groups the per-event commands.
+type EventsCmd struct {
+	List  EventsListCmd  `cmd:"" help:"List events, newest first."`
+	Show  EventsShowCmd  `cmd:"" help:"Show one event and its audit trail."`
+	Retry EventsRetryCmd `cmd:"" help:"Requeue a FAILED or EXPIRED event (audited)."`
+	Skip  EventsSkipCmd  `cmd:"" help:"Skip a FAILED event so its aggregate moves on (audited)."`
+	Purge EventsPurgeCmd `cmd:"" help:"Delete final events older than a retention."`
+}
+
+// EventsListCmd lists events.
+type EventsListCmd struct {
+	Status        string `help:"Only this status (PENDING, PROCESSING, PROCESSED, FAILED, EXPIRED, BLOCKED, SKIPPED)."`
+	AggregateType string `help:"Only this aggregate type."`
+	AggregateID   string `help:"Only this aggregate id."`
+	Before        int64  `help:"Only rows with an id below this (for paging)."`
+	Limit         int    `help:"Most rows to print (max 1000)." default:"50"`
+	JSON          bool   `name:"json" help:"Print JSON lines."`
+}
+
+// Run lists events.
+func (c *EventsListCmd) Run(ctx context.Context, g *Globals) error {
+	f := store.ListFilter{AggregateType: c.AggregateType, AggregateID: c.AggregateID, BeforeID: c.Before, Limit: c.Limit}
+	if c.Status != "" {
+		st, err := outbox.ParseStatus(c.Status)
+		if err != nil {
+			return fmt.Errorf("%w: --status: %v", outbox.ErrInvalidConfig, err)
+		}
+		f.Status = st
+	}
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	recs, err := b.store.ListEvents(ctx, f)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(g.stdout)
+		for _, r := range recs {
+			if err := enc.Encode(recordJSON(r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tEVENT ID\tAGGREGATE\tTYPE\tSTATUS\tRETRIES\tCREATED\tLAST ERROR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.EventID, r.AggregateType, r.AggregateID,
+			r.EventType, r.Status, r.RetryCount, r.CreatedAt.UTC().Format(time.RFC3339), short(r.LastError, 60))
+	}
+	return tw.Flush()
+}
+
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func recordJSON(r store.Record) map[string]any {
+	m := map[string]any{
+		"id": r.ID, "event_id": r.EventID.String(), "aggregate_type": r.AggregateType, "aggregate_id": r.AggregateID,
+		"event_type": r.EventType, "status": r.Status, "retry_count": r.RetryCount, "payload": r.Payload,
+		"created_at": r.CreatedAt.UTC(), "available_at": r.AvailableAt.UTC(),
+	}
+	if len(r.Headers) > 0 {
+		m["headers"] = r.Headers
+	}
+	if !r.ProcessedAt.IsZero() {
+		m["processed_at"] = r.ProcessedAt.UTC()
+	}
+	if !r.ExpiresAt.IsZero() {
+		m["expires_at"] = r.ExpiresAt.UTC()
+	}
+	if !r.LockedUntil.IsZero() {
+		m["locked_until"] = r.LockedUntil.UTC()
+	}
+	if r.LastError != "" {
+		m["last_error"] = r.LastError
+	}
+	return m
+}
+
+// EventsShowCmd prints one event with its audit trail.
+type EventsShowCmd struct {
+	EventID string `arg:"" help:"The event id (UUID)."`
+	JSON    bool   `name:"json" help:"Print JSON."`
+}
+
+// Run shows the event.
+func (c *EventsShowCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := outbox.ParseEventID(c.EventID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", outbox.ErrInvalidConfig, err)
+	}
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	return ShowEvent(ctx, g.stdout, b.store, id, c.JSON)
+}
+
+// ShowEvent prints an event and its attempts, as `outbox events show` does.
+func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventID, asJSON bool) error {
+	r, err := s.GetEvent(ctx, id)
+	if err != nil {
+		return err
+	}
+	atts, err := s.Attempts(ctx, id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		m := recordJSON(r)
+		list := make([]map[string]any, 0, len(atts))
+		for _, a := range atts {
+			list = append(list, map[string]any{"attempt": a.Attempt, "relay_id": a.RelayID, "claim_token": a.ClaimToken,
+				"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error})
+		}
+		m["attempts"] = list
+		return json.NewEncoder(w).Encode(m)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "event\t%s (row %d)\n", r.EventID, r.ID)
+	fmt.Fprintf(tw, "aggregate\t%s/%s\n", r.AggregateType, r.AggregateID)
+	fmt.Fprintf(tw, "type\t%s\n", r.EventType)
+	fmt.Fprintf(tw, "status\t%s (retry_count %d)\n", r.Status, r.RetryCount)
+	fmt.Fprintf(tw, "created\t%s\n", r.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if !r.ExpiresAt.IsZero() {
+		fmt.Fprintf(tw, "expires\t%s\n", r.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	if !r.ProcessedAt.IsZero() {
+		fmt.Fprintf(tw, "finished\t%s\n", r.ProcessedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if r.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
+	}
+	fmt.Fprintf(tw, "payload\t%s\n", short(string(r.Payload), 200))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "attempts (%d):\n", len(atts))
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tOUTCOME\tRELAY\tSTARTED\tTOOK\tERROR")
+	for _, a := range atts {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, a.RelayID,
+			a.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), a.Error)
+	}
+	return tw.Flush()
+}
+
+func actorName(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if v := os.Getenv("USER"); v != "" {
+		return v
+	}
+	return "operator"
+}
+
+// EventsRetryCmd requeues a FAILED or EXPIRED event.
+type EventsRetryCmd struct {
+	EventID string        `arg:"" help:"The event id (UUID)."`
+	Actor   string        `help:"Who is acting, for the audit trail (default: the OS user)." env:"OUTBOX_ACTOR"`
+	Reason  string        `help:"Why, for the audit trail."`
+	TTL     time.Duration `help:"A new deadline, from now. Without it, a deadline that has passed is removed."`
+}
+
+// Run requeues.
+func (c *EventsRetryCmd) Run(ctx context.Context, g *Globals) error {
+	return operatorAction(ctx, g, c.EventID, func(s store.Store, id outbox.EventID) error {
+		return s.Requeue(ctx, store.OperatorAction{EventID: id, Actor: actorName(c.Actor), Reason: c.Reason, NewTTL: c.TTL})
+	}, "requeued")
+}
+
+// EventsSkipCmd skips a FAILED event.
+type EventsSkipCmd struct {
+	EventID string `arg:"" help:"The event id (UUID)."`
+	Actor   string `help:"Who is acting, for the audit trail (default: the OS user)." env:"OUTBOX_ACTOR"`
+	Reason  string `help:"Why, for the audit trail."`
+}
+
+// Run skips.
+func (c *EventsSkipCmd) Run(ctx context.Context, g *Globals) error {
+	return operatorAction(ctx, g, c.EventID, func(s store.Store, id outbox.EventID) error {
+		return s.Skip(ctx, store.OperatorAction{EventID: id, Actor: actorName(c.Actor), Reason: c.Reason})
+	}, "skipped")
+}
+
+func operatorAction(ctx context.Context, g *Globals, rawID string, act func(store.Store, outbox.EventID) error, done string) error {
+	id, err := outbox.ParseEventID(rawID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", outbox.ErrInvalidConfig, err)
+	}
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if err := act(b.store, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "%s %s\n", done, id)
+	return nil
+}
+
+// EventsPurgeCmd deletes old final events.
+type EventsPurgeCmd struct {
+	OlderThan time.Duration `help:"Delete events that finished longer ago than this." required:""`
+	Status    []string      `help:"Statuses to purge (default PROCESSED,EXPIRED; FAILED and SKIPPED also remove their dead letters)."`
+}
+
+// Run purges.
+func (c *EventsPurgeCmd) Run(ctx context.Context, g *Globals) error {
+	var statuses []outbox.Status
+	for _, s := range c.Status {
+		st, err := outbox.ParseStatus(s)
+		if err != nil {
+			return fmt.Errorf("%w: --status: %v", outbox.ErrInvalidConfig, err)
+		}
+		statuses = append(statuses, st)
+	}
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	n, err := b.store.Purge(ctx, store.PurgeRequest{OlderThan: c.OlderThan, Statuses: statuses})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "deleted %d events\n", n)
+	return nil
+}

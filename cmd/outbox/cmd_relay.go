@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/sink"
+)
+
+// RelayCmd runs the relay.
+type RelayCmd struct {
+	Sink          string        `help:"Where to deliver: http(s)://host/path, kafka://, nats://, amqp://, redis://, stdout:// or discard://." env:"OUTBOX_SINK" placeholder:"URL"`
+	Route         []string      `help:"Per-aggregate-type destination for broker sinks, e.g. merchant=merchant.audit (repeatable; default {aggregate_type}.events)." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
+	Batch         int           `help:"Most events claimed at once." default:"500" env:"OUTBOX_BATCH"`
+	PollInterval  time.Duration `help:"Wait between claims when nothing is due." default:"1s" env:"OUTBOX_POLL_INTERVAL"`
+	Lease         time.Duration `help:"How long a claim is exclusive; must exceed publish plus mark time by far." default:"2m" env:"OUTBOX_LEASE"`
+	MaxRetries    int           `help:"Failed attempts retried before an event ends FAILED (0: fail at once)." default:"5" env:"OUTBOX_MAX_RETRIES"`
+	BackoffMin    time.Duration `help:"First retry delay (exponential, with jitter)." default:"1s" env:"OUTBOX_BACKOFF_MIN"`
+	BackoffMax    time.Duration `help:"Largest retry delay." default:"5m" env:"OUTBOX_BACKOFF_MAX"`
+	SweepInterval time.Duration `help:"How often the reaper returns ended leases and expires waiting events." default:"5s" env:"OUTBOX_SWEEP_INTERVAL"`
+	Retention     time.Duration `help:"Delete PROCESSED and EXPIRED events this long after they finished (0 keeps them)." default:"168h" env:"OUTBOX_RETENTION"`
+	OnFailure     string        `help:"What a FAILED event does to later events of its aggregate: block (until an operator acts) or continue." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
+	InFlight      int           `help:"Batches on their way at once: the next is claimed while one is published and one recorded (1 turns this off)." default:"2" env:"OUTBOX_IN_FLIGHT"`
+	StopTimeout   time.Duration `help:"On SIGINT/SIGTERM, how long to keep publishing the batch in flight before releasing the rest." default:"10s" env:"OUTBOX_STOP_TIMEOUT"`
+	RelayID       string        `help:"Name of this relay in the audit trail (default: host-pid-random)." env:"OUTBOX_RELAY_ID"`
+	Drain         bool          `help:"Exit 0 once no event can move without an operator." env:"OUTBOX_DRAIN"`
+	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
+}
+
+// Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
+func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
+	g.secrets.addURL(c.Sink)
+	policy, err := relay.ParseFailurePolicy(c.OnFailure)
+	if err != nil {
+		return err
+	}
+	if c.MaxRetries < 0 {
+		return fmt.Errorf("%w: --max-retries must be 0 or more, got %d", outbox.ErrInvalidConfig, c.MaxRetries)
+	}
+	routes, err := sink.ParseRouteOverrides(c.Route)
+	if err != nil {
+		return err
+	}
+	sk, err := openSink(ctx, c.Sink, routes)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := sk.Close(cctx); err != nil {
+			g.logger.Warn("closing the sink", "err", err)
+		}
+	}()
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if cur, latest, err := b.store.MigrationVersion(ctx); err != nil {
+		return err
+	} else if cur < latest {
+		return fmt.Errorf("table %s is at schema version %d of %d: run `outbox migrate` first", g.Table, cur, latest)
+	}
+	r, err := relay.New(relay.Config{
+		Store:         b.store,
+		Sink:          sk,
+		RelayID:       c.RelayID,
+		BatchSize:     c.Batch,
+		PollInterval:  c.PollInterval,
+		Lease:         c.Lease,
+		MaxRetries:    c.MaxRetries,
+		NoRetries:     c.MaxRetries == 0,
+		BackoffMin:    c.BackoffMin,
+		BackoffMax:    c.BackoffMax,
+		SweepInterval: c.SweepInterval,
+		Retention:     c.Retention,
+		OnFailure:     policy,
+		StopTimeout:   c.StopTimeout,
+		Logger:        g.logger,
+
+		MaxBatchesInFlight: c.InFlight,
+	})
+	if err != nil {
+		return err
+	}
+	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "sink", redactURL(c.Sink))
+	stopProgress := c.reportProgress(ctx, g.logger, r, b)
+	defer stopProgress()
+	start := time.Now()
+	if c.Drain {
+		err = r.Drain(ctx)
+	} else {
+		err = r.Run(ctx)
+	}
+	st := r.Stats()
+	elapsed := time.Since(start)
+	g.logger.Info("relay finished", "delivered", st.Delivered, "retried", st.Retried, "failed", st.Failed,
+		"expired", st.Expired+st.SweptExpired, "elapsed", elapsed.Round(time.Millisecond),
+		"rate_per_s", fmt.Sprintf("%.0f", float64(st.Delivered)/max(elapsed.Seconds(), 1e-9)))
+	if errors.Is(err, context.Canceled) && c.Drain {
+		return fmt.Errorf("drain interrupted before it finished")
+	}
+	return err
+}
+
+// reportProgress logs counts and rates every --progress.
+func (c *RelayCmd) reportProgress(ctx context.Context, log *slog.Logger, r *relay.Relay, b *backend) func() {
+	if c.Progress <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(c.Progress)
+		defer t.Stop()
+		var last relay.Stats
+		lastAt := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				st := r.Stats()
+				rate := float64(st.Delivered-last.Delivered) / now.Sub(lastAt).Seconds()
+				attrs := []any{"delivered", st.Delivered, "rate_per_s", fmt.Sprintf("%.0f", rate),
+					"retried", st.Retried, "failed", st.Failed, "expired", st.Expired + st.SweptExpired}
+				if c.Drain {
+					if n, err := b.store.CountMovable(ctx, r.FailurePolicy() == relay.BlockAggregate); err == nil {
+						attrs = append(attrs, "remaining", n)
+					}
+				}
+				log.Info("progress", attrs...)
+				last, lastAt = st, now
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/txoutbox/outbox"
+)
+
+// StatusCmd prints counts by status, the oldest pending age and the
+// aggregates held back by a FAILED event.
+type StatusCmd struct {
+	JSON      bool   `name:"json" help:"Print one JSON object keyed by status name."`
+	OnFailure string `help:"The relays' failure policy (block or continue), to report blocked aggregates." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
+}
+
+// Run prints the status.
+func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	st, err := b.store.Stats(ctx, c.OnFailure == "block")
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		out := map[string]any{}
+		for _, s := range outbox.Statuses {
+			out[string(s)] = st.Counts[s]
+		}
+		out["oldest_pending_seconds"] = st.OldestPendingAge.Seconds()
+		out["dead_letters"] = st.DeadLetters
+		out["blocked_aggregates"] = st.BlockedAggregateCount
+		blocked := []map[string]any{}
+		for _, a := range st.BlockedAggregates {
+			blocked = append(blocked, map[string]any{"aggregate_type": a.AggregateType, "aggregate_id": a.AggregateID,
+				"failed_event_id": a.FailedEventID.String(), "waiting": a.Waiting})
+		}
+		out["blocked"] = blocked
+		enc := json.NewEncoder(g.stdout)
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "table\t%s (%s)\n", g.Table, b.kind)
+	for _, s := range outbox.Statuses {
+		fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
+	}
+	age := "-"
+	if st.OldestPendingAge > 0 {
+		age = st.OldestPendingAge.Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(tw, "oldest pending\t%s\n", age)
+	fmt.Fprintf(tw, "dead letters\t%d\n", st.DeadLetters)
+	fmt.Fprintf(tw, "blocked aggregates\t%d\n", st.BlockedAggregateCount)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range st.BlockedAggregates {
+		fmt.Fprintf(g.stdout, "  %s/%s: %d events wait behind FAILED event %s (outbox events retry|skip %s)\n",
+			a.AggregateType, a.AggregateID, a.Waiting, a.FailedEventID, a.FailedEventID)
+	}
+	return nil
+}

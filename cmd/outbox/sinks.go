@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/discard"
+	"github.com/txoutbox/outbox/sink/httpsink"
+	"github.com/txoutbox/outbox/sink/stdoutsink"
+)
+
+// sinkOpener builds a sink from its URL and the --route overrides
+// (aggregate type -> destination template).
+type sinkOpener func(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error)
+
+// sinkOpeners maps URL schemes to sinks. It is filled at init time, one
+// file per sink (sink_*.go), and only read afterwards: this is the one
+// place that wires concrete sinks.
+var sinkOpeners = map[string]sinkOpener{
+	"http":    openHTTPSink,
+	"https":   openHTTPSink,
+	"stdout":  func(context.Context, string, map[string]string) (sink.Sink, error) { return stdoutsink.New(stdoutsink.Config{Writer: os.Stdout}), nil },
+	"discard": func(context.Context, string, map[string]string) (sink.Sink, error) { return discard.New(), nil },
+}
+
+func registerSink(scheme string, open sinkOpener) { sinkOpeners[scheme] = open }
+
+func openHTTPSink(_ context.Context, raw string, _ map[string]string) (sink.Sink, error) {
+	cfg, err := httpsink.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return httpsink.New(cfg)
+}
+
+func sinkForms() string {
+	schemes := make([]string, 0, len(sinkOpeners))
+	for s := range sinkOpeners {
+		schemes = append(schemes, s+"://")
+	}
+	sort.Strings(schemes)
+	return strings.Join(schemes, ", ")
+}
+
+// openSink builds the sink named by a URL.
+func openSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+	if raw == "" {
+		return nil, fmt.Errorf("%w: no sink given: pass --sink or set OUTBOX_SINK (one of %s)", outbox.ErrInvalidConfig, sinkForms())
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return nil, fmt.Errorf("%w: sink %q is not a URL: use one of %s", outbox.ErrInvalidConfig, redactURL(raw), sinkForms())
+	}
+	open, ok := sinkOpeners[strings.ToLower(u.Scheme)]
+	if !ok {
+		return nil, fmt.Errorf("%w: unsupported sink scheme %q: use one of %s", outbox.ErrInvalidConfig, u.Scheme, sinkForms())
+	}
+	return open(ctx, raw, routes)
+}
