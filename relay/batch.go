@@ -61,6 +61,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	outcomes := make([]store.Outcome, len(events))
 	msgs := make([]outbox.Message, 0, len(events))
 	msgPos := make([]int, 0, len(events)) // message index -> event index
+	heldHere := map[string]aggregateState{}
 	now := r.now()
 	for i := range events {
 		ev := &events[i]
@@ -76,6 +77,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 		}
 		if st, ok := held[ev.OrderingKey()]; ok {
 			outcomes[i].Kind, outcomes[i].RetryIn, outcomes[i].Block = store.Released, st.retryIn, st.block
+			heldHere[ev.OrderingKey()] = st
 			continue
 		}
 		m := ev.Message
@@ -83,10 +85,9 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 		msgs = append(msgs, m)
 		msgPos = append(msgPos, i)
 	}
-	b.stopped = make(map[string]aggregateState, len(held))
-	for k, st := range held {
-		b.stopped[k] = st
-	}
+	// The aggregates whose events this batch gave back unsent stay held
+	// for the batches claimed behind it.
+	b.stopped = heldHere
 	if len(msgs) == 0 {
 		return outcomes
 	}

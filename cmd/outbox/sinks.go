@@ -23,9 +23,11 @@ type sinkOpener func(ctx context.Context, raw string, routes map[string]string) 
 // file per sink (sink_*.go), and only read afterwards: this is the one
 // place that wires concrete sinks.
 var sinkOpeners = map[string]sinkOpener{
-	"http":    openHTTPSink,
-	"https":   openHTTPSink,
-	"stdout":  func(context.Context, string, map[string]string) (sink.Sink, error) { return stdoutsink.New(stdoutsink.Config{Writer: os.Stdout}), nil },
+	"http":  openHTTPSink,
+	"https": openHTTPSink,
+	"stdout": func(context.Context, string, map[string]string) (sink.Sink, error) {
+		return stdoutsink.New(stdoutsink.Config{Writer: os.Stdout}), nil
+	},
 	"discard": func(context.Context, string, map[string]string) (sink.Sink, error) { return discard.New(), nil },
 }
 

@@ -47,9 +47,12 @@ func buildQueries(t store.Tables) queries {
 //	     counts when $4), about a fair share of $LIMIT per aggregate. The first
 //	     is the aggregate's head.
 //	c:   the claimable runs: from the head on, while rows are PENDING and
-//	     due. Rows PROCESSING under one of this relay's own tokens ($5) are
+//	     due. Rows PROCESSING under one of this relay's own tokens ($4) are
 //	     stepped over: the relay sends its batches in order and holds back
-//	     a later event itself if an earlier one fails.
+//	     a later event itself if an earlier one fails. But a PENDING row
+//	     before the aggregate's last own row (last_mine: one the relay gave
+//	     back while a later batch is still in flight) stops the run: it must
+//	     go out before that later batch's events, which the relay holds back.
 //	dfr: rows (of the window and of r) that wait behind a head in backoff
 //	     take the head's available_at, and blk: those behind a FAILED head
 //	     become BLOCKED, so that neither crowds the next window: each claim
@@ -69,7 +72,13 @@ WITH win AS MATERIALIZED (
     LIMIT $LIMIT
 ),
 w AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM win GROUP BY 1, 2
+    SELECT g.aggregate_type, g.aggregate_id, g.first_due,
+        CASE WHEN cardinality($4::uuid[]) > 0 THEN
+            (SELECT max(m.id) FROM {t} m
+              WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
+                AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[]))
+        END AS last_mine
+    FROM (SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM win GROUP BY 1, 2) g
 ),
 per AS (
     SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
@@ -77,7 +86,7 @@ per AS (
 r AS MATERIALIZED (
     SELECT w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
         row_number() OVER run AS pos,
-        sum(CASE WHEN x.ok OR x.mine THEN 0 ELSE 1 END) OVER run AS bad
+        sum(CASE WHEN (x.ok AND x.id > COALESCE(w.last_mine, 0)) OR x.mine THEN 0 ELSE 1 END) OVER run AS bad
     FROM w CROSS JOIN per CROSS JOIN LATERAL (
         SELECT o.id, o.status, o.available_at,
             (o.status = 'PENDING' AND o.available_at <= now()) AS ok,

@@ -32,6 +32,7 @@ func RunRelay(t *testing.T, newHarness Factory) {
 		{"PermanentErrorFailsAtOnce", testPermanent},
 		{"ExpiredNeverSent", testExpiredNeverSent},
 		{"OrderUnderRandomFailuresTwoRelays", testOrderUnderFailures},
+		{"PipelinedDrainWithSlowFlakySink", testPipelinedDrain},
 		{"PausedRelayIsFenced", testPausedRelayFenced},
 		{"CleanStopLeavesNothingProcessing", testCleanStop},
 		{"DrainStopsAtBlockedAggregates", testDrainBlocked},
@@ -436,6 +437,52 @@ func testOrderUnderFailures(t *testing.T, h *Harness) {
 	if int64(len(seen)) != total {
 		t.Fatalf("%d distinct events delivered, want %d", len(seen), total)
 	}
+}
+
+// testPipelinedDrainWithSlowFlakySink: one relay with several batches in
+// flight, a sink that takes time and fails a third of the messages: the
+// drain finishes (no aggregate is held back forever) and order holds.
+func testPipelinedDrain(t *testing.T, h *Harness) {
+	aggs, per := 10, 30
+	for i := 0; i < per; i++ {
+		var batch []outbox.Event
+		for a := 0; a < aggs; a++ {
+			batch = append(batch, ev(fmt.Sprintf("agg-%d", a), i))
+		}
+		enqueue(t, h, batch...)
+	}
+	rnd := rand.New(rand.NewPCG(3, 3))
+	var mu sync.Mutex
+	rec := &Recorder{Name: "sink", Fail: func(outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if rnd.Float64() < 0.3 {
+			return errTransient
+		}
+		return nil
+	}}
+	cfg := testConfig(h, slowSink{rec, time.Millisecond}, "pipelined")
+	cfg.BatchSize = 50
+	cfg.PollInterval = 10 * time.Millisecond
+	cfg.MaxRetries = 1000
+	drain(t, newRelay(t, cfg), 2*time.Minute)
+	if err := CheckOrder(rec.Deliveries()); err != nil {
+		t.Fatal(err)
+	}
+	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(aggs*per) {
+		t.Fatalf("%d PROCESSED, want %d", n, aggs*per)
+	}
+}
+
+// slowSink adds a network round trip to every Publish call.
+type slowSink struct {
+	*Recorder
+	latency time.Duration
+}
+
+func (s slowSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	<-time.After(s.latency) // simulated latency, not synchronization
+	return s.Recorder.Publish(ctx, msgs)
 }
 
 func testPausedRelayFenced(t *testing.T, h *Harness) {

@@ -325,6 +325,28 @@ func testClaimBehindOwn(t *testing.T, h *Harness) {
 	if rest := claim(t, h.Store, 10, time.Minute, true); len(rest.Events) != 2 {
 		t.Fatalf("after both batches: claimed %d, want the last 2", len(rest.Events))
 	}
+
+	// An event given back while a later batch of its aggregate is still in
+	// flight stops the aggregate for this relay too: neither it nor what
+	// follows the batch in flight may be claimed.
+	enqueue(t, h, ev("back", 1), ev("back", 2), ev("back", 3))
+	b1 := claim(t, h.Store, 1, time.Minute, true)
+	b2, err := h.Store.Claim(context.Background(), store.ClaimRequest{RelayID: "test", Limit: 1, Lease: time.Minute,
+		FailedBlocks: true, Own: []string{b1.Token}})
+	if err != nil || len(b2.Events) != 1 || b2.Events[0].ID <= b1.Events[0].ID {
+		t.Fatalf("second batch behind the first = %+v, %v", b2, err)
+	}
+	complete(t, h.Store, b1, true, outcomes(b1, store.Released))
+	b3, err := h.Store.Claim(context.Background(), store.ClaimRequest{RelayID: "test", Limit: 10, Lease: time.Minute,
+		FailedBlocks: true, Own: []string{b2.Token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range b3.Events {
+		if e.AggregateID == "back" {
+			t.Fatalf("claimed back/%d while the given-back event %d precedes the batch in flight", e.ID, b1.Events[0].ID)
+		}
+	}
 }
 
 func testCompleteOutcomes(t *testing.T, h *Harness) {
