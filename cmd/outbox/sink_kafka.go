@@ -1,0 +1,21 @@
+package main
+
+import (
+	"context"
+
+	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/kafkasink"
+)
+
+func init() { registerSink("kafka", openKafkaSink) }
+
+// openKafkaSink opens kafka://host:9092[,host2:9092]?topic=TEMPLATE&...
+// (see kafkasink.ParseURL); --route overrides the topic per aggregate type.
+func openKafkaSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+	cfg, err := kafkasink.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RouteOverrides = routes
+	return kafkasink.New(ctx, cfg)
+}

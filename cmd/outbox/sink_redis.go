@@ -1,0 +1,25 @@
+package main
+
+import (
+	"context"
+
+	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/redissink"
+)
+
+func init() {
+	registerSink("redis", openRedisSink)
+	registerSink("rediss", openRedisSink)
+}
+
+// openRedisSink opens redis://[user:pass@]host:6379/0?stream=TEMPLATE&maxlen=N
+// (rediss:// for TLS; see redissink.ParseURL); --route overrides the stream
+// per aggregate type.
+func openRedisSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+	cfg, err := redissink.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RouteOverrides = routes
+	return redissink.New(ctx, cfg)
+}

@@ -1,0 +1,188 @@
+package kafkasink
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
+)
+
+// Defaults for the zero values of [Config].
+const (
+	// DefaultMaxMessageBytes is franz-go's default record batch limit,
+	// the historical default of Kafka's max.message.bytes. Kafka 2.x and
+	// later default to 1048588 per topic; raise MaxMessageBytes to the
+	// topics' real limit to send larger events.
+	DefaultMaxMessageBytes = 1_000_012
+	// DefaultProduceTimeout bounds one Publish call.
+	DefaultProduceTimeout = 30 * time.Second
+	// DefaultClientID names the producer in the brokers' logs and quotas.
+	DefaultClientID = "outbox-relay"
+	// DefaultPort is used for a broker address given without a port.
+	DefaultPort = "9092"
+
+	// MinMaxMessageBytes and MaxMaxMessageBytes bound MaxMessageBytes (the
+	// range franz-go accepts for a record batch).
+	MinMaxMessageBytes = 512
+	MaxMaxMessageBytes = 1 << 30
+)
+
+// Config configures a [Sink]. The zero value of every field except Brokers
+// means the documented default.
+type Config struct {
+	// Brokers are the seed brokers, host:port (the port defaults to 9092).
+	// The client discovers the rest of the cluster from them.
+	Brokers []string
+
+	// Route is the topic template: {aggregate_type}, {aggregate_id} and
+	// {event_type} are replaced by the event's values. Default
+	// "{aggregate_type}.events": payment events go to payment.events.
+	Route string
+
+	// RouteOverrides replaces Route for some aggregate types, e.g.
+	// {"merchant": "merchant.audit"} (the CLI's --route flag).
+	RouteOverrides map[string]string
+
+	// ClientID names the producer to the brokers. Default "outbox-relay".
+	ClientID string
+
+	// MaxMessageBytes is the largest record batch the producer builds, in
+	// bytes before compression: Kafka's max.message.bytes. An event whose
+	// record alone (key, payload, headers and batch overhead) is larger
+	// fails at once with a permanent error, without being sent. Keep it at
+	// or below the topics' max.message.bytes (and the brokers'
+	// message.max.bytes): a batch the broker refuses as too large is resent
+	// one record at a time to find the oversized event, which is slow.
+	// Default 1000012, from 512 to 1 GiB.
+	MaxMessageBytes int
+
+	// ProduceTimeout bounds one Publish call: a message the brokers have
+	// not acknowledged by then fails with a retryable error (it may still
+	// be written later, so the relay's retry can duplicate it). Default 30s.
+	ProduceTimeout time.Duration
+
+	// Linger is how long the producer waits for more records before it
+	// sends a partition's batch. Default 0: send at once, and batch what
+	// arrives while a request is in flight, which suits the relay since
+	// every Publish call waits for its acknowledgements.
+	Linger time.Duration
+
+	// TLS, when set, connects to the brokers over TLS with this
+	// configuration. Nil: plain TCP.
+	TLS *tls.Config
+
+	// AllowAutoTopicCreation asks the brokers to create a topic that does
+	// not exist when the producer first needs it (the broker must allow it
+	// too: auto.create.topics.enable). Default false: a missing topic is a
+	// permanent error, so a typo in a route never creates a stray topic.
+	AllowAutoTopicCreation bool
+}
+
+// withDefaults returns c with its zero values replaced by the defaults.
+func (c Config) withDefaults() Config {
+	if c.Route == "" {
+		c.Route = sink.DefaultRoute
+	}
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	brokers := make([]string, 0, len(c.Brokers))
+	for _, b := range c.Brokers {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			continue
+		}
+		brokers = append(brokers, withPort(b))
+	}
+	c.Brokers = brokers
+	return c
+}
+
+// withPort adds the default port to a broker address that has none.
+func withPort(b string) string {
+	if _, _, err := net.SplitHostPort(b); err == nil {
+		return b
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(b, "["), "]"), DefaultPort)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: kafka sink: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
+}
+
+// validate checks c (after withDefaults) and returns its router.
+func (c Config) validate() (*sink.Router, error) {
+	if len(c.Brokers) == 0 {
+		return nil, invalid("no brokers: set Brokers to at least one host:port, e.g. 127.0.0.1:9092")
+	}
+	for _, b := range c.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" || port == "" {
+			return nil, invalid("broker address %q is not host:port", b)
+		}
+	}
+	switch {
+	case c.MaxMessageBytes < MinMaxMessageBytes || c.MaxMessageBytes > MaxMaxMessageBytes:
+		return nil, invalid("MaxMessageBytes %d is out of range: use %d to %d, or 0 for the default %d",
+			c.MaxMessageBytes, MinMaxMessageBytes, MaxMaxMessageBytes, DefaultMaxMessageBytes)
+	case c.ProduceTimeout < 0:
+		return nil, invalid("ProduceTimeout %s is negative: use a positive duration, or 0 for the default %s", c.ProduceTimeout, DefaultProduceTimeout)
+	case c.Linger < 0:
+		return nil, invalid("Linger %s is negative: use 0 (send at once) or a positive duration", c.Linger)
+	case strings.ContainsFunc(c.ClientID, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return nil, invalid("ClientID contains a control character")
+	}
+	r, err := sink.NewRouter(c.Route, c.RouteOverrides)
+	if err != nil {
+		// err matches outbox.ErrInvalidConfig; say the sink once, after it.
+		return nil, invalid("%s", strings.TrimPrefix(err.Error(), outbox.ErrInvalidConfig.Error()+": "))
+	}
+	// A template without placeholders names one topic: check it now.
+	for _, t := range append([]string{c.Route}, overrideValues(c.RouteOverrides)...) {
+		if !strings.Contains(t, "{") {
+			if err := checkTopic(t); err != nil {
+				return nil, invalid("route %q: %v", t, err)
+			}
+		}
+	}
+	return r, nil
+}
+
+func overrideValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// checkTopic applies Kafka's rules for topic names: 1 to 249 characters
+// of ASCII letters, digits, '.', '_' and '-', and not "." or "..".
+func checkTopic(t string) error {
+	if t == "" {
+		return fmt.Errorf("the topic name is empty")
+	}
+	if len(t) > 249 {
+		return fmt.Errorf("the topic name is %d characters long; Kafka allows at most 249", len(t))
+	}
+	if t == "." || t == ".." {
+		return fmt.Errorf("%q is not a valid topic name", t)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("topic %q has the character %q; Kafka allows only ASCII letters, digits, '.', '_' and '-'", t, c)
+		}
+	}
+	return nil
+}

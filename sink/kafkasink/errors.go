@@ -1,0 +1,96 @@
+package kafkasink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txoutbox/outbox"
+)
+
+// permanentKafkaErrors are broker answers that retrying the same record
+// cannot fix. Every other Kafka error, and every connection error and
+// timeout, is retryable.
+var permanentKafkaErrors = []*kerr.Error{
+	kerr.MessageTooLarge,
+	kerr.RecordListTooLarge,
+	kerr.InvalidTopicException,
+	kerr.UnknownTopicOrPartition, // returned only after UnknownTopicRetries metadata loads
+	kerr.UnknownTopicID,
+	kerr.TopicAuthorizationFailed,
+	kerr.ClusterAuthorizationFailed,
+	kerr.TransactionalIDAuthorizationFailed,
+	kerr.InvalidRecord,
+	kerr.InvalidRequiredAcks,
+	kerr.InvalidTimestamp,
+	kerr.PolicyViolation,
+	kerr.UnsupportedForMessageFormat,
+	kerr.UnsupportedCompressionType,
+}
+
+// classify turns a franz-go produce error into an outbox error for the
+// message m sent to topic.
+func (s *Sink) classify(m *outbox.Message, topic string, err error) error {
+	prefix := fmt.Sprintf("kafka sink: event %s to topic %s", m.EventID, topic)
+	var ke *kerr.Error
+	switch {
+	case errors.Is(err, kgo.ErrClientClosed):
+		return notSent(m, "the sink is closed", outbox.ErrClosed)
+	case errors.Is(err, kerr.MessageTooLarge):
+		return outbox.Permanent(fmt.Errorf("%s: the broker refused the message as too large on its own "+
+			"(%d bytes as a record batch): raise the topic's max.message.bytes, or shrink the event: %w",
+			prefix, recordBatchBytes(m), err))
+	case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
+		return outbox.Permanent(fmt.Errorf("%s: the topic does not exist and the sink does not create topics: "+
+			"create it (or route the aggregate type elsewhere with --route), then requeue the event: %w", prefix, err))
+	case errors.As(err, &ke) && isPermanentKafka(ke):
+		return outbox.Permanent(fmt.Errorf("%s: %w", prefix, err))
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrRecordTimeout):
+		return outbox.Retryable(fmt.Errorf("%s: no acknowledgement within the produce timeout (%s) or the publish deadline; "+
+			"is a broker down? the message may still be written: %w", prefix, s.cfg.ProduceTimeout, err), 0)
+	case errors.Is(err, context.Canceled):
+		return outbox.Retryable(fmt.Errorf("%s: interrupted: the publish context was cancelled: %w", prefix, err), 0)
+	}
+	return outbox.Retryable(fmt.Errorf("%s: %w", prefix, err), 0)
+}
+
+func isPermanentKafka(ke *kerr.Error) bool {
+	for _, p := range permanentKafkaErrors {
+		if ke == p {
+			return true
+		}
+	}
+	return false
+}
+
+// notSentError is the result of a message that was not written: the
+// context ended, the sink is closed, its deadline passed, or an earlier
+// message of its aggregate failed. It matches [outbox.ErrNotAttempted] and
+// its cause.
+type notSentError struct {
+	id     outbox.EventID
+	reason string
+	cause  error
+}
+
+func notSent(m *outbox.Message, reason string, cause error) error {
+	return &notSentError{id: m.EventID, reason: reason, cause: cause}
+}
+
+func (e *notSentError) Error() string {
+	msg := "kafka sink: event " + e.id.String() + " not sent: " + e.reason
+	if e.cause != nil && e.cause != outbox.ErrClosed {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+func (e *notSentError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{outbox.ErrNotAttempted}
+	}
+	return []error{e.cause, outbox.ErrNotAttempted}
+}

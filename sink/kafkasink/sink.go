@@ -1,0 +1,393 @@
+package kafkasink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
+)
+
+var _ sink.Sink = (*Sink)(nil)
+
+// Sink produces each message as a Kafka record with acks=all and the
+// idempotent producer. Create it with [New]; it is safe for concurrent use.
+type Sink struct {
+	cfg    Config
+	router *sink.Router
+	cl     *kgo.Client
+
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup // Publish calls in progress
+
+	// Set by tests only: beforeProduce runs after message i passed its
+	// checks and before it is handed to the producer; resolved runs when
+	// the producer reports message i's outcome.
+	beforeProduce func(i int)
+	resolved      func(i int, err error)
+}
+
+// New validates cfg and returns a sink. It does not contact the brokers:
+// the client connects when the first message is published, so a broker
+// that is down at start shows up as retryable publish errors, not as a
+// failure here. Errors match [outbox.ErrInvalidConfig].
+func New(_ context.Context, cfg Config) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	router, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		// RELIABILITY.md item 17: acks from every in-sync replica, and the
+		// idempotent producer (franz-go's default, never disabled here), so
+		// the client's own retries neither duplicate nor reorder records.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// Let a record that was handed to a broker whose answer never came
+		// fail when its context ends (the Publish timeout, the event's
+		// deadline) instead of being resent after it. Idempotence stays on:
+		// franz-go bumps the producer epoch before producing again, so the
+		// partition's order holds; the cost is a possible duplicate of the
+		// cancelled record, which at-least-once delivery allows anyway.
+		kgo.AllowIdempotentProduceCancellation(),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxMessageBytes)),
+		kgo.ProducerLinger(cfg.Linger),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(cfg.TLS.Clone()))
+	}
+	if cfg.AllowAutoTopicCreation {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return &Sink{cfg: cfg, router: router, cl: cl}, nil
+}
+
+// Client is the franz-go client the sink produces with, for metrics and
+// admin requests. Do not produce with it or close it.
+func (s *Sink) Client() *kgo.Client { return s.cl }
+
+// enter registers a Publish call, or reports that the sink is closed.
+func (s *Sink) enter() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// call is the shared state of one Publish call: the promises of its
+// records resolve on franz-go's goroutines.
+type call struct {
+	mu       sync.Mutex
+	raw      []error // franz-go's result per message
+	resolved []bool
+	failed   map[string]int // ordering key -> first message of the key that failed
+	pending  int
+	done     chan struct{}
+	over     bool // Publish returned: late promises change nothing
+}
+
+func (c *call) resolve(i int, key string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over {
+		return
+	}
+	c.raw[i], c.resolved[i] = err, true
+	if _, ok := c.failed[key]; err != nil && !ok {
+		c.failed[key] = i
+	}
+	c.pending--
+	if c.pending == 0 {
+		close(c.done)
+	}
+}
+
+// Publish produces every message asynchronously (franz-go batches them per
+// partition) and waits for each acknowledgement, at most ProduceTimeout.
+// See the package documentation for what a result means.
+func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	res := make([]error, len(msgs))
+	if !s.enter() {
+		for i := range msgs {
+			res[i] = notSent(&msgs[i], "the sink is closed", outbox.ErrClosed)
+		}
+		return res
+	}
+	defer s.inflight.Done()
+	if err := ctx.Err(); err != nil {
+		for i := range msgs {
+			res[i] = notSent(&msgs[i], "the publish context ended", err)
+		}
+		return res
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
+	defer cancel()
+
+	c := &call{
+		raw:      make([]error, len(msgs)),
+		resolved: make([]bool, len(msgs)),
+		failed:   make(map[string]int),
+		pending:  1, // held by the loop below until every record is handed over
+		done:     make(chan struct{}),
+	}
+	topics := make([]string, len(msgs))
+	recs := make([]kgo.Record, len(msgs))
+	produced := make([]bool, len(msgs))
+	behind := make([]bool, len(msgs)) // not written because an earlier message of its key failed
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, f := range cancels {
+			f()
+		}
+	}()
+	for i := range msgs {
+		m := &msgs[i]
+		key := m.OrderingKey()
+		c.mu.Lock()
+		first, blocked := c.failed[key]
+		c.mu.Unlock()
+		if blocked {
+			res[i] = notSent(m, "event "+msgs[first].EventID.String()+" of the same aggregate failed before it", nil)
+			behind[i] = true
+			continue
+		}
+		if err := s.check(pctx, m, &topics[i]); err != nil {
+			res[i] = err
+			c.mu.Lock()
+			c.failed[key] = i
+			c.mu.Unlock()
+			continue
+		}
+		fillRecord(&recs[i], m, topics[i])
+		rctx := pctx
+		if !m.Deadline.IsZero() {
+			var cancelRec context.CancelFunc
+			rctx, cancelRec = context.WithDeadline(pctx, m.Deadline)
+			cancels = append(cancels, cancelRec)
+		}
+		c.mu.Lock()
+		c.pending++
+		c.mu.Unlock()
+		produced[i] = true
+		if s.beforeProduce != nil {
+			s.beforeProduce(i)
+		}
+		s.cl.Produce(rctx, &recs[i], func(_ *kgo.Record, err error) {
+			c.resolve(i, key, err)
+			if s.resolved != nil {
+				s.resolved(i, err)
+			}
+		})
+	}
+	c.mu.Lock()
+	c.pending--
+	if c.pending == 0 {
+		close(c.done)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-c.done:
+	case <-pctx.Done():
+	}
+	c.mu.Lock()
+	c.over = true
+	raw, resolved := c.raw, c.resolved // recs[i] of a resolved record holds its partition and offset
+	c.mu.Unlock()
+
+	// Results in order, per key: the first message of a key that was not
+	// written stops its key; what franz-go failed after it was not written
+	// either (it fails the partition's buffered records together), and what
+	// was written after it is reported as not delivered, so the relay sends
+	// it again after the failed one.
+	firstFail := make(map[string]int)
+	writtenAfter := make(map[string]bool)
+	var tooLarge []int
+	for i := range msgs {
+		m := &msgs[i]
+		key := m.OrderingKey()
+		first, stopped := firstFail[key]
+		switch {
+		case !produced[i]:
+			if !stopped {
+				firstFail[key] = i
+			}
+		case !resolved[i]:
+			res[i] = outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: no acknowledgement within the produce timeout (%s) "+
+				"or before the publish context ended; is a broker down? the message may still be written: %w",
+				m.EventID, topics[i], s.cfg.ProduceTimeout, context.Cause(pctx)), 0)
+			if !stopped {
+				firstFail[key] = i
+			}
+		case raw[i] == nil:
+			if stopped {
+				writtenAfter[key] = true
+				res[i] = outbox.Retryable(fmt.Errorf("kafka sink: event %s was written to topic %s (partition %d, offset %d), but event %s "+
+					"of the same aggregate failed before it: reported as not delivered so that the relay sends it again after that one",
+					m.EventID, topics[i], recs[i].Partition, recs[i].Offset, msgs[first].EventID), 0)
+			}
+		case stopped:
+			var ke *kerr.Error
+			if errors.As(raw[i], &ke) {
+				// Refused by the broker with the failed batch ahead of it.
+				res[i] = notSent(m, "event "+msgs[first].EventID.String()+" of the same aggregate failed before it", raw[i])
+				behind[i] = true
+			} else {
+				res[i] = s.result(pctx, m, topics[i], raw[i])
+			}
+		default:
+			firstFail[key] = i
+			if errors.Is(raw[i], kerr.MessageTooLarge) {
+				tooLarge = append(tooLarge, i)
+				continue
+			}
+			res[i] = s.result(pctx, m, topics[i], raw[i])
+		}
+	}
+	// A batch refused as too large may hold innocent records: resend the
+	// refused key's messages alone, in order, until one fails on its own.
+	for _, i := range tooLarge {
+		key := msgs[i].OrderingKey()
+		if res[i] = s.isolate(pctx, &msgs[i], topics[i], writtenAfter[key]); res[i] != nil {
+			continue
+		}
+		for j := i + 1; j < len(msgs); j++ {
+			if msgs[j].OrderingKey() != key {
+				continue
+			}
+			if !behind[j] {
+				break
+			}
+			if topics[j] == "" {
+				topics[j] = s.router.Route(&msgs[j])
+			}
+			if res[j] = s.isolate(pctx, &msgs[j], topics[j], false); res[j] != nil {
+				break
+			}
+		}
+	}
+	return res
+}
+
+// check returns why m must not be produced now, or nil; it sets *topic.
+func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string) error {
+	if err := ctx.Err(); err != nil {
+		return notSent(m, "the publish context ended", err)
+	}
+	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
+		return notSent(m, "its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
+	}
+	*topic = s.router.Route(m)
+	if err := checkTopic(*topic); err != nil {
+		return outbox.Permanent(fmt.Errorf("kafka sink: event %s: route %s gives an invalid topic: %v", m.EventID, s.cfg.Route, err))
+	}
+	if n := recordBatchBytes(m); n > s.cfg.MaxMessageBytes {
+		return outbox.Permanent(fmt.Errorf("kafka sink: event %s to topic %s is too large: its record is %d bytes "+
+			"(payload %d bytes, plus key, headers and batch overhead), over the %d-byte limit (MaxMessageBytes, max_message_bytes): "+
+			"shrink the event, or raise the limit and the topic's max.message.bytes together",
+			m.EventID, *topic, n, len(m.Payload), s.cfg.MaxMessageBytes))
+	}
+	return nil
+}
+
+// result classifies the failure of a message that was handed to franz-go.
+func (s *Sink) result(pctx context.Context, m *outbox.Message, topic string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		switch {
+		case !m.Deadline.IsZero() && !time.Now().Before(m.Deadline):
+			return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: no acknowledgement before its deadline %s; "+
+				"the producer dropped it (had it already left, it may have been written before the deadline): %w",
+				m.EventID, topic, m.Deadline.Format(time.RFC3339Nano), context.DeadlineExceeded), 0)
+		case pctx.Err() == nil:
+			// The record's own context did not end: franz-go failed it with
+			// its partition's other buffered records when the deadline of
+			// the record heading them passed.
+			return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: the producer dropped it with its partition's "+
+				"buffered records when another event's deadline passed (had it already left, it may have been written): %w",
+				m.EventID, topic, err), 0)
+		}
+	}
+	return s.classify(m, topic, err)
+}
+
+// isolate resends, alone, a message whose record batch the broker refused
+// as too large: alone it is either accepted or too large by itself. The
+// batch may have been refused because of another record, so a refusal is
+// permanent only for a record that is refused on its own.
+func (s *Sink) isolate(pctx context.Context, m *outbox.Message, topic string, laterWritten bool) error {
+	batchErr := func(why string) error {
+		return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: the broker refused its record batch as too large "+
+			"(the topic's max.message.bytes is below MaxMessageBytes %d: lower max_message_bytes to match); %s: %w",
+			m.EventID, topic, s.cfg.MaxMessageBytes, why, kerr.MessageTooLarge), 0)
+	}
+	if laterWritten {
+		return batchErr("a later event of its aggregate was written, so it is not resent out of order")
+	}
+	if err := s.check(pctx, m, &topic); err != nil {
+		if errors.Is(err, outbox.ErrNotAttempted) {
+			return batchErr("there was no time left to resend it alone")
+		}
+		return err
+	}
+	rctx := pctx
+	if !m.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(pctx, m.Deadline)
+		defer cancel()
+	}
+	var rec kgo.Record
+	fillRecord(&rec, m, topic)
+	err := s.cl.ProduceSync(rctx, &rec).FirstErr()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kerr.MessageTooLarge):
+		return s.classify(m, topic, err)
+	}
+	return s.result(pctx, m, topic, err)
+}
+
+// Close stops new publishes (they fail with [outbox.ErrClosed]), waits for
+// the records already handed to the producer to be acknowledged or to
+// fail, and closes the client. ctx bounds the wait; the client is closed
+// either way.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	err := s.cl.Flush(ctx)
+	waited := make(chan struct{})
+	go func() { s.inflight.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	s.cl.Close()
+	if err != nil {
+		return fmt.Errorf("kafka sink: close: records still unacknowledged were failed: %w", err)
+	}
+	return nil
+}

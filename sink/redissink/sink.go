@@ -1,0 +1,273 @@
+package redissink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
+)
+
+var _ sink.Sink = (*Sink)(nil)
+
+// FieldPayload is the stream entry field that holds the event's payload.
+const FieldPayload = "payload"
+
+// FieldRenamedPayloadHeader carries an event header named "payload", which
+// would otherwise be ambiguous with the payload field.
+const FieldRenamedPayloadHeader = "outbox-header-payload"
+
+// Sink appends each message to a Redis stream with XADD, pipelining a
+// Publish call's commands in one round trip. Create it with [New]; it is
+// safe for concurrent use.
+type Sink struct {
+	cfg    Config
+	router *sink.Router
+	rdb    *redis.Client
+
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+// New validates cfg and returns a sink. It does not contact the server:
+// connections are opened when messages are published, so a server that is
+// down at start shows up as retryable publish errors. Errors match
+// [outbox.ErrInvalidConfig].
+func New(_ context.Context, cfg Config) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	router, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	opts := &redis.Options{
+		Addr:        cfg.Addr,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		DB:          cfg.DB,
+		ClientName:  cfg.ClientName,
+		DialTimeout: cfg.DialTimeout,
+		// The relay retries; the client must not resend a pipeline on its
+		// own, which could write a batch twice without anyone knowing.
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig = cfg.TLS.Clone()
+	}
+	return &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts)}, nil
+}
+
+// Client is the go-redis client the sink writes with. Do not close it.
+func (s *Sink) Client() *redis.Client { return s.rdb }
+
+func (s *Sink) enter() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// fields returns the XADD field-value pairs of m: the outbox-* fields,
+// the payload, then the event's own headers.
+func fields(m *outbox.Message) []string {
+	hs := sink.BrokerHeaders(m)
+	out := make([]string, 0, 2*len(hs)+2)
+	for i, h := range hs {
+		if i == 5 { // after the outbox-* fields
+			out = append(out, FieldPayload, string(m.Payload))
+		}
+		if h[0] == FieldPayload {
+			h[0] = FieldRenamedPayloadHeader
+		}
+		out = append(out, h[0], h[1])
+	}
+	if len(hs) <= 5 {
+		out = append(out, FieldPayload, string(m.Payload))
+	}
+	return out
+}
+
+// Publish appends every message with one pipeline of XADDs, in order, and
+// reports each command's reply. See the package documentation for what a
+// result means.
+func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	res := make([]error, len(msgs))
+	if !s.enter() {
+		for i := range msgs {
+			res[i] = notSent(&msgs[i], "the sink is closed", outbox.ErrClosed)
+		}
+		return res
+	}
+	defer s.inflight.Done()
+	if err := ctx.Err(); err != nil {
+		for i := range msgs {
+			res[i] = notSent(&msgs[i], "the publish context ended", err)
+		}
+		return res
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+
+	failed := make(map[string]outbox.EventID) // ordering key -> first message that failed
+	streams := make([]string, len(msgs))
+	cmds := make([]*redis.StringCmd, len(msgs))
+	pipe := s.rdb.Pipeline()
+	now := time.Now()
+	for i := range msgs {
+		m := &msgs[i]
+		if first, ok := failed[m.OrderingKey()]; ok {
+			res[i] = notSent(m, "event "+first.String()+" of the same aggregate failed before it", nil)
+			continue
+		}
+		if !m.Deadline.IsZero() && !now.Before(m.Deadline) {
+			res[i] = notSent(m, "its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
+			failed[m.OrderingKey()] = m.EventID
+			continue
+		}
+		streams[i] = s.router.Route(m)
+		cmds[i] = pipe.XAdd(pctx, &redis.XAddArgs{
+			Stream: streams[i],
+			MaxLen: s.cfg.MaxLen,
+			Approx: true,
+			ID:     "*",
+			Values: fields(m),
+		})
+	}
+	var execErr error
+	if pipe.Len() > 0 {
+		_, execErr = pipe.Exec(pctx)
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		if cmds[i] == nil {
+			continue
+		}
+		err := cmds[i].Err()
+		if err == nil && cmds[i].Val() == "" {
+			// No reply: go-redis reports a failure to set up the connection
+			// (a wrong password, say) only as the pipeline's error. A
+			// written entry always has an id.
+			err = execErr
+			if err == nil {
+				err = errors.New("no reply to XADD")
+			}
+		}
+		first, stopped := failed[m.OrderingKey()]
+		switch {
+		case err == nil && stopped:
+			// Redis applies every command of a pipeline: this one was
+			// written although an earlier one of its aggregate failed.
+			res[i] = outbox.Retryable(fmt.Errorf("redis sink: event %s was appended to stream %s as %s, but event %s of the "+
+				"same aggregate failed before it: reported as not delivered so that the relay sends it again after that one",
+				m.EventID, streams[i], cmds[i].Val(), first), 0)
+		case err != nil:
+			res[i] = s.classify(pctx, m, streams[i], err)
+			if !stopped {
+				failed[m.OrderingKey()] = m.EventID
+			}
+		}
+	}
+	return res
+}
+
+// retryableReplies are error replies of a server that is starting,
+// failing over, out of memory or misconfigured for this client: retrying
+// later can succeed. Every other error reply (WRONGTYPE, NOPERM, ERR ...)
+// is permanent.
+var retryableReplies = []string{
+	"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM",
+	"NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOAUTH", "WRONGPASS", "ERR max number of clients",
+}
+
+// classify turns a command's error into an outbox error.
+func (s *Sink) classify(pctx context.Context, m *outbox.Message, stream string, err error) error {
+	prefix := fmt.Sprintf("redis sink: event %s to stream %s", m.EventID, stream)
+	var reply redis.Error
+	switch {
+	case errors.Is(err, redis.ErrClosed):
+		return notSent(m, "the sink is closed", outbox.ErrClosed)
+	case errors.As(err, &reply):
+		msg := reply.Error()
+		for _, p := range retryableReplies {
+			if strings.HasPrefix(msg, p) {
+				return outbox.Retryable(fmt.Errorf("%s: the server answered: %w", prefix, err), 0)
+			}
+		}
+		hint := ""
+		if strings.HasPrefix(msg, "WRONGTYPE") {
+			hint = ": the key exists and is not a stream; route this aggregate type to another stream (--route), or remove the key, then requeue the event"
+		}
+		return outbox.Permanent(fmt.Errorf("%s: the server refused the XADD: %w%s", prefix, err, hint))
+	case errors.Is(err, context.DeadlineExceeded) && pctx.Err() != nil:
+		return outbox.Retryable(fmt.Errorf("%s: no reply within the timeout (%s) or before the publish deadline; "+
+			"the entry may still have been appended: %w", prefix, s.cfg.Timeout, err), 0)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return outbox.Retryable(fmt.Errorf("%s: interrupted: %w", prefix, err), 0)
+	}
+	return outbox.Retryable(fmt.Errorf("%s: connection error (the entry may have been appended): %w", prefix, err), 0)
+}
+
+// Close stops new publishes (they fail with [outbox.ErrClosed]), waits
+// for the Publish calls in progress, bounded by ctx, and closes the
+// connections. A Publish call writes synchronously, so nothing is left
+// buffered.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	waited := make(chan struct{})
+	go func() { s.inflight.Wait(); close(waited) }()
+	var err error
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		err = fmt.Errorf("redis sink: close: publish calls still in progress were cut off: %w", ctx.Err())
+	}
+	if cerr := s.rdb.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("redis sink: close: %w", cerr)
+	}
+	return err
+}
+
+// notSentError is the result of a message that was not sent: the context
+// ended, the sink is closed, its deadline passed, or an earlier message of
+// its aggregate failed. It matches [outbox.ErrNotAttempted] and its cause.
+type notSentError struct {
+	id     outbox.EventID
+	reason string
+	cause  error
+}
+
+func notSent(m *outbox.Message, reason string, cause error) error {
+	return &notSentError{id: m.EventID, reason: reason, cause: cause}
+}
+
+func (e *notSentError) Error() string {
+	msg := "redis sink: event " + e.id.String() + " not sent: " + e.reason
+	if e.cause != nil && e.cause != outbox.ErrClosed {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+func (e *notSentError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{outbox.ErrNotAttempted}
+	}
+	return []error{e.cause, outbox.ErrNotAttempted}
+}
