@@ -1,0 +1,24 @@
+package main
+
+import (
+	"context"
+
+	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/amqpsink"
+)
+
+func init() {
+	registerSink("amqp", openAMQPSink)
+	registerSink("amqps", openAMQPSink)
+}
+
+// openAMQPSink opens amqp://user:pass@host:5672/vhost?exchange=outbox&routing_key=TEMPLATE;
+// the --route overrides replace the routing key per aggregate type.
+func openAMQPSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+	cfg, err := amqpsink.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RouteOverrides = routes
+	return amqpsink.New(ctx, cfg)
+}

@@ -1,0 +1,21 @@
+package main
+
+import (
+	"context"
+
+	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/natssink"
+)
+
+func init() { registerSink("nats", openNATSSink) }
+
+// openNATSSink opens nats://host:4222?subject=TEMPLATE&stream=OUTBOX; the
+// --route overrides replace the subject per aggregate type.
+func openNATSSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+	cfg, err := natssink.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RouteOverrides = routes
+	return natssink.New(ctx, cfg)
+}
