@@ -39,6 +39,7 @@ type Globals struct {
 type CLI struct {
 	Globals
 
+	Demo    DemoCmd    `cmd:"" help:"Run the QR-payment story end to end on SQLite (or --db): gateway, relays, four incidents, a checked summary."`
 	Migrate MigrateCmd `cmd:"" help:"Create or upgrade the outbox tables (idempotent)."`
 	Enqueue EnqueueCmd `cmd:"" help:"Enqueue JSON-lines events from stdin, all in one transaction."`
 	Relay   RelayCmd   `cmd:"" help:"Deliver committed events to a sink."`

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/txoutbox/outbox/internal/demo"
+	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/sink"
+)
+
+// relayTimings are the relay settings the demo uses, shortened so that the
+// scenario fits in a minute.
+type relayTimings struct {
+	batch       int
+	poll        time.Duration
+	lease       time.Duration // relay-1's (it is never killed)
+	crashLease  time.Duration // relay-2's, the one that is killed
+	backoffMin  time.Duration
+	backoffMax  time.Duration
+	sweep       time.Duration
+	stopTimeout time.Duration
+	maxRetries  int
+	httpTimeout time.Duration
+}
+
+// inProcRelay is relay-1: a relay.Relay in this process.
+type inProcRelay struct {
+	r      *relay.Relay
+	sink   sink.Sink
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startInProcRelay runs a relay on cfg (whose Sink it takes over) until stop.
+func startInProcRelay(ctx context.Context, cfg relay.Config) (*inProcRelay, error) {
+	r, err := relay.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &inProcRelay{r: r, sink: cfg.Sink, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- r.Run(ctx) }()
+	return p, nil
+}
+
+// stop stops the relay cleanly (it finishes its batch and marks it) and
+// closes its sink.
+func (p *inProcRelay) stop() error {
+	p.cancel()
+	err := <-p.done
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if cerr := p.sink.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// childRelay is relay-2: `outbox relay` in a process of its own, so that
+// it can be killed for real.
+type childRelay struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// childRelayEnv returns the environment of relay-2: this process's, minus
+// every OUTBOX_* setting, plus the relay's settings as OUTBOX_* variables
+// (so that the DSN's password is not on a command line).
+func childRelayEnv(settings map[string]string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "OUTBOX_") && !strings.HasPrefix(kv, "OUTBOX_TEST_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	// A test binary re-executed as the command (TestMain in main_test.go)
+	// runs `outbox relay` instead of the tests with this set; the real
+	// binary ignores it.
+	env = append(env, "OUTBOX_TEST_EXEC_MAIN=1")
+	for k, v := range settings {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// startChildRelay re-executes this program as `outbox relay` (this works
+// under `go run` too: os.Executable is the built binary). Its WARN and
+// ERROR log lines go to the console under the tag "relay-2"; onError sees
+// its ERROR lines.
+func startChildRelay(env []string, con *demo.Console, redact func(string) string, onError func(line string)) (*childRelay, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program to start relay-2: %w", err)
+	}
+	cmd := exec.Command(exe, "relay")
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start relay-2 (%s relay): %w", exe, err)
+	}
+	c := &childRelay{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		forwardChildLog(stderr, con, redact, onError)
+		c.err = cmd.Wait()
+	}()
+	return c, nil
+}
+
+func (c *childRelay) pid() int { return c.cmd.Process.Pid }
+
+// kill sends SIGKILL: the process ends at once, without marking anything.
+func (c *childRelay) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// stop asks the relay to stop cleanly (SIGTERM) and kills it if it has not
+// stopped after timeout.
+func (c *childRelay) stop(timeout time.Duration) error {
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		c.kill()
+		return nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.err
+	case <-t.C:
+		c.kill()
+		return fmt.Errorf("relay-2 did not stop within %s after SIGTERM; killed", timeout)
+	}
+}
+
+var (
+	logTimeAttr  = regexp.MustCompile(`^time=\S+ `)
+	logRelayAttr = regexp.MustCompile(` relay_id=\S+`)
+)
+
+// forwardChildLog prints relay-2's log lines (text format, WARN and up) on
+// the console, without their time and relay_id.
+func forwardChildLog(r io.Reader, con *demo.Console, redact func(string) string, onError func(string)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := redact(sc.Text())
+		line = logRelayAttr.ReplaceAllString(logTimeAttr.ReplaceAllString(line, ""), "")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		con.Printf("relay-2", "%s", line)
+		if strings.HasPrefix(line, "level=ERROR") && onError != nil {
+			onError(line)
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// consoleLogger returns a logger that prints WARN and ERROR lines on the
+// console under tag, in slog's text format without time and relay_id.
+func consoleLogger(con *demo.Console, tag string, redact func(string) string) *slog.Logger {
+	w := &consoleLineWriter{con: con, tag: tag, redact: redact}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "relay_id") {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// consoleLineWriter turns each written log line into a console line.
+type consoleLineWriter struct {
+	mu     sync.Mutex
+	con    *demo.Console
+	tag    string
+	redact func(string) string
+}
+
+func (w *consoleLineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.con.Printf(w.tag, "%s", w.redact(line))
+	}
+	return len(p), nil
+}

@@ -1,0 +1,500 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/demo"
+	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/store"
+)
+
+// scenario runs the traffic and the four incidents, then lets every event
+// settle and stops the relays.
+func (d *demoRun) scenario(ctx context.Context) error {
+	d.setIncident("normal traffic")
+	steps := []func(context.Context) error{
+		func(ctx context.Context) error { return sleep(ctx, d.plan.warmup) },
+		d.incidentOutage,
+		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
+		d.incidentPoison,
+		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
+		d.incidentCrash,
+		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
+		d.incidentRestart,
+		func(ctx context.Context) error { return sleep(ctx, d.plan.tail) },
+	}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	d.svc.stopService()
+	requests, committed, rolledBack := d.svc.counts()
+	d.con.Printf("service", "stopped after %d QR confirmations: %d events committed, %d rolled back", requests, committed, rolledBack)
+	if err := d.settle(ctx); err != nil {
+		return err
+	}
+	d.stopRelays()
+	d.stopProgress()
+	d.stopProgress = nil
+	return nil
+}
+
+// startRelays starts relay-1 (in this process) and relay-2 (a process).
+func (d *demoRun) startRelays(ctx context.Context) error {
+	if err := d.startRelay1(ctx); err != nil {
+		return err
+	}
+	return d.startRelay2()
+}
+
+func (d *demoRun) startRelay1(ctx context.Context) error {
+	t := d.plan.relay
+	sk, err := openSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String(), nil)
+	if err != nil {
+		return err
+	}
+	r, err := startInProcRelay(ctx, relay.Config{
+		Store: d.b.store, Sink: sk, RelayID: "relay-1",
+		BatchSize: t.batch, PollInterval: t.poll, Lease: t.lease, MaxRetries: t.maxRetries,
+		BackoffMin: t.backoffMin, BackoffMax: t.backoffMax, SweepInterval: t.sweep,
+		OnFailure: relay.BlockAggregate, StopTimeout: t.stopTimeout,
+		Logger:   consoleLogger(d.con, "relay-1", d.g.secrets.redact),
+		OnFailed: d.onFailed,
+	})
+	if err != nil {
+		_ = sk.Close(ctx)
+		return err
+	}
+	d.mu.Lock()
+	d.r1 = r
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *demoRun) startRelay2() error {
+	t := d.plan.relay
+	env := childRelayEnv(map[string]string{
+		"OUTBOX_DB":             d.dsn,
+		"OUTBOX_TABLE":          d.table,
+		"OUTBOX_SINK":           d.gw.EventsURL("relay-2") + "&timeout=" + t.httpTimeout.String(),
+		"OUTBOX_RELAY_ID":       "relay-2",
+		"OUTBOX_BATCH":          fmt.Sprint(t.batch),
+		"OUTBOX_POLL_INTERVAL":  t.poll.String(),
+		"OUTBOX_LEASE":          t.crashLease.String(),
+		"OUTBOX_MAX_RETRIES":    fmt.Sprint(t.maxRetries),
+		"OUTBOX_BACKOFF_MIN":    t.backoffMin.String(),
+		"OUTBOX_BACKOFF_MAX":    t.backoffMax.String(),
+		"OUTBOX_SWEEP_INTERVAL": t.sweep.String(),
+		"OUTBOX_RETENTION":      "0s",
+		"OUTBOX_ON_FAILURE":     "block",
+		"OUTBOX_STOP_TIMEOUT":   t.stopTimeout.String(),
+		"OUTBOX_PROGRESS":       "0s",
+		"OUTBOX_LOG_LEVEL":      "warn",
+		"OUTBOX_LOG_FORMAT":     "text",
+	})
+	c, err := startChildRelay(env, d.con, d.g.secrets.redact, func(line string) {
+		if strings.Contains(line, "event FAILED") {
+			d.alarms.Add(1)
+			d.con.Printf("ALARM", "raised by relay-2's ERROR log line above (a relay process alerts through its log)")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.r2 = c
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *demoRun) currentR2() *childRelay {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.r2
+}
+
+// stopRelays stops both relays cleanly, if they run.
+func (d *demoRun) stopRelays() {
+	d.mu.Lock()
+	r1, r2 := d.r1, d.r2
+	d.r1, d.r2 = nil, nil
+	d.mu.Unlock()
+	if r2 != nil {
+		if err := r2.stop(d.plan.relay.stopTimeout + 10*time.Second); err != nil {
+			d.g.logger.Warn("relay-2", "err", err)
+		}
+	}
+	if r1 != nil {
+		if err := r1.stop(); err != nil {
+			d.g.logger.Warn("relay-1", "err", err)
+		}
+	}
+}
+
+// nudge wakes relay-1 after a commit: the source's hybrid path.
+func (d *demoRun) nudge() {
+	d.mu.Lock()
+	r := d.r1
+	d.mu.Unlock()
+	if r != nil {
+		r.r.Notify()
+	}
+}
+
+// onFailed is relay-1's alarm callback.
+func (d *demoRun) onFailed(_ context.Context, fe relay.FailedEvent) {
+	d.alarms.Add(1)
+	d.con.Printf("ALARM", "%s/%s %s FAILED after %d attempt(s), moved to the dead-letter table (relay-1's OnFailed callback): %s",
+		fe.AggregateType, fe.AggregateID, fe.EventType, fe.Attempts, short(fe.Reason, 140))
+}
+
+// waitFinal polls until every event in ids is in a final status, or
+// timeout. It returns the count per status of those that are final and
+// the ids that are not.
+func (d *demoRun) waitFinal(ctx context.Context, ids []outbox.EventID, timeout time.Duration) (map[outbox.Status]int, []outbox.EventID, error) {
+	final := map[outbox.Status]int{}
+	left := append([]outbox.EventID(nil), ids...)
+	deadline := time.Now().Add(timeout)
+	for {
+		var still []outbox.EventID
+		for _, id := range left {
+			r, err := d.b.store.GetEvent(ctx, id)
+			switch {
+			case err == nil && r.Status.Final():
+				final[r.Status]++
+			case err == nil, errors.Is(err, outbox.ErrNotFound):
+				still = append(still, id)
+			default:
+				if ctx.Err() != nil {
+					return final, left, ctx.Err()
+				}
+				still = append(still, id)
+			}
+		}
+		left = still
+		if len(left) == 0 || time.Now().After(deadline) {
+			return final, left, nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return final, left, err
+		}
+	}
+}
+
+func parseIDs(ss []string) []outbox.EventID {
+	ids := make([]outbox.EventID, 0, len(ss))
+	for _, s := range ss {
+		if id, err := outbox.ParseEventID(s); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// others describes the outcomes in final other than main (and PROCESSED),
+// and the events still moving: "" when there are none.
+func others(final map[outbox.Status]int, main outbox.Status, moving int) string {
+	var parts []string
+	for _, st := range []outbox.Status{outbox.StatusProcessed, outbox.StatusFailed, outbox.StatusExpired, outbox.StatusSkipped} {
+		if st != main && st != outbox.StatusProcessed && final[st] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", final[st], st))
+		}
+	}
+	if moving > 0 {
+		parts = append(parts, fmt.Sprintf("%d not final yet", moving))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// incidentOutage is incident 1: the gateway is down for a few seconds.
+func (d *demoRun) incidentOutage(ctx context.Context) error {
+	p := d.plan
+	d.setIncident(fmt.Sprintf("incident 1: gateway down for %s", p.outage))
+	d.con.Printf("INCIDENT 1", "the payment gateway goes down for %s: every request gets 503 Service Unavailable", p.outage)
+	d.con.Printf("", "   events stay PENDING and are retried with exponential backoff (%s, %s, %s... up to %s, with jitter)",
+		p.relay.backoffMin, 2*p.relay.backoffMin, 4*p.relay.backoffMin, p.relay.backoffMax)
+	d.gw.SetDown(true)
+	err := sleep(ctx, p.outage)
+	// On a very busy machine the relays may not have tried anything yet:
+	// stay down until the gateway has refused something (bounded).
+	for end := time.Now().Add(4*p.outage + 2*time.Second); err == nil && len(d.gw.OutageHits()) == 0 && time.Now().Before(end); {
+		err = sleep(ctx, 50*time.Millisecond)
+	}
+	d.gw.SetDown(false)
+	if err != nil {
+		return err
+	}
+	hits := parseIDs(d.gw.OutageHits())
+	d.setIncident("incident 1: gateway back; retries catch up")
+	d.con.Printf("INCIDENT 1", "the gateway is back; %s got a 503 during the outage and wait for their next retry",
+		plural(len(hits), "event", "events"))
+	start := time.Now()
+	final, left, err := d.waitFinal(ctx, hits, p.ttl+10*time.Second)
+	if err != nil {
+		return err
+	}
+	d.con.Printf("INCIDENT 1", "over %s later: of those %d, %d were delivered after retries%s",
+		time.Since(start).Round(100*time.Millisecond), len(hits), final[outbox.StatusProcessed],
+		others(final, outbox.StatusProcessed, len(left)))
+	d.setIncident("normal traffic")
+	return nil
+}
+
+// incidentPoison is incident 2: a merchant whose requests are invalid.
+func (d *demoRun) incidentPoison(ctx context.Context) error {
+	p := d.plan
+	d.setIncident("incident 2: poison merchant " + poisonMerchant)
+	d.con.Printf("INCIDENT 2", "merchant %s takes %d payments, but its registration is invalid: the gateway answers 400 Bad Request",
+		poisonMerchant, p.poison)
+	d.con.Printf("", "   400 is permanent: no retry; FAILED -> dead letter -> alarm. Its payments' later events wait BLOCKED; other payments flow")
+	before, _ := d.gw.Counts()
+	d.svc.injectPoison(p.poison)
+	// Wait for the poison approvals and their cancels to be written.
+	var approvals, cancels []outbox.EventID
+	deadline := time.Now().Add(time.Duration(float64(p.poison)/p.rate*float64(time.Second)) + p.ttl + 5*time.Second)
+	for {
+		approvals, cancels = approvals[:0], cancels[:0]
+		for _, e := range d.svc.poisonEvents() {
+			if e.EventType == "ApprovalRequested" {
+				approvals = append(approvals, e.ID)
+			} else {
+				cancels = append(cancels, e.ID)
+			}
+		}
+		if len(cancels) >= p.poison || time.Now().After(deadline) {
+			break
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	final, left, err := d.waitFinal(ctx, approvals, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	// The cancels: BLOCKED behind the FAILED approval (or EXPIRED, if their
+	// QR code ran out first).
+	blocked := 0
+	for end := time.Now().Add(p.ttl + 5*time.Second); ; {
+		blocked = 0
+		settled := 0
+		for _, id := range cancels {
+			r, err := d.b.store.GetEvent(ctx, id)
+			if err != nil {
+				continue
+			}
+			if r.Status == outbox.StatusBlocked {
+				blocked++
+			}
+			if r.Status == outbox.StatusBlocked || r.Status.Final() {
+				settled++
+			}
+		}
+		if settled == len(cancels) || time.Now().After(end) {
+			break
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	after, _ := d.gw.Counts()
+	d.con.Printf("INCIDENT 2", "%d of %d approvals FAILED and were dead-lettered%s; %d CancelRequested wait BLOCKED behind them",
+		final[outbox.StatusFailed], len(approvals), others(final, outbox.StatusFailed, len(left)), blocked)
+	d.con.Printf("", "   only their own aggregates wait: the gateway accepted %d other events meanwhile. The BLOCKED ones end EXPIRED with their QR code", after-before)
+	d.setIncident("normal traffic")
+	return nil
+}
+
+// incidentCrash is incident 3: relay-2 is killed (SIGKILL) while the
+// gateway holds one of its requests, so its batch is neither marked nor
+// released; the reaper returns the rows after relay-2's lease.
+func (d *demoRun) incidentCrash(ctx context.Context) error {
+	p := d.plan
+	r2 := d.currentR2()
+	if r2 == nil {
+		return errors.New("relay-2 is not running")
+	}
+	d.setIncident("incident 3: relay-2 crashes mid-batch")
+	d.con.Printf("INCIDENT 3", "relay-2 (pid %d) is about to crash mid-batch: the gateway approves its next request but holds the answer", r2.pid())
+	held := d.gw.HoldNext("relay-2")
+	var h demo.Held
+	got := false
+	t := time.NewTimer(p.holdWait)
+	select {
+	case h = <-held:
+		got = true
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
+	t.Stop()
+	r2.kill()
+	d.mu.Lock()
+	d.r2 = nil
+	d.mu.Unlock()
+	d.gw.ReleaseHeld()
+	if !got {
+		d.con.Printf("INCIDENT 3", "relay-2 sent nothing within %s (relay-1 took all the work); killed it with SIGKILL anyway", p.holdWait)
+		d.setIncident("normal traffic")
+		return nil
+	}
+	id, err := outbox.ParseEventID(h.EventID)
+	if err != nil {
+		return fmt.Errorf("the gateway held a request with Idempotency-Key %q: %w", h.EventID, err)
+	}
+	d.heldID = id
+	d.con.Printf("INCIDENT 3", "SIGKILL relay-2 while the gateway held %s/%s %s: approved, but relay-2 never got the answer",
+		h.AggregateType, h.AggregateID, h.EventType)
+	rec, err := d.b.store.GetEvent(ctx, id)
+	if err != nil {
+		return err
+	}
+	var batch []outbox.EventID
+	if rec.Status == outbox.StatusProcessing && rec.LockToken != "" {
+		procs, err := d.b.store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusProcessing, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, r := range procs {
+			if r.LockToken == rec.LockToken {
+				batch = append(batch, r.EventID)
+			}
+		}
+		d.con.Printf("", "   its batch (%s) stays PROCESSING: nobody marks it until its lease ends at %s (%s lease)",
+			plural(len(batch), "event", "events"), rec.LockedUntil.UTC().Format("15:04:05.000"), p.relay.crashLease)
+	} else {
+		batch = []outbox.EventID{id}
+		d.con.Printf("", "   the held event is %s", rec.Status)
+	}
+	d.crashIDs = batch
+	_, dupsBefore := d.gw.Counts()
+	start := time.Now()
+	final, left, err := d.waitFinal(ctx, batch, p.relay.crashLease+p.ttl+10*time.Second)
+	if err != nil {
+		return err
+	}
+	_, dupsAfter := d.gw.Counts()
+	d.con.Printf("INCIDENT 3", "over %s later: the reaper returned them to PENDING (LEASE_EXPIRED in the audit trail) and relay-1 redelivered:",
+		time.Since(start).Round(100*time.Millisecond))
+	d.con.Printf("", "   %d delivered%s; the gateway recognised %s by Idempotency-Key and did not approve twice",
+		final[outbox.StatusProcessed], others(final, outbox.StatusProcessed, len(left)),
+		plural(dupsAfter-dupsBefore, "duplicate", "duplicates"))
+	d.setIncident("normal traffic (relay-1 alone)")
+	return nil
+}
+
+// incidentRestart is incident 4: every relay is down for longer than the
+// QR lifetime while the service keeps confirming QR codes.
+func (d *demoRun) incidentRestart(ctx context.Context) error {
+	p := d.plan
+	d.setIncident(fmt.Sprintf("incident 4: relays down for %s (QR lifetime %s)", p.restartDown, p.ttl))
+	d.con.Printf("INCIDENT 4", "a deploy restarts the relays and takes %s, longer than the QR lifetime (%s = 66s / %g)", p.restartDown, p.ttl, p.scale)
+	d.con.Printf("", "   the service keeps confirming QR codes; their events wait in the outbox, committed and audited")
+	_, mark := d.svc.committedSince(0)
+	d.stopRelays()
+	if err := sleep(ctx, p.restartDown); err != nil {
+		return err
+	}
+	written, _ := d.svc.committedSince(mark)
+	if err := d.startRelays(ctx); err != nil {
+		return err
+	}
+	d.setIncident("incident 4: relays back; expired events are never sent")
+	d.con.Printf("INCIDENT 4", "relays back: relay-1, and relay-2 as a new process (pid %d); %s were written while none ran",
+		d.currentR2().pid(), plural(len(written), "event", "events"))
+	ids := make([]outbox.EventID, len(written))
+	for i, e := range written {
+		ids[i] = e.ID
+	}
+	final, left, err := d.waitFinal(ctx, ids, p.ttl+10*time.Second)
+	if err != nil {
+		return err
+	}
+	for _, e := range written {
+		if e.EventType != "ApprovalRequested" {
+			continue
+		}
+		if r, err := d.b.store.GetEvent(ctx, e.ID); err == nil && r.Status == outbox.StatusExpired {
+			d.expiredSample = e.ID
+			break
+		}
+	}
+	d.con.Printf("INCIDENT 4", "over: %d outlived their QR code and ended EXPIRED, never sent; %d were still in time and were delivered%s",
+		final[outbox.StatusExpired], final[outbox.StatusProcessed], others(final, outbox.StatusExpired, len(left)))
+	d.con.Printf("", "   the outbox kept every intent and its audit trail, but no replay can revive an expired QR code:")
+	d.con.Printf("", "   it buys consistency and an audit trail, not a higher success rate")
+	d.setIncident("normal traffic")
+	return nil
+}
+
+// settle waits until no event is PENDING, PROCESSING or BLOCKED.
+func (d *demoRun) settle(ctx context.Context) error {
+	d.setIncident("settling: waiting for every event to reach a final status")
+	deadline := time.Now().Add(d.plan.ttl + 20*time.Second)
+	for {
+		st, err := d.b.store.Stats(ctx, true)
+		if err != nil {
+			return err
+		}
+		open := st.Counts[outbox.StatusPending] + st.Counts[outbox.StatusProcessing] + st.Counts[outbox.StatusBlocked]
+		if open == 0 {
+			d.con.Printf("settled", "every committed event is PROCESSED, FAILED or EXPIRED")
+			return nil
+		}
+		if waiting, blocked, err := d.onlyWaitingForOperator(ctx); err != nil {
+			return err
+		} else if waiting && blocked == 0 {
+			d.con.Printf("settled", "every committed event is PROCESSED, FAILED or EXPIRED")
+			return nil
+		} else if waiting {
+			d.con.Printf("settled", "every committed event is final, except %d BLOCKED behind a dead letter: they wait for an operator (outbox events retry|skip)", blocked)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			d.con.Printf("settled", "gave up waiting: %d events are still PENDING, PROCESSING or BLOCKED", open)
+			return nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// onlyWaitingForOperator reports whether nothing can move without an
+// operator any more: no relay can move an event, and no BLOCKED event has a
+// deadline ahead (at which the reaper would expire it). It also returns the
+// number of BLOCKED events.
+func (d *demoRun) onlyWaitingForOperator(ctx context.Context) (bool, int, error) {
+	n, err := d.b.store.CountMovable(ctx, true)
+	if err != nil || n > 0 {
+		return false, 0, err
+	}
+	blocked, err := d.b.store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusBlocked, Limit: 1000})
+	if err != nil {
+		return false, 0, err
+	}
+	now := time.Now()
+	for _, r := range blocked {
+		if !r.ExpiresAt.IsZero() && r.ExpiresAt.After(now.Add(-time.Second)) {
+			return false, len(blocked), nil
+		}
+	}
+	return true, len(blocked), nil
+}

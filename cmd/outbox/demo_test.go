@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox/internal/testenv"
+)
+
+// runDemo runs `outbox demo --short --json` in-process (relay-2 is this
+// test binary re-executed as the command, see TestMain) and returns the
+// output and the JSON summary of the last line.
+func runDemo(t *testing.T, extra ...string) (string, map[string]any) {
+	t.Helper()
+	args := append([]string{"demo", "--short", "--json"}, extra...)
+	out, errOut, code := cli(t, "", args...)
+	if code != 0 {
+		t.Fatalf("outbox %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("the last line of stdout is not the JSON summary (%v):\n%s", err, out)
+	}
+	return out, sum
+}
+
+// checkDemoSummary asserts the guarantees and that every incident showed.
+func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
+	t.Helper()
+	n := func(k string) int {
+		v, ok := sum[k].(float64)
+		if !ok {
+			t.Fatalf("summary lacks %q: %v", k, sum)
+		}
+		return int(v)
+	}
+	for _, k := range []string{"lost", "order_violations", "rolled_back_delivered", "rolled_back_visible", "unknown_delivered"} {
+		if n(k) != 0 {
+			t.Errorf("%s = %d, want 0\n%s", k, n(k), out)
+		}
+	}
+	for _, k := range []string{"delivered", "retried", "failed", "expired", "rolled_back", "committed"} {
+		if n(k) <= 0 {
+			t.Errorf("%s = %d, want > 0 (the incident did not show)\n%s", k, n(k), out)
+		}
+	}
+	if got := n("processed") + n("failed") + n("expired") + n("blocked"); got != n("committed") {
+		t.Errorf("processed+failed+expired+blocked = %d, committed %d: some events are in no final state", got, n("committed"))
+	}
+	if n("delivered") < n("processed") {
+		t.Errorf("delivered %d < processed %d: events marked PROCESSED that the gateway never accepted", n("delivered"), n("processed"))
+	}
+	if sum["ok"] != true {
+		t.Errorf("ok = %v", sum["ok"])
+	}
+	for _, want := range []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "ALARM", "SIGKILL relay-2",
+		"status      FAILED", "EXPIRED (retry_count", "summary:", "result: ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDemoShortSQLite runs the short demo on its default backend and checks
+// the summary and that progress off a terminal is plain lines.
+func TestDemoShortSQLite(t *testing.T) {
+	t.Parallel()
+	out, sum := runDemo(t)
+	checkDemoSummary(t, out, sum)
+	if sum["backend"] != "sqlite" {
+		t.Errorf("backend %v, want sqlite", sum["backend"])
+	}
+	if strings.ContainsAny(out, "\r\x1b") {
+		t.Errorf("stdout is not a terminal, yet the output redraws (carriage return or escape sequence)")
+	}
+	progress := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "] progress ") {
+			progress++
+			if !strings.Contains(l, "PENDING") || !strings.Contains(l, "delivered/s") || !strings.Contains(l, "oldest pending") || !strings.Contains(l, "now: ") {
+				t.Errorf("progress line lacks counts, rate, oldest pending age or the incident: %q", l)
+			}
+		}
+	}
+	if progress < 3 {
+		t.Errorf("%d progress lines, want one a second", progress)
+	}
+}
+
+// TestDemoShortPostgres runs the short demo with --db on PostgreSQL: its
+// own fresh tables, dropped at the end.
+func TestDemoShortPostgres(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.Postgres.Addr(t)
+	out, sum := runDemo(t, "--db", dsn, "--quiet")
+	checkDemoSummary(t, out, sum)
+	table, _ := sum["table"].(string)
+	if sum["backend"] != "postgres" || !strings.HasPrefix(table, "demo_") {
+		t.Fatalf("backend %v, table %q: want postgres and a fresh demo_ table", sum["backend"], table)
+	}
+	if strings.Contains(out, "] progress ") {
+		t.Errorf("--quiet printed progress lines")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, name := range []string{table, table + "_payments", table + "_attempts", table + "_dead_letters", table + "_schema_migrations"} {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists {
+			t.Errorf("table %s still exists after the demo (it must drop its tables unless --keep)", name)
+		}
+	}
+}
+
+func TestDemoFlagErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"demo", "--time-scale", "0.5"},
+		{"demo", "--fail-rate", "0.9"},
+		{"demo", "--rate", "10000"},
+	} {
+		_, errOut, code := cli(t, "", args...)
+		if code != 2 || !strings.Contains(errOut, strings.TrimPrefix(args[1], "--")) {
+			t.Errorf("outbox %s: exit %d, stderr %q; want exit 2 naming the flag", strings.Join(args, " "), code, errOut)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Summary is the outcome of a demo run, as the gateway and the database
+// saw it. Its JSON form (lower-case keys) is the last line of `outbox demo
+// --json`.
+type Summary struct {
+	Backend   string  `json:"backend"`
+	Table     string  `json:"table"`
+	ElapsedMS int64   `json:"elapsed_ms"`
+	TimeScale float64 `json:"time_scale"`
+	QRTTLMS   int64   `json:"qr_ttl_ms"`
+	Seed      uint64  `json:"seed"`
+
+	// Payments counts "QR confirmed" requests handled by the service.
+	Payments int `json:"payments"`
+	// Committed counts events whose business transaction committed.
+	Committed int `json:"committed"`
+	// RolledBack counts events written in a transaction that rolled back.
+	RolledBack int `json:"rolled_back"`
+
+	// Delivered counts distinct events the gateway accepted.
+	Delivered int `json:"delivered"`
+	// Duplicates counts repeated deliveries the gateway recognised by
+	// Idempotency-Key.
+	Duplicates int `json:"duplicates"`
+	// Retried counts events sent back to PENDING for a retry at least once;
+	// RetriedDelivered those of them that were then delivered;
+	// RetryAttempts counts the failed attempts of all events.
+	Retried          int `json:"retried"`
+	RetriedDelivered int `json:"retried_delivered"`
+	RetryAttempts    int `json:"retry_attempts"`
+	// Processed, Failed and Expired count the final statuses in the outbox.
+	Processed   int `json:"processed"`
+	Failed      int `json:"failed"`
+	DeadLetters int `json:"dead_letters"`
+	Alarms      int `json:"alarms"`
+	Expired     int `json:"expired"`
+	// ExpiredSeen counts EXPIRED events the gateway had nonetheless
+	// accepted before their deadline, whose answer was lost in a crash.
+	ExpiredSeen int `json:"expired_seen_by_gateway"`
+	// Blocked counts events that wait BLOCKED behind a FAILED (dead-lettered,
+	// alarmed) event of their aggregate for an operator's retry or skip: not
+	// final, but not dropped either. The demo's own events expire instead,
+	// so it is 0 unless a high --fail-rate exhausts the retries of an event
+	// without a deadline.
+	Blocked int `json:"blocked"`
+	// Reaped counts events returned to PENDING after a dead relay's lease.
+	Reaped int `json:"reaped"`
+
+	// Lost counts committed events in no final state (or missing) that
+	// the gateway never accepted, other than Blocked ones. Must be 0.
+	Lost int `json:"lost"`
+	// OrderViolations counts events the gateway accepted after a later
+	// event of their aggregate. Must be 0.
+	OrderViolations int `json:"order_violations"`
+	// RolledBackDelivered counts events of rolled-back transactions that
+	// reached the gateway; RolledBackVisible those found in the outbox.
+	// Both must be 0.
+	RolledBackDelivered int `json:"rolled_back_delivered"`
+	RolledBackVisible   int `json:"rolled_back_visible"`
+	// UnknownDelivered counts events the gateway accepted that no
+	// transaction wrote. Must be 0.
+	UnknownDelivered int `json:"unknown_delivered"`
+
+	GatewayRequests int            `json:"gateway_requests"`
+	DeliveredBy     map[string]int `json:"delivered_by"`
+	Routes          map[string]int `json:"routes"`
+
+	OK bool `json:"ok"`
+}
+
+// Problems lists what broke a guarantee; empty means the run passed.
+func (s *Summary) Problems() []string {
+	var p []string
+	if s.Lost > 0 {
+		p = append(p, fmt.Sprintf("%d committed events lost", s.Lost))
+	}
+	if s.OrderViolations > 0 {
+		p = append(p, fmt.Sprintf("%d events delivered out of order", s.OrderViolations))
+	}
+	if s.RolledBackDelivered > 0 {
+		p = append(p, fmt.Sprintf("%d events of rolled-back transactions delivered", s.RolledBackDelivered))
+	}
+	if s.RolledBackVisible > 0 {
+		p = append(p, fmt.Sprintf("%d events of rolled-back transactions visible in the outbox", s.RolledBackVisible))
+	}
+	if s.UnknownDelivered > 0 {
+		p = append(p, fmt.Sprintf("%d events delivered that no transaction wrote", s.UnknownDelivered))
+	}
+	return p
+}
+
+// JSON returns the summary as one line of JSON, with OK set.
+func (s *Summary) JSON() ([]byte, error) {
+	s.OK = len(s.Problems()) == 0
+	return json.Marshal(s)
+}
+
+// WriteTable prints the summary table.
+func (s *Summary) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	row := func(label string, n int, note string) {
+		fmt.Fprintf(&b, "  %-20s %7d   %s\n", label, n, note)
+	}
+	must0 := func(n int) string {
+		if n == 0 {
+			return "ok (must be 0)"
+		}
+		return "BROKEN (must be 0)"
+	}
+	fmt.Fprintf(&b, "summary: %s, %s, QR lifetime 66s run as %s (--time-scale %g)\n",
+		s.Backend, (time.Duration(s.ElapsedMS) * time.Millisecond).Round(100*time.Millisecond),
+		(time.Duration(s.QRTTLMS) * time.Millisecond).String(), s.TimeScale)
+	row("QR confirmations", s.Payments, "requests to the payment service")
+	row("committed", s.Committed, "events whose business transaction committed")
+	row("rolled back", s.RolledBack, fmt.Sprintf("events of transactions a business rule rolled back; delivered: %d, in the outbox: %d", s.RolledBackDelivered, s.RolledBackVisible))
+	row("delivered (unique)", s.Delivered, "distinct events the gateway accepted"+byList(" by ", s.DeliveredBy)+byList("; routes ", s.Routes))
+	row("duplicates", s.Duplicates, "repeats the gateway dropped by Idempotency-Key (only after a crash)")
+	row("retried", s.Retried, fmt.Sprintf("retried with backoff after a failed attempt; %d of them then delivered (%d failed attempts in all)", s.RetriedDelivered, s.RetryAttempts))
+	row("FAILED", s.Failed, fmt.Sprintf("dead letters: %d, alarms raised: %d", s.DeadLetters, s.Alarms))
+	note := "outlived their QR code: never sent"
+	if s.ExpiredSeen > 0 {
+		note = fmt.Sprintf("outlived their QR code (%d had reached the gateway before a crash lost the answer)", s.ExpiredSeen)
+	}
+	row("EXPIRED", s.Expired, note)
+	if s.Blocked > 0 {
+		row("BLOCKED", s.Blocked, "wait behind a dead letter of their aggregate for an operator (outbox events retry|skip)")
+	}
+	row("reaped", s.Reaped, "returned to PENDING after a dead relay's lease")
+	row("lost", s.Lost, must0(s.Lost)+": committed, in no final state, never seen by the gateway")
+	row("order violations", s.OrderViolations, must0(s.OrderViolations)+": per aggregate, as the gateway saw them")
+	if p := s.Problems(); len(p) > 0 {
+		fmt.Fprintf(&b, "result: BROKEN: %s\n", strings.Join(p, "; "))
+	} else {
+		b.WriteString("result: ok: every committed event was delivered, dead-lettered or expired; nothing rolled back was sent; order held\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// byList renders "relay-1 10, relay-2 5" after prefix, or "" when empty.
+func byList(prefix string, m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return prefix + strings.Join(parts, ", ")
+}

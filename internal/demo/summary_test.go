@@ -1,0 +1,68 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestSummaryProblems(t *testing.T) {
+	t.Parallel()
+	ok := Summary{Committed: 10, Delivered: 8, Failed: 1, Expired: 1, Blocked: 1}
+	if p := ok.Problems(); len(p) != 0 {
+		t.Fatalf("a clean run reported %v", p)
+	}
+	for _, c := range []struct {
+		s    Summary
+		want string
+	}{
+		{Summary{Lost: 1}, "lost"},
+		{Summary{OrderViolations: 2}, "out of order"},
+		{Summary{RolledBackDelivered: 1}, "rolled-back transactions delivered"},
+		{Summary{RolledBackVisible: 1}, "visible in the outbox"},
+		{Summary{UnknownDelivered: 1}, "no transaction wrote"},
+	} {
+		p := c.s.Problems()
+		if len(p) != 1 || !strings.Contains(p[0], c.want) {
+			t.Errorf("Problems() of %+v = %v, want one mentioning %q", c.s, p, c.want)
+		}
+		var buf bytes.Buffer
+		if err := c.s.WriteTable(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "result: BROKEN") {
+			t.Errorf("table of a broken run lacks 'result: BROKEN':\n%s", buf.String())
+		}
+	}
+}
+
+// TestSummaryJSONKeys: the keys the issue names, in lower case, on one line.
+func TestSummaryJSONKeys(t *testing.T) {
+	t.Parallel()
+	s := Summary{Committed: 5, RolledBack: 1, Delivered: 3, Duplicates: 1, Retried: 2, Failed: 1, Expired: 1}
+	b, err := s.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("\n")) {
+		t.Fatalf("JSON is not one line: %s", b)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"committed", "rolled_back", "delivered", "duplicates", "retried", "failed", "expired", "lost", "order_violations", "ok"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks key %q: %s", k, b)
+		}
+	}
+	if m["ok"] != true || m["committed"] != 5.0 || m["rolled_back"] != 1.0 {
+		t.Errorf("JSON values: %s", b)
+	}
+	s.Lost = 1
+	b, _ = s.JSON()
+	if !bytes.Contains(b, []byte(`"ok":false`)) {
+		t.Errorf("a run with a lost event must have ok false: %s", b)
+	}
+}
