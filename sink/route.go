@@ -17,8 +17,39 @@ const DefaultRoute = "{aggregate_type}.events"
 // {aggregate_id} and {event_type}; a per-aggregate-type override replaces
 // the template for that type.
 type Router struct {
-	template  string
-	overrides map[string]string
+	template  compiled
+	overrides map[string]compiled
+}
+
+// compiled is a template split into literal text and placeholders, so that
+// routing a message is a few appends.
+type compiled []part
+
+type part struct {
+	lit   string
+	field int // 0: literal; 1 aggregate_type, 2 aggregate_id, 3 event_type
+}
+
+func compile(t string) compiled {
+	var out compiled
+	for t != "" {
+		i := strings.IndexByte(t, '{')
+		if i < 0 {
+			out = append(out, part{lit: t})
+			break
+		}
+		if i > 0 {
+			out = append(out, part{lit: t[:i]})
+		}
+		for f, p := range placeholders {
+			if strings.HasPrefix(t[i:], p) {
+				out = append(out, part{field: f + 1})
+				t = t[i+len(p):]
+				break
+			}
+		}
+	}
+	return out
 }
 
 var placeholders = []string{"{aggregate_type}", "{aggregate_id}", "{event_type}"}
@@ -32,7 +63,7 @@ func NewRouter(template string, overrides map[string]string) (*Router, error) {
 	if err := checkTemplate(template); err != nil {
 		return nil, err
 	}
-	r := &Router{template: template, overrides: make(map[string]string, len(overrides))}
+	r := &Router{template: compile(template), overrides: make(map[string]compiled, len(overrides))}
 	for k, v := range overrides {
 		if k == "" {
 			return nil, fmt.Errorf("%w: route override with an empty aggregate type", outbox.ErrInvalidConfig)
@@ -40,7 +71,7 @@ func NewRouter(template string, overrides map[string]string) (*Router, error) {
 		if err := checkTemplate(v); err != nil {
 			return nil, err
 		}
-		r.overrides[k] = v
+		r.overrides[k] = compile(v)
 	}
 	return r, nil
 }
@@ -65,14 +96,23 @@ func (r *Router) Route(m *outbox.Message) string {
 	if o, ok := r.overrides[m.AggregateType]; ok {
 		t = o
 	}
-	if !strings.Contains(t, "{") {
-		return t
+	if len(t) == 1 && t[0].field == 0 {
+		return t[0].lit
 	}
-	return strings.NewReplacer(
-		"{aggregate_type}", m.AggregateType,
-		"{aggregate_id}", m.AggregateID,
-		"{event_type}", m.EventType,
-	).Replace(t)
+	var b strings.Builder
+	for _, p := range t {
+		switch p.field {
+		case 0:
+			b.WriteString(p.lit)
+		case 1:
+			b.WriteString(m.AggregateType)
+		case 2:
+			b.WriteString(m.AggregateID)
+		case 3:
+			b.WriteString(m.EventType)
+		}
+	}
+	return b.String()
 }
 
 // ParseRouteOverrides parses "type=template" pairs, as given to --route.

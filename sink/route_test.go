@@ -60,3 +60,18 @@ func TestKeyGateAndHeaders(t *testing.T) {
 		t.Fatalf("headers = %v", seen)
 	}
 }
+
+func TestRouterLiteralsAndAllFields(t *testing.T) {
+	r, err := NewRouter("svc.{aggregate_type}.{aggregate_id}.{event_type}.v1", map[string]string{"fixed": "audit.all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := outbox.Message{AggregateType: "payment", AggregateID: "tx-9", EventType: "Approved"}
+	if got := r.Route(&m); got != "svc.payment.tx-9.Approved.v1" {
+		t.Fatalf("Route = %q", got)
+	}
+	m.AggregateType = "fixed"
+	if got := r.Route(&m); got != "audit.all" {
+		t.Fatalf("override without placeholders = %q", got)
+	}
+}

@@ -46,7 +46,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	sk, err := openSink(ctx, c.Sink, routes)
+	sk, err := openSink(ctx, c.Sink, sinkOptions{Routes: routes, Logger: g.logger})
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (d *demoRun) startRelays(ctx context.Context) error {
 
 func (d *demoRun) startRelay1(ctx context.Context) error {
 	t := d.plan.relay
-	sk, err := openSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String(), nil)
+	sk, err := openSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String(), sinkOptions{})
 	if err != nil {
 		return err
 	}

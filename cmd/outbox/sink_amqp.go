@@ -14,11 +14,12 @@ func init() {
 
 // openAMQPSink opens amqp://user:pass@host:5672/vhost?exchange=outbox&routing_key=TEMPLATE;
 // the --route overrides replace the routing key per aggregate type.
-func openAMQPSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+func openAMQPSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
 	cfg, err := amqpsink.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RouteOverrides = routes
+	cfg.RouteOverrides = opts.Routes
+	cfg.Logger = opts.Logger
 	return amqpsink.New(ctx, cfg)
 }

@@ -11,11 +11,11 @@ func init() { registerSink("kafka", openKafkaSink) }
 
 // openKafkaSink opens kafka://host:9092[,host2:9092]?topic=TEMPLATE&...
 // (see kafkasink.ParseURL); --route overrides the topic per aggregate type.
-func openKafkaSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+func openKafkaSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
 	cfg, err := kafkasink.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RouteOverrides = routes
+	cfg.RouteOverrides = opts.Routes
 	return kafkasink.New(ctx, cfg)
 }

@@ -11,11 +11,12 @@ func init() { registerSink("nats", openNATSSink) }
 
 // openNATSSink opens nats://host:4222?subject=TEMPLATE&stream=OUTBOX; the
 // --route overrides replace the subject per aggregate type.
-func openNATSSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+func openNATSSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
 	cfg, err := natssink.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RouteOverrides = routes
+	cfg.RouteOverrides = opts.Routes
+	cfg.Logger = opts.Logger
 	return natssink.New(ctx, cfg)
 }

@@ -15,11 +15,11 @@ func init() {
 // openRedisSink opens redis://[user:pass@]host:6379/0?stream=TEMPLATE&maxlen=N
 // (rediss:// for TLS; see redissink.ParseURL); --route overrides the stream
 // per aggregate type.
-func openRedisSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+func openRedisSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
 	cfg, err := redissink.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RouteOverrides = routes
+	cfg.RouteOverrides = opts.Routes
 	return redissink.New(ctx, cfg)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"sort"
@@ -15,9 +16,16 @@ import (
 	"github.com/txoutbox/outbox/sink/stdoutsink"
 )
 
-// sinkOpener builds a sink from its URL and the --route overrides
-// (aggregate type -> destination template).
-type sinkOpener func(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error)
+// sinkOptions are what the CLI passes to every sink besides its URL.
+type sinkOptions struct {
+	// Routes are the --route overrides (aggregate type -> destination template).
+	Routes map[string]string
+	// Logger is the CLI's logger (its level, format and secret scrubbing).
+	Logger *slog.Logger
+}
+
+// sinkOpener builds a sink from its URL and the options.
+type sinkOpener func(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error)
 
 // sinkOpeners maps URL schemes to sinks. It is filled at init time, one
 // file per sink (sink_*.go), and only read afterwards: this is the one
@@ -25,15 +33,15 @@ type sinkOpener func(ctx context.Context, raw string, routes map[string]string) 
 var sinkOpeners = map[string]sinkOpener{
 	"http":  openHTTPSink,
 	"https": openHTTPSink,
-	"stdout": func(context.Context, string, map[string]string) (sink.Sink, error) {
+	"stdout": func(context.Context, string, sinkOptions) (sink.Sink, error) {
 		return stdoutsink.New(stdoutsink.Config{Writer: os.Stdout}), nil
 	},
-	"discard": func(context.Context, string, map[string]string) (sink.Sink, error) { return discard.New(), nil },
+	"discard": func(context.Context, string, sinkOptions) (sink.Sink, error) { return discard.New(), nil },
 }
 
 func registerSink(scheme string, open sinkOpener) { sinkOpeners[scheme] = open }
 
-func openHTTPSink(_ context.Context, raw string, _ map[string]string) (sink.Sink, error) {
+func openHTTPSink(_ context.Context, raw string, _ sinkOptions) (sink.Sink, error) {
 	cfg, err := httpsink.ParseURL(raw)
 	if err != nil {
 		return nil, err
@@ -51,7 +59,7 @@ func sinkForms() string {
 }
 
 // openSink builds the sink named by a URL.
-func openSink(ctx context.Context, raw string, routes map[string]string) (sink.Sink, error) {
+func openSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no sink given: pass --sink or set OUTBOX_SINK (one of %s)", outbox.ErrInvalidConfig, sinkForms())
 	}
@@ -63,5 +71,5 @@ func openSink(ctx context.Context, raw string, routes map[string]string) (sink.S
 	if !ok {
 		return nil, fmt.Errorf("%w: unsupported sink scheme %q: use one of %s", outbox.ErrInvalidConfig, u.Scheme, sinkForms())
 	}
-	return open(ctx, raw, routes)
+	return open(ctx, raw, opts)
 }
