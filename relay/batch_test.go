@@ -1,0 +1,116 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// featuresOnly is a Store for tests that never reach the database: New
+// reads its Features and nothing else.
+type featuresOnly struct{ store.Store }
+
+func (featuresOnly) Features() store.Features { return store.Features{} }
+
+type nopSink struct{}
+
+func (nopSink) Publish(_ context.Context, m []outbox.Message) []error { return make([]error, len(m)) }
+func (nopSink) Close(context.Context) error                          { return nil }
+
+func testBatch(t *testing.T, cfg Config) *batch {
+	t.Helper()
+	cfg.Store, cfg.Sink = featuresOnly{}, nopSink{}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &batch{relay: r, claim: &store.Claim{DBTime: time.Now()}, localClaim: time.Now()}
+}
+
+func TestClassify(t *testing.T) {
+	b := testBatch(t, Config{MaxRetries: 2, BackoffMin: time.Second, BackoffMax: time.Minute})
+	live := context.Background()
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	now := time.Now()
+	cases := []struct {
+		name     string
+		retries  int
+		err      error
+		pctx     context.Context
+		deadline time.Time
+		want     store.OutcomeKind
+		stops    bool
+	}{
+		{"delivered", 0, nil, live, time.Time{}, store.Delivered, false},
+		{"retryable", 0, errors.New("503"), live, time.Time{}, store.Retry, true},
+		{"last retry", 1, errors.New("503"), live, time.Time{}, store.Retry, true},
+		{"retries exhausted", 2, errors.New("503"), live, time.Time{}, store.Failed, true},
+		{"permanent", 0, outbox.Permanent(errors.New("400")), live, time.Time{}, store.Failed, true},
+		{"not attempted", 0, fmt.Errorf("x: %w", outbox.ErrNotAttempted), live, time.Time{}, store.Released, true},
+		{"relay stopping", 0, context.Canceled, stopped, time.Time{}, store.Released, true},
+		{"deadline passed during delivery", 0, context.DeadlineExceeded, live, now.Add(-time.Millisecond), store.Expired, false},
+	}
+	for _, tc := range cases {
+		ev := &store.Claimed{RetryCount: tc.retries}
+		o := &store.Outcome{}
+		st := &aggregateState{}
+		b.classify(ev, o, tc.err, st, tc.pctx, tc.deadline, now)
+		if o.Kind != tc.want || st.stopped != tc.stops {
+			t.Errorf("%s: outcome %s (stops aggregate %v), want %s (%v)", tc.name, o.Kind, st.stopped, tc.want, tc.stops)
+		}
+		if tc.want == store.Retry && (o.RetryIn < 500*time.Millisecond || o.RetryIn > time.Minute) {
+			t.Errorf("%s: retry in %s, outside the backoff bounds", tc.name, o.RetryIn)
+		}
+		if tc.want == store.Released && o.RetryIn != 0 {
+			t.Errorf("%s: a release counts no retry and waits for nothing, got %s", tc.name, o.RetryIn)
+		}
+	}
+}
+
+func TestClassifyRetryAfterAndFollowers(t *testing.T) {
+	b := testBatch(t, Config{BackoffMin: time.Second, BackoffMax: time.Minute})
+	ctx := context.Background()
+	st := &aggregateState{}
+	head := &store.Outcome{}
+	b.classify(&store.Claimed{}, head, outbox.Retryable(errors.New("429"), 42*time.Second), st, ctx, time.Time{}, time.Now())
+	if head.Kind != store.Retry || head.RetryIn != 42*time.Second {
+		t.Fatalf("Retry-After 42s gave %s in %s", head.Kind, head.RetryIn)
+	}
+	// A later event of the same aggregate waits for the head, whatever the
+	// sink said about it.
+	next := &store.Outcome{}
+	b.classify(&store.Claimed{}, next, errors.New("also failed"), st, ctx, time.Time{}, time.Now())
+	if next.Kind != store.Released || next.RetryIn != 42*time.Second || !next.Attempted {
+		t.Fatalf("follower of a retried event: %+v", next)
+	}
+	// After a FAILED event (block policy) followers are held as BLOCKED.
+	st = &aggregateState{}
+	b.classify(&store.Claimed{}, &store.Outcome{}, outbox.Permanent(errors.New("400")), st, ctx, time.Time{}, time.Now())
+	f := &store.Outcome{}
+	b.classify(&store.Claimed{}, f, fmt.Errorf("%w", outbox.ErrNotAttempted), st, ctx, time.Time{}, time.Now())
+	if f.Kind != store.Released || !f.Block || f.Attempted {
+		t.Fatalf("follower of a FAILED event: %+v", f)
+	}
+}
+
+func TestHeldForSpansOnlyUnrecordedBatches(t *testing.T) {
+	p := &pipeline{r: &Relay{cfg: Config{MaxBatchesInFlight: 2}}, held: map[string][]heldAggregate{}}
+	p.noteHeld(&batch{seq: 1, stopped: map[string]aggregateState{"x": {stopped: true, retryIn: time.Second}}})
+	// Batch 2 was claimed before batch 1 was recorded: x is held.
+	if got := p.heldFor(&batch{seq: 2, recordedAtClaim: 0}); !got["x"].stopped || got["x"].retryIn != time.Second {
+		t.Fatalf("batch 2: held %v", got)
+	}
+	// Batch 3 was claimed after batch 1 was recorded: the claim saw it.
+	if got := p.heldFor(&batch{seq: 3, recordedAtClaim: 1}); len(got) != 0 {
+		t.Fatalf("batch 3: held %v", got)
+	}
+	if len(p.held) != 0 {
+		t.Fatalf("recorded batches are still remembered: %v", p.held)
+	}
+}
