@@ -33,7 +33,20 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		if own == nil {
 			own = []string{}
 		}
-		rows, err := s.pool.Query(ctx, strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(req.Limit)), token, req.Lease.Milliseconds(), req.FailedBlocks, own)
+		// The claim's best plan depends on how the table looks now. A plan
+		// cached while the table was empty (a relay started before any
+		// event, with no ANALYZE since) is a nest of sequential scans that
+		// runs a hundred times slower, so every claim is planned afresh:
+		// SET LOCAL keeps the setting to this transaction.
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(req.Limit)), token, req.Lease.Milliseconds(), req.FailedBlocks, own)
 		if err != nil {
 			return err
 		}
@@ -60,7 +73,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 			}
 			c.Events = append(c.Events, ev)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		return tx.Commit(ctx)
 	})
 	if err != nil {
 		return nil, s.wrap("claim", err)
