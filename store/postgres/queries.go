@@ -72,7 +72,7 @@ WITH win AS MATERIALIZED (
     LIMIT $LIMIT
 ),
 w AS MATERIALIZED (
-    SELECT g.aggregate_type, g.aggregate_id, g.first_due,
+    SELECT row_number() OVER () AS agg_no, g.aggregate_type, g.aggregate_id, g.first_due,
         CASE WHEN cardinality($4::uuid[]) > 0 THEN
             (SELECT max(m.id) FROM {t} m
               WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
@@ -84,7 +84,7 @@ per AS (
     SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
 ),
 r AS MATERIALIZED (
-    SELECT w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
+    SELECT w.agg_no, w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
         row_number() OVER run AS pos,
         sum(CASE WHEN (x.ok AND x.id > COALESCE(w.last_mine, 0)) OR x.mine THEN 0 ELSE 1 END) OVER run AS bad
     FROM w CROSS JOIN per CROSS JOIN LATERAL (
@@ -98,16 +98,16 @@ r AS MATERIALIZED (
         ORDER BY o.id
         LIMIT per.n * (1 + cardinality($4::uuid[]))
     ) x
-    WINDOW run AS (PARTITION BY w.aggregate_type, w.aggregate_id ORDER BY x.id)
+    WINDOW run AS (PARTITION BY w.agg_no ORDER BY x.id)
 ),
 c0 AS (
-    SELECT id, aggregate_type, aggregate_id FROM r
+    SELECT id, agg_no FROM r
     WHERE bad = 0 AND ok
     ORDER BY pos, first_due, id
     LIMIT $LIMIT
 ),
 c AS MATERIALIZED (
-    SELECT id, min(id) OVER (PARTITION BY aggregate_type, aggregate_id) AS head_id FROM c0
+    SELECT id, min(id) OVER (PARTITION BY agg_no) AS head_id FROM c0
 ),
 held AS MATERIALIZED (
     SELECT aggregate_type, aggregate_id, status, available_at FROM r
