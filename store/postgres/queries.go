@@ -63,7 +63,11 @@ func buildQueries(t store.Tables) queries {
 //	     still PENDING is what makes a run exclusive: another claim can take
 //	     an aggregate's rows only from its head, and the head is either
 //	     locked by this statement or, once committed, PROCESSING.
-//	k:   the runs whose head this statement locked.
+//	the update: the runs whose head this statement locked.
+//
+// Row sets are handed to the table as "id = ANY(ARRAY(...))", which is
+// always a primary-key lookup: a plan cached while the table was empty
+// cannot turn it into a scan of every pending row.
 const claimSQL = `
 WITH win AS MATERIALIZED (
     SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
@@ -113,32 +117,30 @@ held AS MATERIALIZED (
     SELECT aggregate_type, aggregate_id, status, available_at FROM r
     WHERE pos = 1 AND (status = 'FAILED' OR (status = 'PENDING' AND NOT ok))
 ),
+hr AS MATERIALIZED (
+    SELECT x.id, h.status, h.available_at FROM held h
+    JOIN (SELECT id, aggregate_type, aggregate_id FROM r UNION SELECT id, aggregate_type, aggregate_id FROM win) x
+      ON x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
+),
 dfr AS (
-    UPDATE {t} o SET available_at = h.available_at
-    FROM held h
-    WHERE h.status = 'PENDING' AND o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
-      AND (o.id IN (SELECT id FROM r) OR o.id IN (SELECT id FROM win))
-      AND o.status = 'PENDING' AND o.available_at < h.available_at
+    UPDATE {t} o SET available_at = hr.available_at
+    FROM hr
+    WHERE o.id = ANY(ARRAY(SELECT id FROM hr WHERE status = 'PENDING')) AND o.id = hr.id
+      AND o.status = 'PENDING' AND o.available_at < hr.available_at
 ),
 blk AS (
     UPDATE {t} o SET status = 'BLOCKED'
-    FROM held h
-    WHERE h.status = 'FAILED' AND o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
-      AND (o.id IN (SELECT id FROM r) OR o.id IN (SELECT id FROM win))
-      AND o.status = 'PENDING'
+    WHERE o.id = ANY(ARRAY(SELECT id FROM hr WHERE status = 'FAILED')) AND o.status = 'PENDING'
 ),
 l AS MATERIALIZED (
     SELECT o.id FROM {t} o
-    WHERE o.id IN (SELECT head_id FROM c) AND o.status = 'PENDING'
+    WHERE o.id = ANY(ARRAY(SELECT DISTINCT head_id FROM c)) AND o.status = 'PENDING'
     ORDER BY o.id
     FOR NO KEY UPDATE SKIP LOCKED
-),
-k AS (
-    SELECT c.id FROM c WHERE c.head_id IN (SELECT id FROM l)
 )
 UPDATE {t} o SET status = 'PROCESSING', lock_token = $1::uuid,
     locked_until = now() + $2::bigint * interval '1 millisecond'
-FROM k WHERE o.id = k.id
+WHERE o.id = ANY(ARRAY(SELECT c.id FROM c WHERE c.head_id = ANY(ARRAY(SELECT id FROM l))))
 RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
     o.retry_count, o.created_at, o.expires_at,
     (o.expires_at IS NOT NULL AND o.expires_at <= now()) AS expired, now(), o.locked_until`
