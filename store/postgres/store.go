@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,6 +60,8 @@ type Store struct {
 	log     *slog.Logger
 	q       queries
 	notify  *notifier
+	// lastClaimFull: the last claim took a full batch (a backlog).
+	lastClaimFull atomic.Bool
 }
 
 var (
