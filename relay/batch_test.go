@@ -20,7 +20,7 @@ func (featuresOnly) Features() store.Features { return store.Features{} }
 type nopSink struct{}
 
 func (nopSink) Publish(_ context.Context, m []outbox.Message) []error { return make([]error, len(m)) }
-func (nopSink) Close(context.Context) error                          { return nil }
+func (nopSink) Close(context.Context) error                           { return nil }
 
 func testBatch(t *testing.T, cfg Config) *batch {
 	t.Helper()

@@ -71,6 +71,13 @@ type Config struct {
 	// PollInterval is the wait between claims when nothing was due.
 	// Default 1s. Wake-ups (Notify) cut it short.
 	PollInterval time.Duration
+	// Linger is the least wait between a claim that took some events but
+	// not a full batch and the next claim. Wake-ups that arrive meanwhile
+	// are folded into that next claim, so that a steady trickle of events
+	// is claimed in small batches rather than one claim per event, which
+	// would take database time from the producers. Default 5ms; a negative
+	// value claims again at once. A full batch is followed at once.
+	Linger time.Duration
 	// Lease is how long a claim is exclusive. It must exceed the time to
 	// publish and mark a batch by a wide margin. Default 2m.
 	Lease time.Duration
@@ -115,6 +122,7 @@ const (
 	DefaultBatchSize     = 500
 	DefaultPollInterval  = time.Second
 	DefaultLease         = 2 * time.Minute
+	DefaultLinger        = 5 * time.Millisecond
 	DefaultMaxRetries    = 5
 	DefaultBackoffMin    = time.Second
 	DefaultBackoffMax    = 5 * time.Minute
@@ -140,6 +148,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
 	}
 	if c.MaxRetries == 0 && !c.NoRetries {
 		c.MaxRetries = DefaultMaxRetries

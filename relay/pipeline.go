@@ -111,6 +111,9 @@ func (p *pipeline) claimLoop(ctx context.Context, drain bool) error {
 		if b != nil {
 			p.fast = 0
 			p.toSend <- b
+			if len(b.claim.Events) < r.cfg.BatchSize && r.cfg.Linger > 0 {
+				p.linger(ctx)
+			}
 			continue
 		}
 		if drain {
@@ -143,6 +146,21 @@ func (p *pipeline) idleWait() time.Duration {
 		p.fast *= 2
 	}
 	return min(p.fast, time.Duration(until-now), r.cfg.PollInterval)
+}
+
+// linger waits Linger after a partial batch; wake-ups meanwhile are taken
+// by the claim that follows.
+func (p *pipeline) linger(ctx context.Context) {
+	t := time.NewTimer(p.r.cfg.Linger)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	select { // the wake-up this wait folded in
+	case <-p.r.wake:
+	default:
+	}
 }
 
 // waitSlot waits until fewer than MaxBatchesInFlight batches are in flight.

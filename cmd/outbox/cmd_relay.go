@@ -18,6 +18,7 @@ type RelayCmd struct {
 	Route         []string      `help:"Per-aggregate-type destination for broker sinks, e.g. merchant=merchant.audit (repeatable; default {aggregate_type}.events)." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
 	Batch         int           `help:"Most events claimed at once." default:"500" env:"OUTBOX_BATCH"`
 	PollInterval  time.Duration `help:"Wait between claims when nothing is due." default:"1s" env:"OUTBOX_POLL_INTERVAL"`
+	Linger        time.Duration `help:"Least wait after a claim that took less than a full batch, to gather a trickle into batches (negative: none)." default:"5ms" env:"OUTBOX_LINGER"`
 	Lease         time.Duration `help:"How long a claim is exclusive; must exceed publish plus mark time by far." default:"2m" env:"OUTBOX_LEASE"`
 	MaxRetries    int           `help:"Failed attempts retried before an event ends FAILED (0: fail at once)." default:"5" env:"OUTBOX_MAX_RETRIES"`
 	BackoffMin    time.Duration `help:"First retry delay (exponential, with jitter)." default:"1s" env:"OUTBOX_BACKOFF_MIN"`
@@ -73,6 +74,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		RelayID:       c.RelayID,
 		BatchSize:     c.Batch,
 		PollInterval:  c.PollInterval,
+		Linger:        c.Linger,
 		Lease:         c.Lease,
 		MaxRetries:    c.MaxRetries,
 		NoRetries:     c.MaxRetries == 0,

@@ -216,6 +216,7 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 	if err := page(s.q.unblock, &res.Unblocked, limit, req.FailedBlocks); err != nil {
 		return res, s.wrap("sweep: unblock events", err)
 	}
+	s.maybeAnalyze(ctx)
 	return res, nil
 }
 

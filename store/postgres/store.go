@@ -62,6 +62,7 @@ type Store struct {
 	notify  *notifier
 	// lastClaimFull: the last claim took a full batch (a backlog).
 	lastClaimFull atomic.Bool
+	analyze       analyzer
 }
 
 var (

@@ -1,0 +1,52 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// analyzer keeps the planner's statistics of the outbox table fresh when
+// autovacuum is off (globally or for the table): the claim's cached plans
+// are only as good as the statistics they were made with, and an outbox
+// table goes from empty to a large backlog and back within minutes. It
+// follows autovacuum's own rule (50 rows plus 10% of the table changed
+// since the last ANALYZE, as the statistics views report it) and runs at
+// most once a minute. With autovacuum on, it does nothing.
+type analyzer struct {
+	mu      sync.Mutex
+	last    time.Time
+	refused bool // ANALYZE was refused (not the table's owner): stop trying
+}
+
+const analyzeEvery = time.Minute
+
+func (s *Store) maybeAnalyze(ctx context.Context) {
+	a := &s.analyze
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refused || time.Since(a.last) < analyzeEvery {
+		return
+	}
+	var stale bool
+	err := s.pool.QueryRow(ctx, `
+SELECT (current_setting('autovacuum') = 'off'
+        OR COALESCE((SELECT option_value FROM pg_options_to_table(c.reloptions)
+                     WHERE option_name = 'autovacuum_enabled'), 'true') = 'false')
+   AND st.n_mod_since_analyze > 50 + 0.1 * st.n_live_tup
+FROM pg_class c JOIN pg_stat_user_tables st ON st.relid = c.oid
+WHERE c.oid = $1::regclass`, `"`+s.t.Outbox+`"`).Scan(&stale)
+	if err != nil || !stale {
+		return
+	}
+	a.last = time.Now()
+	if _, err := s.pool.Exec(ctx, `ANALYZE "`+s.t.Outbox+`"`); err != nil {
+		if ctx.Err() == nil {
+			a.refused = true
+			s.log.Info("autovacuum is off and ANALYZE of the outbox table was refused; claims may use stale plans until the table is analyzed",
+				"table", s.t.Outbox, "err", err)
+		}
+		return
+	}
+	s.log.Debug("analyzed the outbox table (autovacuum is off)", "table", s.t.Outbox)
+}
