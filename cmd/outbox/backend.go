@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/sqlite"
 )
@@ -23,7 +24,7 @@ type backend struct {
 	close   func()
 }
 
-const dsnForms = "postgres://user:pass@host:5432/db, sqlite:///abs/path.db or sqlite://relative.db"
+const dsnForms = "postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or user:pass@tcp(host:3306)/db), sqlite:///abs/path.db or sqlite://relative.db"
 
 func openBackend(ctx context.Context, dsn, table string, limits outbox.Limits, log *slog.Logger) (*backend, error) {
 	if dsn == "" {
@@ -36,7 +37,23 @@ func openBackend(ctx context.Context, dsn, table string, limits outbox.Limits, l
 	if i := strings.Index(dsn, ":"); i >= 0 {
 		scheme = dsn[:i]
 	}
+	if mysql.LooksLikeDSN(dsn) {
+		scheme = "mysql" // also the driver's user:pass@tcp(host:port)/db form
+	}
 	switch strings.ToLower(scheme) {
+	case "mysql", "mariadb":
+		s, err := mysql.Open(ctx, dsn, mysql.Config{Table: table, Limits: limits, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return &backend{
+			store: s,
+			kind:  "mysql",
+			enqueue: func(ctx context.Context, events []outbox.Event) ([]outbox.EventID, error) {
+				return inSQLTx(ctx, s.DB(), func(tx *sql.Tx) ([]outbox.EventID, error) { return s.Enqueue(ctx, tx, events...) })
+			},
+			close: func() { s.Close() },
+		}, nil
 	case "postgres", "postgresql":
 		s, err := postgres.Open(ctx, dsn, postgres.Config{Table: table, Limits: limits, Logger: log})
 		if err != nil {

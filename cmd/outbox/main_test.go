@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -31,8 +35,46 @@ type backendCase struct {
 func backends() []backendCase {
 	return []backendCase{
 		{"postgres", func(t *testing.T) string { return testenv.Postgres.Addr(t) }},
+		{"mysql", mysqlDSN},
 		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "outbox.db") }},
 	}
+}
+
+// mysqlDSN gives the test a database of its own on the MySQL/MariaDB server,
+// dropped when the test ends, so that the CLI's tables (and their
+// aggregate-lock tables) do not pile up in the shared one.
+func mysqlDSN(t *testing.T) string {
+	dsn := testenv.MySQL.Addr(t)
+	cfg, err := mysql.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mysql.NewConnector(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+	name := newTable()
+	if _, err := db.ExecContext(context.Background(), "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("create a database for the test (the %s user needs CREATE and DROP): %v", cfg.User, err)
+	}
+	t.Cleanup(func() {
+		c, err := mysql.NewConnector(dsn)
+		if err != nil {
+			return
+		}
+		db := sql.OpenDB(c)
+		defer db.Close()
+		if _, err := db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("drop the test database: %v", err)
+		}
+	})
+	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + name}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	return u.String()
 }
 
 // cli runs the command in-process and returns stdout, stderr and the exit code.
@@ -85,3 +127,36 @@ func eventLines(n, aggs int, ttl string) string {
 }
 
 func newTable() string { return storetest.TableName("cli") }
+
+// TestCLIMySQLSecretsNeverPrinted: MySQL DSNs in both forms (the driver's
+// user:pass@tcp(host)/db form is not a URL the CLI's redaction parses),
+// refused, malformed or with a wrong password, never print the password.
+func TestCLIMySQLSecretsNeverPrinted(t *testing.T) {
+	const pw = "Sup3rSecretPw"
+	cases := [][]string{
+		{"status", "--db", "mysql://app:" + pw + "@127.0.0.1:1/db"},
+		{"status", "--db", "app:" + pw + "@tcp(127.0.0.1:1)/db"},
+		{"status", "--db", "mysql://app:" + pw + "@[bad"},
+		{"status", "--db", "app:" + pw + "@tcp(127.0.0.1:1/db"},
+		{"relay", "--db", "app:" + pw + "@tcp(127.0.0.1:1)/db?timeout=1s", "--sink", "discard://", "--drain"},
+	}
+	if cfg, err := mysql.ParseConfig(os.Getenv(testenv.MySQL.Var)); err == nil || os.Getenv(testenv.MySQL.Var) == "" {
+		addr := "127.0.0.1:3306"
+		if err == nil {
+			addr = cfg.Addr
+		}
+		cases = append(cases, []string{"status", "--db", "nosuchuser:" + pw + "@tcp(" + addr + ")/test"})
+	}
+	for _, args := range cases {
+		out, errOut, code := cli(t, "", args...)
+		if code == 0 {
+			t.Errorf("outbox %s succeeded; want an error", args[0])
+		}
+		if strings.Contains(out+errOut, pw) {
+			t.Errorf("outbox %s printed the password:\n%s%s", args[0], out, errOut)
+		}
+		if strings.TrimSpace(errOut) == "" {
+			t.Errorf("outbox %s: no error message", args[0])
+		}
+	}
+}

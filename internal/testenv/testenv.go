@@ -56,6 +56,16 @@ func (s Service) Addr(t testing.TB) string {
 }
 
 func hostPort(dsn string) string {
+	// go-sql-driver/mysql's own form: user:pass@tcp(host:port)/db.
+	if i := strings.Index(dsn, "@tcp("); i >= 0 && !strings.Contains(dsn, "://") {
+		if j := strings.IndexByte(dsn[i:], ')'); j > 0 {
+			host := dsn[i+len("@tcp(") : i+j]
+			if _, _, err := net.SplitHostPort(host); err != nil {
+				host = net.JoinHostPort(host, "3306")
+			}
+			return host
+		}
+	}
 	u, err := url.Parse(dsn)
 	if err == nil && u.Host != "" {
 		host := u.Host
@@ -72,7 +82,7 @@ func hostPort(dsn string) string {
 
 func defaultPort(scheme string) string {
 	switch scheme {
-	case "mysql":
+	case "mysql", "mariadb":
 		return "3306"
 	case "redis":
 		return "6379"

@@ -1,0 +1,440 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// leaseLost is appended to the audit error of a fenced outcome.
+const leaseLost = "lease lost before the mark: the row was not changed"
+
+// maxErrorRunes bounds last_error and the audit error, as on PostgreSQL.
+const maxErrorRunes = 2000
+
+// appliedRow is a row of a completion that was still PROCESSING under its
+// token.
+type appliedRow struct {
+	id  int64
+	agg aggKey
+}
+
+// Complete implements store.Store: the guarded state change, dead letters,
+// BLOCKED and pushed-back followers and the attempt rows, in one READ
+// COMMITTED transaction (completeSQL of the PostgreSQL backend does it in
+// one statement):
+//
+//  1. lock, by primary key and in id order, the rows still PROCESSING
+//     under the token, and read the database clock; the others are fenced
+//     and left alone;
+//  2. one UPDATE per kind of outcome present (usually one: DELIVERED);
+//  3. dead letters for the new FAILED rows;
+//  4. the waiting PENDING rows of aggregates with a new FAILED row (when
+//     FAILED blocks) become BLOCKED, and those behind a retried row take its
+//     new available_at: found by a read that takes no locks, then changed
+//     by primary key, so that a producer's uncommitted rows are never
+//     waited for;
+//  5. the attempt rows, with INSERT IGNORE on their key (event, token,
+//     outcome), so that a replay after an ambiguous commit writes nothing
+//     twice.
+//
+// A batch that is all DELIVERED, the common case, first tries a shorter
+// transaction: the guarded UPDATE of all its rows, then the attempt rows.
+// If the UPDATE did not change every row, that transaction is rolled back
+// and the general one above runs.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
+	var res store.CompleteResult
+	if len(req.Outcomes) == 0 {
+		return res, nil
+	}
+	byID := make(map[int64]*store.Outcome, len(req.Outcomes))
+	ids := make([]int64, 0, len(req.Outcomes))
+	for i := range req.Outcomes {
+		o := &req.Outcomes[i]
+		if _, dup := byID[o.ID]; !dup {
+			byID[o.ID] = o
+			ids = append(ids, o.ID)
+		}
+	}
+	slices.Sort(ids)
+	applied := make(map[int64]bool, len(ids))
+	var err error
+	done := false
+	if allDelivered(req.Outcomes, len(ids)) {
+		err = s.inTx(ctx, "complete", func(tx *sql.Tx) error {
+			clear(applied)
+			return s.completeDelivered(ctx, tx, req, ids, applied)
+		})
+		done = err == nil
+		if errors.Is(err, errSomeFenced) {
+			err = nil
+		}
+	}
+	if !done && err == nil {
+		err = s.inTx(ctx, "complete", func(tx *sql.Tx) error {
+			clear(applied)
+			return s.completeAny(ctx, tx, req, ids, byID, applied)
+		})
+	}
+	if err != nil {
+		return res, s.wrap("complete", err)
+	}
+	for _, o := range req.Outcomes {
+		if applied[o.ID] {
+			res.Applied = append(res.Applied, o.ID)
+		} else {
+			res.Fenced = append(res.Fenced, o.ID)
+		}
+	}
+	return res, nil
+}
+
+// allDelivered reports whether every outcome is DELIVERED, each row once.
+func allDelivered(outs []store.Outcome, unique int) bool {
+	if len(outs) != unique {
+		return false
+	}
+	for i := range outs {
+		if outs[i].Kind != store.Delivered {
+			return false
+		}
+	}
+	return true
+}
+
+// errSomeFenced rolls the fast path back when not every row was ours.
+var errSomeFenced = errors.New("some rows are no longer held under the token")
+
+// completeDelivered is the common case, a batch all delivered, in two
+// statements: one guarded UPDATE and the attempt rows. If the UPDATE did
+// not change every row (some were fenced), it returns errSomeFenced and the
+// transaction is rolled back, for completeAny to sort the rows out.
+func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64, applied map[int64]bool) error {
+	res, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET status = 'PROCESSED', "+
+		"processed_at = UTC_TIMESTAMP(6), locked_until = NULL, lock_token = NULL "+
+		"WHERE id IN ("+idList(ids)+") AND status = 'PROCESSING' AND lock_token = ?", req.Token)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
+		return errSomeFenced
+	}
+	for _, id := range ids {
+		applied[id] = true
+	}
+	return s.insertAttempts(ctx, tx, req, applied, time.Time{})
+}
+
+// completeAny handles any mix of outcomes and fenced rows.
+func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64,
+	byID map[int64]*store.Outcome, applied map[int64]bool) error {
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.completeLock, idList(ids)), req.Token)
+	if err != nil {
+		return err
+	}
+	var (
+		mine []appliedRow
+		now  time.Time
+	)
+	for rows.Next() {
+		var (
+			r   appliedRow
+			cur nullTime
+		)
+		if err := rows.Scan(&r.id, &r.agg.typ, &r.agg.id, &cur); err != nil {
+			rows.Close()
+			return err
+		}
+		now = cur.Time
+		mine = append(mine, r)
+		applied[r.id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(mine) > 0 {
+		if err := s.applyOutcomes(ctx, tx, req, mine, byID, now); err != nil {
+			return err
+		}
+	}
+	return s.insertAttempts(ctx, tx, req, applied, now)
+}
+
+// follow is the first retried row of an aggregate in a completion and the
+// latest available_at its retries got.
+type follow struct {
+	id          int64
+	availableAt time.Time
+}
+
+// applyOutcomes changes the rows of mine (locked, ours) as their outcomes
+// say, writes the dead letters, and holds back the aggregates' waiting rows.
+func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, mine []appliedRow,
+	byID map[int64]*store.Outcome, now time.Time) error {
+	byKind := map[store.OutcomeKind][]int64{}
+	var kinds []store.OutcomeKind
+	changed := make([]int64, len(mine))
+	var (
+		failed      []int64
+		failedHeads = map[aggKey]int64{}
+		failedOrder []aggKey
+		retried     = map[aggKey]*follow{}
+		retryOrder  []aggKey
+	)
+	for i, r := range mine {
+		o := byID[r.id]
+		if _, seen := byKind[o.Kind]; !seen {
+			kinds = append(kinds, o.Kind)
+		}
+		byKind[o.Kind] = append(byKind[o.Kind], r.id)
+		changed[i] = r.id
+		switch o.Kind {
+		case store.Failed:
+			failed = append(failed, r.id)
+			if _, seen := failedHeads[r.agg]; !seen {
+				failedHeads[r.agg] = r.id
+				failedOrder = append(failedOrder, r.agg)
+			}
+		case store.Retry:
+			at := now.Add(max(o.RetryIn, 0).Truncate(time.Microsecond))
+			if f := retried[r.agg]; f == nil {
+				retried[r.agg] = &follow{id: r.id, availableAt: at}
+				retryOrder = append(retryOrder, r.agg)
+			} else if at.After(f.availableAt) {
+				f.availableAt = at
+			}
+		}
+	}
+	nowText := formatTime(now)
+	for _, kind := range kinds {
+		if err := s.updateKind(ctx, tx, req.Token, kind, byKind[kind], byID, nowText); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		var reasons strings.Builder
+		args := make([]any, 0, len(failed)+1)
+		for _, id := range failed {
+			reason := truncateRunes(byID[id].Error, maxErrorRunes)
+			if reason == "" {
+				reason = "failed"
+			}
+			fmt.Fprintf(&reasons, " WHEN %d THEN ?", id)
+			args = append(args, reason)
+		}
+		args = append(args, nowText)
+		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.t.DeadLetters+"` (outbox_id, event_id, aggregate_type, aggregate_id, "+
+			"event_type, payload, headers, retry_count, reason, failed_at) "+
+			"SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, CASE id"+reasons.String()+
+			" END, CAST(? AS DATETIME(6)) FROM `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) WHERE id IN ("+idList(failed)+") ORDER BY id",
+			args...); err != nil {
+			return err
+		}
+	}
+	if !req.FailedBlocks {
+		failedOrder = nil
+	}
+	if len(failedOrder) == 0 && len(retryOrder) == 0 {
+		return nil
+	}
+	// The waiting rows of those aggregates, read without locks (a
+	// producer's uncommitted rows are not waited for), excluding the rows
+	// this completion changed: PostgreSQL's single statement does not see
+	// them as PENDING either.
+	var cond strings.Builder
+	var args []any
+	for _, k := range failedOrder {
+		if cond.Len() > 0 {
+			cond.WriteString(" OR ")
+		}
+		cond.WriteString("(aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)")
+		args = append(args, k.typ, k.id, failedHeads[k])
+	}
+	for _, k := range retryOrder {
+		if cond.Len() > 0 {
+			cond.WriteString(" OR ")
+		}
+		cond.WriteString("(aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)")
+		args = append(args, k.typ, k.id, retried[k].id)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT id, aggregate_type, aggregate_id, available_at FROM `"+s.t.Outbox+"` "+
+		"FORCE INDEX (`"+s.t.Outbox+"_aggregate_idx`) WHERE ("+cond.String()+") AND status = 'PENDING' AND id NOT IN ("+
+		idList(changed)+")", args...)
+	if err != nil {
+		return err
+	}
+	var block []int64
+	deferTo := map[int64]string{}
+	for rows.Next() {
+		var (
+			id    int64
+			k     aggKey
+			avail nullTime
+		)
+		if err := rows.Scan(&id, &k.typ, &k.id, &avail); err != nil {
+			rows.Close()
+			return err
+		}
+		if head, ok := failedHeads[k]; ok && req.FailedBlocks && id > head {
+			block = append(block, id)
+		}
+		if f := retried[k]; f != nil && id > f.id && avail.Time.Before(f.availableAt) {
+			deferTo[id] = formatTime(f.availableAt)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	slices.Sort(block)
+	return s.holdBack(ctx, tx, block, deferTo)
+}
+
+// updateKind applies one kind of outcome to its rows, by primary key,
+// guarded by (status, token). Values that differ per row are CASE id
+// expressions.
+func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind store.OutcomeKind, ids []int64,
+	byID map[int64]*store.Outcome, now string) error {
+	var (
+		sets []string
+		args []any
+	)
+	set := func(clause string, a ...any) {
+		sets = append(sets, clause)
+		args = append(args, a...)
+	}
+	perRow := func(value func(o *store.Outcome) any) (string, []any) {
+		var b strings.Builder
+		a := make([]any, 0, len(ids))
+		b.WriteString("CASE id")
+		for _, id := range ids {
+			fmt.Fprintf(&b, " WHEN %d THEN ?", id)
+			a = append(a, value(byID[id]))
+		}
+		b.WriteString(" END")
+		return b.String(), a
+	}
+	lastError := func() {
+		expr, a := perRow(func(o *store.Outcome) any { return truncateRunes(o.Error, maxErrorRunes) })
+		set("last_error = "+expr, a...)
+	}
+	retryAt := func() {
+		expr, a := perRow(func(o *store.Outcome) any { return micros(max(o.RetryIn, 0)) })
+		set("available_at = CAST(? AS DATETIME(6)) + INTERVAL "+expr+" MICROSECOND", append([]any{now}, a...)...)
+	}
+	switch kind {
+	case store.Delivered:
+		set("status = 'PROCESSED'")
+		set("processed_at = CAST(? AS DATETIME(6))", now)
+	case store.Expired:
+		set("status = 'EXPIRED'")
+		set("processed_at = CAST(? AS DATETIME(6))", now)
+		lastError()
+	case store.Failed:
+		set("status = 'FAILED'")
+		set("retry_count = retry_count + 1")
+		set("processed_at = CAST(? AS DATETIME(6))", now)
+		lastError()
+	case store.Retry:
+		set("status = 'PENDING'")
+		set("retry_count = retry_count + 1")
+		set("processed_at = NULL")
+		retryAt()
+		lastError()
+	case store.Released:
+		expr, a := perRow(func(o *store.Outcome) any {
+			if o.Block {
+				return string(outbox.StatusBlocked)
+			}
+			return string(outbox.StatusPending)
+		})
+		set("status = "+expr, a...)
+		set("processed_at = NULL")
+		retryAt()
+	default:
+		return fmt.Errorf("unknown outcome kind %q for event %d", kind, ids[0])
+	}
+	set("locked_until = NULL")
+	set("lock_token = NULL")
+	args = append(args, token)
+	_, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET "+strings.Join(sets, ", ")+
+		" WHERE id IN ("+idList(ids)+") AND status = 'PROCESSING' AND lock_token = ?", args...)
+	return err
+}
+
+// insertAttempts writes one attempt row per attempted outcome; a fenced
+// one says that the lease was lost. Zero start or finish times get the
+// database clock (now, when the completion read it).
+func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied map[int64]bool, now time.Time) error {
+	at := func(t time.Time) (string, any) {
+		switch {
+		case !t.IsZero():
+			return "?", formatTime(t)
+		case !now.IsZero():
+			return "?", formatTime(now)
+		}
+		return "UTC_TIMESTAMP(6)", nil
+	}
+	var b strings.Builder
+	var args []any
+	n := 0
+	for i := range req.Outcomes {
+		o := &req.Outcomes[i]
+		if !o.Attempted {
+			continue
+		}
+		var msg any
+		switch {
+		case applied[o.ID]:
+			if m := truncateRunes(o.Error, maxErrorRunes); m != "" {
+				msg = m
+			}
+		case o.Error != "":
+			msg = truncateRunes(o.Error, maxErrorRunes) + "; " + leaseLost
+		default:
+			msg = leaseLost
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		started, startedArg := at(o.StartedAt)
+		finished, finishedArg := at(o.FinishedAt)
+		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?)")
+		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, truncateRunes(req.RelayID, 200))
+		for _, a := range []any{startedArg, finishedArg} {
+			if a != nil {
+				args = append(args, a)
+			}
+		}
+		args = append(args, msg)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
+	return err
+}
+
+// truncateRunes keeps the first n characters of s (PostgreSQL's left()).
+func truncateRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := 0
+	for pos := range s {
+		if i == n {
+			return s[:pos]
+		}
+		i++
+	}
+	return s
+}

@@ -1,0 +1,102 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/mysql"
+	"github.com/txoutbox/outbox/store/storetest"
+)
+
+type myTx struct {
+	tx *sql.Tx
+	s  *mysql.Store
+}
+
+func (m myTx) Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.EventID, error) {
+	return m.s.Enqueue(ctx, m.tx, events...)
+}
+func (m myTx) Commit(context.Context) error   { return m.tx.Commit() }
+func (m myTx) Rollback(context.Context) error { return m.tx.Rollback() }
+
+// openDB opens the application's *sql.DB the way the package recommends.
+func openDB(t testing.TB) *sql.DB {
+	t.Helper()
+	c, err := mysql.NewConnector(testenv.MySQL.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newStore migrates a new table on db and drops it (with its migration
+// table) when the test ends.
+func newStore(t testing.TB, db *sql.DB, cfg mysql.Config) *mysql.Store {
+	t.Helper()
+	if cfg.Table == "" {
+		cfg.Table = storetest.TableName("my")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	s, err := mysql.New(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MigrateUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := s.MigrateDown(ctx); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+s.Tables().Migrations+"`"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return s
+}
+
+func newHarness(t *testing.T) *storetest.Harness {
+	db := openDB(t)
+	s := newStore(t, db, mysql.Config{})
+	return &storetest.Harness{
+		Store: s,
+		Begin: func(ctx context.Context) (storetest.Tx, error) {
+			tx, err := db.BeginTx(ctx, nil)
+			return myTx{tx, s}, err
+		},
+		NewStore: func(t *testing.T, limits outbox.Limits) store.Store {
+			s2, err := mysql.New(db, mysql.Config{Table: s.Table(), Limits: limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s2
+		},
+		Scale: scale(),
+	}
+}
+
+func scale() float64 {
+	if testenv.Short() {
+		return 0.2
+	}
+	return 1
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, newHarness)
+}

@@ -1,0 +1,276 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Config configures a Store. The zero value is valid.
+type Config struct {
+	// Table is the outbox table; default "outbox_events". The dead-letter,
+	// attempts, aggregate-lock and migration tables are named after it.
+	Table string
+	// Limits bound what Enqueue accepts; zero fields mean the defaults.
+	Limits outbox.Limits
+	// NoAggregateLock turns off the per-aggregate lock that Enqueue takes.
+	// With the lock, two transactions that enqueue events of the same
+	// aggregate are serialized (the second waits at its Enqueue until the
+	// first commits or rolls back), so that id order is commit order within
+	// an aggregate and the relay never sees a later event of an aggregate
+	// before an earlier one commits. Turn it off only if your own row locks
+	// already serialize the writers of an aggregate (for example, every
+	// transaction that enqueues for payment P first locks P's row with
+	// SELECT ... FOR UPDATE).
+	NoAggregateLock bool
+	// Logger receives the store's own messages: each retried deadlock or
+	// lock wait timeout at DEBUG, a conflict still failing after the
+	// retries at WARN. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the MySQL/MariaDB outbox. It is safe for concurrent use.
+type Store struct {
+	db    *sql.DB
+	ownDB bool
+	cfg   Config
+	t     store.Tables
+	locks string // the per-aggregate lock table
+	log   *slog.Logger
+	q     queries
+	// txOpts is nil when every connection of db already runs at READ
+	// COMMITTED (opened with NewConnector); otherwise each of the store's
+	// transactions asks for it.
+	txOpts *sql.TxOptions
+
+	deadlocks, lockWaits, gaveUp atomic.Int64
+
+	watchMu  sync.Mutex
+	watchers map[int]func()
+	nextID   int
+}
+
+var (
+	_ store.Store            = (*Store)(nil)
+	_ store.EnqueueObserver  = (*Store)(nil)
+	_ outbox.Writer[*sql.Tx] = (*Store)(nil)
+)
+
+// New returns a Store on db, a *sql.DB of go-sql-driver/mysql. The database
+// stays the caller's: Close does not close it.
+//
+// Open db with [NewConnector] (sql.OpenDB(connector)), or at least with the
+// settings of [ConfigureDSN]. The store itself does not depend on them for
+// correctness (it writes and reads every time as UTC, and asks for READ
+// COMMITTED on each of its transactions when db was not opened with
+// NewConnector), but without interpolateParams each statement with
+// arguments takes three round trips instead of one.
+func New(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql.New needs a *sql.DB opened with go-sql-driver/mysql", outbox.ErrInvalidConfig)
+	}
+	t, err := store.TablesFor(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Table = t.Outbox
+	cfg.Limits = cfg.Limits.WithDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{db: db, cfg: cfg, t: t, locks: t.Outbox + "_aggregate_locks", log: log, q: buildQueries(t),
+		watchers: map[int]func(){}}
+	if !readCommittedDB(db) {
+		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	return s, nil
+}
+
+// Store connection pool defaults for Open.
+const (
+	maxOpenConns    = 16
+	connMaxLifetime = 30 * time.Minute
+	// lockWaitTimeout bounds how long one of the store's own statements
+	// waits for a row lock (innodb_lock_wait_timeout, default 50s) before
+	// it fails with error 1205 and is retried. The store's transactions are
+	// short, so a long wait means something else holds rows.
+	lockWaitTimeout = "10"
+)
+
+// Open connects to dsn (mysql://user:pass@host:port/db?params or the
+// driver's user:pass@tcp(host:port)/db?params) with the settings of
+// [NewConnector] and returns a Store that owns its *sql.DB: Close closes
+// it. Its connections also set innodb_lock_wait_timeout to 10 seconds.
+// Open checks the server version (MySQL 8.0+ or MariaDB 10.6+). Errors
+// never contain the password.
+func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
+	dc, err := ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := dc.Params["innodb_lock_wait_timeout"]; !set {
+		dc.Params["innodb_lock_wait_timeout"] = lockWaitTimeout
+	}
+	connector, err := newReadCommittedConnector(dc)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(maxOpenConns)
+	db.SetMaxIdleConns(maxOpenConns)
+	db.SetConnMaxLifetime(connMaxLifetime)
+	where := address(dc)
+	if _, err := serverFlavor(ctx, db); err != nil {
+		db.Close()
+		if msg := redact(err.Error(), dc.Passwd); msg != err.Error() {
+			return nil, fmt.Errorf("connect to MySQL at %s: %s", where, msg)
+		}
+		return nil, fmt.Errorf("connect to MySQL at %s: %w", where, err)
+	}
+	s, err := New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.ownDB = true
+	return s, nil
+}
+
+// flavor is the server family and version.
+type flavor struct {
+	mariaDB      bool
+	major, minor int
+	version      string
+}
+
+// serverFlavor reads and checks the server version.
+func serverFlavor(ctx context.Context, db *sql.DB) (flavor, error) {
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return flavor{}, err
+	}
+	f := flavor{version: v, mariaDB: strings.Contains(strings.ToLower(v), "mariadb")}
+	fmt.Sscanf(v, "%d.%d", &f.major, &f.minor)
+	switch {
+	case f.mariaDB && (f.major < 10 || f.major == 10 && f.minor < 6):
+		return f, fmt.Errorf("server is MariaDB %s: the outbox needs MariaDB 10.6 or later (FOR UPDATE SKIP LOCKED)", v)
+	case !f.mariaDB && f.major < 8:
+		return f, fmt.Errorf("server is MySQL %s: the outbox needs MySQL 8.0 or later (FOR UPDATE SKIP LOCKED, CTEs, window functions)", v)
+	}
+	return f, nil
+}
+
+// DB returns the database the store uses.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Table returns the outbox table name.
+func (s *Store) Table() string { return s.t.Outbox }
+
+// Tables returns the names of the outbox's tables (the aggregate-lock
+// table is Tables().Outbox + "_aggregate_locks").
+func (s *Store) Tables() store.Tables { return s.t }
+
+// Features reports SKIP LOCKED and claims behind the relay's own batches
+// in flight. MySQL has no LISTEN/NOTIFY, so relays poll (and relays in the
+// process that enqueues are nudged: see OnEnqueue).
+func (s *Store) Features() store.Features {
+	return store.Features{SkipLocked: true, Notify: false, ClaimBehindOwn: true}
+}
+
+// OnEnqueue implements store.EnqueueObserver: f runs after each successful
+// Enqueue through this Store, before the producer commits (the source's
+// hybrid path: a relay in the same process looks for the events at once).
+func (s *Store) OnEnqueue(f func()) (remove func()) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	id := s.nextID
+	s.nextID++
+	s.watchers[id] = f
+	return func() {
+		s.watchMu.Lock()
+		delete(s.watchers, id)
+		s.watchMu.Unlock()
+	}
+}
+
+func (s *Store) enqueued() {
+	s.watchMu.Lock()
+	fs := make([]func(), 0, len(s.watchers))
+	for _, f := range s.watchers {
+		fs = append(fs, f)
+	}
+	s.watchMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// Close closes the database if Open opened it.
+func (s *Store) Close() error {
+	if s.ownDB {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// RetryStats counts the lock conflicts the store met and retried.
+type RetryStats struct {
+	// Deadlocks (error 1213) retried.
+	Deadlocks int64
+	// LockWaitTimeouts (error 1205) retried.
+	LockWaitTimeouts int64
+	// GaveUp counts operations that still failed with a conflict after
+	// every retry; their error was returned to the caller.
+	GaveUp int64
+}
+
+// Retries returns the lock conflicts retried since the store was created.
+// Deadlocks and lock wait timeouts between concurrent claims, completions,
+// sweeps and producers are retried inside the store (the whole transaction
+// again, with a growing, jittered delay) and never reported as event
+// failures; each retry is counted here and logged at DEBUG.
+func (s *Store) Retries() RetryStats {
+	return RetryStats{Deadlocks: s.deadlocks.Load(), LockWaitTimeouts: s.lockWaits.Load(), GaveUp: s.gaveUp.Load()}
+}
+
+// MySQL error numbers the store handles.
+const (
+	errLockWaitTimeout = 1205
+	errDeadlock        = 1213
+	errNoSuchTable     = 1146
+)
+
+func mysqlErrorNumber(err error) uint16 {
+	var me *mysqldrv.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// wrap adds the operation to err and turns "table doesn't exist" into
+// advice.
+func (s *Store) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if mysqlErrorNumber(err) == errNoSuchTable {
+		return fmt.Errorf("%s: table %q (or one of its companion tables) does not exist: run `outbox migrate` first: %w", op, s.t.Outbox, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
