@@ -72,6 +72,9 @@ func (p *pipeline) start(ctx context.Context) {
 			case p.slot <- struct{}{}:
 			default:
 			}
+			// A recorded batch may free what waited behind it (and a
+			// drain may now be done): look again without waiting a poll.
+			p.r.Notify()
 		}
 	}()
 }

@@ -161,3 +161,11 @@ func TestCLIEnvironmentVariables(t *testing.T) {
 	}
 	_ = os.Getenv
 }
+
+func TestRedactDriverDSN(t *testing.T) {
+	s := &secrets{}
+	s.addURL("app:Pa55w0rd!x@tcp(127.0.0.1:3306)/pay?parseTime=true")
+	if got := s.redact("dial app:Pa55w0rd!x@tcp(127.0.0.1:3306)/pay failed"); strings.Contains(got, "Pa55w0rd") {
+		t.Fatalf("driver DSN password not redacted: %s", got)
+	}
+}

@@ -24,7 +24,7 @@ import (
 
 // Globals are the flags every command shares.
 type Globals struct {
-	DB        string `help:"Database URL: postgres://user:pass@host:5432/db, sqlite:///abs/path.db or sqlite://relative.db." env:"OUTBOX_DB" placeholder:"DSN"`
+	DB        string `help:"Database URL: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db, sqlite:///abs/path.db or sqlite://relative.db." env:"OUTBOX_DB" placeholder:"DSN"`
 	Table     string `help:"Outbox table name." default:"outbox_events" env:"OUTBOX_TABLE"`
 	LogLevel  string `help:"Log level: debug, info, warn, error." default:"info" env:"OUTBOX_LOG_LEVEL" enum:"debug,info,warn,error"`
 	LogFormat string `help:"Log format: text or json." default:"text" env:"OUTBOX_LOG_FORMAT" enum:"text,json"`

@@ -10,7 +10,11 @@ import (
 // passwords, tokens in query strings.
 type secrets struct{ values []string }
 
-var kvPassword = regexp.MustCompile(`(?i)\bpassword\s*=\s*('[^']*'|\S+)`)
+var (
+	kvPassword = regexp.MustCompile(`(?i)\bpassword\s*=\s*('[^']*'|\S+)`)
+	// driverDSN is go-sql-driver/mysql's own form: user:pass@tcp(host:port)/db.
+	driverDSN = regexp.MustCompile(`^[^:@/]*:(.*)@(?:tcp|unix)\(`)
+)
 
 // addURL records the password and secret-looking query values of a URL or
 // key=value DSN.
@@ -40,6 +44,9 @@ func (s *secrets) addURL(raw string) {
 				s.add(cred[j+1:])
 			}
 		}
+	}
+	if m := driverDSN.FindStringSubmatch(raw); m != nil {
+		s.add(m[1])
 	}
 	for _, m := range kvPassword.FindAllStringSubmatch(raw, -1) {
 		s.add(strings.Trim(m[1], "'"))
