@@ -51,6 +51,7 @@ func run(args []string) error {
 		latencyRuns = fs.Int("latency-runs", 1, "latency: runs per rate")
 		batch       = fs.Int("batch", 1000, "claim batch of outbox and the bare loop; SubscribeBatchSize of watermill-sql (River fetches up to its free workers)")
 		poll        = fs.Duration("poll", 20*time.Millisecond, "poll interval of outbox, watermill-sql and the bare loop (River keeps its benchmark's 20ms)")
+		linger      = fs.Duration("linger", 0, "outbox: least wait after a claim that took less than a full batch (0: the relay's default, 5ms)")
 		wakeups     = fs.String("wakeups", "all,notify,poll", "outbox wake-up modes for latency rows: all, notify, poll (drain and steady use the first)")
 		wakeSteady  = fs.Bool("wakeups-steady", false, "also run the other outbox wake-up modes in the steady scenario")
 		jsonOut     = fs.Bool("json", false, "print the report as JSON")
@@ -92,7 +93,7 @@ func run(args []string) error {
 				if i > 0 || m != "all" {
 					label = "outbox " + m
 				}
-				c := benchkit.Contender{System: &benchkit.Outbox{Label: label, Wakeups: w, Relay: relay.Config{PollInterval: *poll}}, Role: benchkit.Self}
+				c := benchkit.Contender{System: &benchkit.Outbox{Label: label, Wakeups: w, Relay: relay.Config{PollInterval: *poll, Linger: *linger}}, Role: benchkit.Self}
 				if i > 0 {
 					c.Role, c.Scenarios = benchkit.Reference, []string{benchkit.ScenarioLatency}
 					if *wakeSteady {
