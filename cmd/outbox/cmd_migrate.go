@@ -9,8 +9,8 @@ import (
 
 // MigrateCmd applies (or reverts) the schema migrations.
 type MigrateCmd struct {
-	Down   bool `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables."`
-	Yes    bool `help:"Confirm --down."`
+	Down   bool `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables." env:"-"`
+	Yes    bool `help:"Confirm --down." env:"-"`
 	Status bool `help:"Only print the applied and latest versions."`
 }
 

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
 )
 
@@ -122,6 +125,27 @@ func TestDemoShortPostgres(t *testing.T) {
 		if exists {
 			t.Errorf("table %s still exists after the demo (it must drop its tables unless --keep)", name)
 		}
+	}
+}
+
+// TestDemoShortMySQL runs the short demo with --db on MySQL/MariaDB: its
+// own fresh tables, dropped at the end.
+func TestDemoShortMySQL(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.MySQL.Addr(t)
+	out, sum := runDemo(t, "--db", dsn, "--quiet")
+	checkDemoSummary(t, out, sum)
+	table, _ := sum["table"].(string)
+	if sum["backend"] != "mysql" || !strings.HasPrefix(table, "demo_") {
+		t.Fatalf("backend %v, table %q: want mysql and a fresh demo_ table", sum["backend"], table)
+	}
+	b, err := openBackend(context.Background(), dsn, table, outbox.Limits{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	if _, err := b.store.Stats(context.Background(), true); err == nil {
+		t.Errorf("the demo's table %s still exists after the demo (it must drop its tables unless --keep)", table)
 	}
 }
 

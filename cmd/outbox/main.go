@@ -92,6 +92,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { exitCode = code }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		// Every flag can also be set as OUTBOX_<FLAG> (e.g. --poll-interval as
+		// OUTBOX_POLL_INTERVAL), except the confirmations of destructive commands.
+		kong.DefaultEnvars("OUTBOX"),
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox: %v\n", err)
