@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,25 +17,14 @@ import (
 
 // Stats implements store.Store.
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
-	st := store.Stats{Counts: make(map[outbox.Status]int64, len(outbox.Statuses))}
-	for _, status := range outbox.Statuses {
-		st.Counts[status] = 0
-	}
+	st := store.NewStats()
 	rows, err := s.db.QueryContext(ctx, s.q.stats)
 	if err != nil {
 		return st, s.wrap("stats", err)
 	}
-	for rows.Next() {
-		var status string
-		var n int64
-		if err := rows.Scan(&status, &n); err != nil {
-			rows.Close()
-			return st, s.wrap("stats", err)
-		}
-		st.Counts[outbox.Status(status)] = n
-	}
+	err = store.ScanStatusCounts(rows, st.Counts)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return st, s.wrap("stats", err)
 	}
 	var age sql.NullInt64
@@ -82,7 +70,7 @@ func scanRecord(row scanner) (store.Record, error) {
 		return r, err
 	}
 	r.Payload = json.RawMessage(payload)
-	r.Headers = decodeHeaders(headers)
+	r.Headers = store.DecodeHeaders(headers)
 	r.Status = outbox.Status(status)
 	r.CreatedAt, r.AvailableAt = created.Time, available.Time
 	r.ProcessedAt, r.ExpiresAt, r.LockedUntil = processedAt.Time, expiresAt.Time, lockedUntil.Time
@@ -94,30 +82,9 @@ func scanRecord(row scanner) (store.Record, error) {
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
 	f = f.Normalize()
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, cond)
-	}
-	if f.Status != "" {
-		add("status = ?", string(f.Status))
-	}
-	if f.AggregateType != "" {
-		add("aggregate_type = ?", f.AggregateType)
-	}
-	if f.AggregateID != "" {
-		add("aggregate_id = ?", f.AggregateID)
-	}
-	if f.BeforeID > 0 {
-		add("id < ?", f.BeforeID)
-	}
-	q := "SELECT " + recordColumns + " FROM `" + s.t.Outbox + "`"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	where, args := f.Where(nil)
 	args = append(args, f.Limit)
-	q += " ORDER BY id DESC LIMIT ?"
+	q := "SELECT " + recordColumns + " FROM `" + s.t.Outbox + "`" + where + " ORDER BY id DESC LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -138,7 +105,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
 	r, err := scanRecord(s.db.QueryRowContext(ctx, s.q.getRecord, id.String()))
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+		return r, store.EventNotFound(id)
 	}
 	return r, s.wrap("get event", err)
 }
@@ -170,11 +137,8 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
 	rows, err := s.db.QueryContext(ctx, "SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count, "+
-		"reason, failed_at, requeued_at FROM `"+s.t.DeadLetters+"` ORDER BY id DESC LIMIT ?", limit)
+		"reason, failed_at, requeued_at FROM `"+s.t.DeadLetters+"` ORDER BY id DESC LIMIT ?", store.DeadLetterLimit(limit))
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}
@@ -202,14 +166,9 @@ type errAction struct{ err error }
 func (e errAction) Error() string { return e.err.Error() }
 
 // operatorChange runs one audited operator action in one transaction.
-func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind store.OutcomeKind,
-	from []outbox.Status, to outbox.Status) error {
-	actor := a.Actor
-	if actor == "" {
-		actor = "operator"
-	}
+func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch store.OperatorChange) error {
 	t := "`" + s.t.Outbox + "`"
-	err := s.inTx(ctx, "operator "+strings.ToLower(string(kind)), func(tx *sql.Tx) error {
+	err := s.inTx(ctx, "operator "+ch.Verb(), func(tx *sql.Tx) error {
 		var (
 			status         string
 			rowID          int64
@@ -220,17 +179,16 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 		err := tx.QueryRowContext(ctx, "SELECT id, status, retry_count, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM "+t+
 			" WHERE event_id = ? FOR UPDATE", a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &now)
 		if errors.Is(err, sql.ErrNoRows) {
-			return errAction{fmt.Errorf("%w: %s", outbox.ErrNotFound, a.EventID)}
+			return errAction{store.EventNotFound(a.EventID)}
 		}
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(from, outbox.Status(status)) {
-			return errAction{fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
-				strings.ToLower(string(kind)), joinStatuses(from))}
+		if err := ch.Check(a, status); err != nil {
+			return errAction{err}
 		}
 		nowText := formatTime(now.Time)
-		switch to {
+		switch ch.To {
 		case outbox.StatusPending:
 			// A requeued event gets a fresh chance now. An EXPIRED event's
 			// deadline has passed, so the requeue removes it (or sets a new one).
@@ -248,18 +206,15 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 					"WHERE outbox_id = ? AND requeued_at IS NULL", nowText, rowID)
 			}
 		default:
-			_, err = tx.ExecContext(ctx, "UPDATE "+t+" SET status = ? WHERE id = ?", string(to), rowID)
+			_, err = tx.ExecContext(ctx, "UPDATE "+t+" SET status = ? WHERE id = ?", string(ch.To), rowID)
 		}
 		if err != nil {
 			return err
 		}
-		reason := fmt.Sprintf("%s by %s (was %s)", strings.ToLower(string(kind)), actor, status)
-		if a.Reason != "" {
-			reason += ": " + a.Reason
-		}
+		relay, reason := ch.Audit(a, status)
 		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.t.Attempts+"` ("+attemptColumns+") "+
 			"VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?)",
-			a.EventID.String(), uuid.NewString(), string(kind), rowID, retries, truncateRunes("operator:"+actor, 200),
+			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, store.TruncateRunes(relay, 200),
 			nowText, nowText, reason); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -298,22 +253,14 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 	return s.wrap("operator action", err)
 }
 
-func joinStatuses(ss []outbox.Status) string {
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = string(s)
-	}
-	return strings.Join(parts, " or ")
-}
-
 // Requeue implements store.Store.
 func (s *Store) Requeue(ctx context.Context, a store.OperatorAction) error {
-	return s.operatorChange(ctx, a, store.Requeued, []outbox.Status{outbox.StatusFailed, outbox.StatusExpired}, outbox.StatusPending)
+	return s.operatorChange(ctx, a, store.RequeueChange)
 }
 
 // Skip implements store.Store.
 func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
-	return s.operatorChange(ctx, a, store.Skipped, []outbox.Status{outbox.StatusFailed}, outbox.StatusSkipped)
+	return s.operatorChange(ctx, a, store.SkipChange)
 }
 
 // Purge implements store.Store. It walks the table in id order, a page of
@@ -323,41 +270,24 @@ func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
 // a relay holds. It stops at the first page whose rows are all younger than
 // the retention, so a purge with nothing to do reads one page.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	statuses := req.Statuses
-	if len(statuses) == 0 {
-		statuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
 	}
-	var names []string
-	for _, st := range statuses {
-		if !st.Final() {
-			return 0, fmt.Errorf("%w: purge applies to final statuses only, not %s", outbox.ErrInvalidConfig, st)
-		}
-		names = append(names, "'"+string(st)+"'") // validated constants
-	}
-	if req.OlderThan < 0 {
-		return 0, fmt.Errorf("%w: purge retention must not be negative", outbox.ErrInvalidConfig)
-	}
-	batch := req.BatchSize
-	if batch <= 0 {
-		batch = 1000
-	}
-	in := strings.Join(names, ",")
+	in := "'" + strings.Join(store.StatusNames(req.Statuses), "','") + "'" // validated constants
 	t := "`" + s.t.Outbox + "`"
 	page := "SELECT id, (status IN (" + in + ") AND processed_at IS NOT NULL AND processed_at <= c.cutoff), " +
 		"created_at <= c.cutoff, c.cutoff FROM " + t + " JOIN (SELECT UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS cutoff) c " +
 		"WHERE id > ? ORDER BY id LIMIT ?"
-	var total, cursor int64
-	for {
+	total, err := store.PurgePages(func(after int64) (store.PurgePage, error) {
 		var (
-			del       []int64
-			last, old int64
-			cutoff    nullTime
-			deleted   int64
-			pageRows  int
+			p      store.PurgePage
+			del    []int64
+			cutoff nullTime
 		)
-		rows, err := s.db.QueryContext(ctx, page, micros(req.OlderThan), cursor, batch)
+		rows, err := s.db.QueryContext(ctx, page, micros(req.OlderThan), after, req.BatchSize)
 		if err != nil {
-			return total, s.wrap("purge", err)
+			return p, err
 		}
 		for rows.Next() {
 			var (
@@ -367,69 +297,60 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 			)
 			if err := rows.Scan(&id, &d, &isOld, &pageCutoff); err != nil {
 				rows.Close()
-				return total, s.wrap("purge", err)
+				return p, err
 			}
-			pageRows++
-			last, cutoff = id, pageCutoff
+			p.Last, cutoff = id, pageCutoff
 			if isOld {
-				old++
+				p.Old++
 			}
 			if d {
 				del = append(del, id)
 			}
 		}
 		rows.Close()
-		if err := rows.Err(); err != nil {
-			return total, s.wrap("purge", err)
+		if err := rows.Err(); err != nil || len(del) == 0 {
+			return p, err
 		}
-		if len(del) > 0 {
-			err := s.inTx(ctx, "purge", func(tx *sql.Tx) error {
-				deleted = 0
-				rows, err := tx.QueryContext(ctx, "SELECT id, event_id FROM "+t+" WHERE id IN ("+idList(del)+") AND status IN ("+in+
-					") AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED", formatTime(cutoff.Time))
-				if err != nil {
-					return err
-				}
-				var ids []int64
-				var eventIDs []any
-				var marks []string
-				for rows.Next() {
-					var id int64
-					var eventID string
-					if err := rows.Scan(&id, &eventID); err != nil {
-						rows.Close()
-						return err
-					}
-					ids = append(ids, id)
-					eventIDs = append(eventIDs, eventID)
-					marks = append(marks, "?")
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil || len(ids) == 0 {
-					return err
-				}
-				list := idList(ids)
-				if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.t.Attempts+"` WHERE event_id IN ("+strings.Join(marks, ",")+")", eventIDs...); err != nil {
-					return err
-				}
-				if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.t.DeadLetters+"` WHERE outbox_id IN ("+list+")"); err != nil {
-					return err
-				}
-				res, err := tx.ExecContext(ctx, "DELETE FROM "+t+" WHERE id IN ("+list+")")
-				if err != nil {
-					return err
-				}
-				deleted, err = res.RowsAffected()
-				return err
-			})
+		err = s.inTx(ctx, "purge", func(tx *sql.Tx) error {
+			p.Deleted = 0
+			rows, err := tx.QueryContext(ctx, "SELECT id, event_id FROM "+t+" WHERE id IN ("+idList(del)+") AND status IN ("+in+
+				") AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED", formatTime(cutoff.Time))
 			if err != nil {
-				return total, s.wrap("purge", err)
+				return err
 			}
-		}
-		total += deleted
-		if pageRows == 0 || old == 0 {
-			return total, nil
-		}
-		cursor = last
-	}
+			var ids []int64
+			var eventIDs []any
+			var marks []string
+			for rows.Next() {
+				var id int64
+				var eventID string
+				if err := rows.Scan(&id, &eventID); err != nil {
+					rows.Close()
+					return err
+				}
+				ids = append(ids, id)
+				eventIDs = append(eventIDs, eventID)
+				marks = append(marks, "?")
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil || len(ids) == 0 {
+				return err
+			}
+			list := idList(ids)
+			if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.t.Attempts+"` WHERE event_id IN ("+strings.Join(marks, ",")+")", eventIDs...); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.t.DeadLetters+"` WHERE outbox_id IN ("+list+")"); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, "DELETE FROM "+t+" WHERE id IN ("+list+")")
+			if err != nil {
+				return err
+			}
+			p.Deleted, err = res.RowsAffected()
+			return err
+		})
+		return p, err
+	})
+	return total, s.wrap("purge", err)
 }

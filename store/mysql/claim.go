@@ -76,11 +76,8 @@ type claimPlan struct {
 // producer's uncommitted rows, and the locking statements go by primary
 // key only.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
-	if req.Limit <= 0 {
-		return nil, fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, req.Limit)
-	}
-	if req.Lease <= 0 {
-		return nil, fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, req.Lease)
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
 	c := &store.Claim{Token: uuid.NewString()}
 	err := s.retry(ctx, "claim", func() error { return s.claimOnce(ctx, req, c) })
@@ -349,7 +346,7 @@ func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, ids []int64, now
 			return nil, err
 		}
 		ev.Payload = json.RawMessage(payload)
-		ev.Headers = decodeHeaders(headers)
+		ev.Headers = store.DecodeHeaders(headers)
 		ev.Attempt = ev.RetryCount + 1
 		ev.CreatedAt = created.Time
 		ev.ExpiresAt = expires.Time
@@ -390,15 +387,4 @@ func (s *Store) holdBack(ctx context.Context, tx *sql.Tx, block []int64, deferTo
 		}
 	}
 	return nil
-}
-
-func decodeHeaders(b []byte) map[string]string {
-	if len(b) <= 2 { // "{}"
-		return nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil
-	}
-	return h
 }

@@ -13,12 +13,6 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// leaseLost is appended to the audit error of a fenced outcome.
-const leaseLost = "lease lost before the mark: the row was not changed"
-
-// maxErrorRunes bounds last_error and the audit error, as on PostgreSQL.
-const maxErrorRunes = 2000
-
 // appliedRow is a row of a completion that was still PROCESSING under its
 // token.
 type appliedRow struct {
@@ -50,9 +44,8 @@ type appliedRow struct {
 // If the UPDATE did not change every row, that transaction is rolled back
 // and the general one above runs.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
-	var res store.CompleteResult
 	if len(req.Outcomes) == 0 {
-		return res, nil
+		return store.CompleteResult{}, nil
 	}
 	byID := make(map[int64]*store.Outcome, len(req.Outcomes))
 	ids := make([]int64, 0, len(req.Outcomes))
@@ -84,16 +77,9 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		})
 	}
 	if err != nil {
-		return res, s.wrap("complete", err)
+		return store.CompleteResult{}, s.wrap("complete", err)
 	}
-	for _, o := range req.Outcomes {
-		if applied[o.ID] {
-			res.Applied = append(res.Applied, o.ID)
-		} else {
-			res.Fenced = append(res.Fenced, o.ID)
-		}
-	}
-	return res, nil
+	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
 // allDelivered reports whether every outcome is DELIVERED, each row once.
@@ -223,7 +209,7 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 		var reasons strings.Builder
 		args := make([]any, 0, len(failed)+1)
 		for _, id := range failed {
-			reason := truncateRunes(byID[id].Error, maxErrorRunes)
+			reason := store.TruncateRunes(byID[id].Error, store.MaxErrorRunes)
 			if reason == "" {
 				reason = "failed"
 			}
@@ -323,7 +309,7 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind s
 		return b.String(), a
 	}
 	lastError := func() {
-		expr, a := perRow(func(o *store.Outcome) any { return truncateRunes(o.Error, maxErrorRunes) })
+		expr, a := perRow(func(o *store.Outcome) any { return store.TruncateRunes(o.Error, store.MaxErrorRunes) })
 		set("last_error = "+expr, a...)
 	}
 	retryAt := func() {
@@ -394,13 +380,13 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		var msg any
 		switch {
 		case applied[o.ID]:
-			if m := truncateRunes(o.Error, maxErrorRunes); m != "" {
+			if m := store.TruncateRunes(o.Error, store.MaxErrorRunes); m != "" {
 				msg = m
 			}
 		case o.Error != "":
-			msg = truncateRunes(o.Error, maxErrorRunes) + "; " + leaseLost
+			msg = store.TruncateRunes(o.Error, store.MaxErrorRunes) + "; " + store.LeaseLost
 		default:
-			msg = leaseLost
+			msg = store.LeaseLost
 		}
 		if n > 0 {
 			b.WriteByte(',')
@@ -408,7 +394,7 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		started, startedArg := at(o.StartedAt)
 		finished, finishedArg := at(o.FinishedAt)
 		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?)")
-		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, truncateRunes(req.RelayID, 200))
+		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.TruncateRunes(req.RelayID, 200))
 		for _, a := range []any{startedArg, finishedArg} {
 			if a != nil {
 				args = append(args, a)
@@ -422,19 +408,4 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 	}
 	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
 	return err
-}
-
-// truncateRunes keeps the first n characters of s (PostgreSQL's left()).
-func truncateRunes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := 0
-	for pos := range s {
-		if i == n {
-			return s[:pos]
-		}
-		i++
-	}
-	return s
 }

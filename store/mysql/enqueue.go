@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 )
 
 // Limits of one INSERT: rows, and bytes of payload and headers, well under
@@ -45,7 +45,7 @@ func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, events ...outbox.Event)
 // WriteEvents implements outbox.Writer for *sql.Tx. Use Enqueue instead.
 func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
 	if tx == nil {
-		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
+		return store.ErrNilTx
 	}
 	if len(events) == 0 {
 		return nil
@@ -77,7 +77,7 @@ func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Eve
 		}
 		start = end
 	}
-	s.enqueued()
+	s.observers.Notify()
 	return nil
 }
 
@@ -175,13 +175,9 @@ func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []an
 		"status, created_at, expires_at, available_at) VALUES ")
 	for i := range events {
 		e := &events[i]
-		headers := "{}"
-		if len(e.Headers) > 0 {
-			hb, err := json.Marshal(e.Headers)
-			if err != nil {
-				return "", nil, &outbox.InvalidEventError{Index: offset + i, Field: "headers", Reason: err.Error()}
-			}
-			headers = string(hb)
+		headers, err := store.EncodeHeaders(offset+i, e.Headers)
+		if err != nil {
+			return "", nil, err
 		}
 		if i > 0 {
 			b.WriteByte(',')

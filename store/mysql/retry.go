@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"github.com/txoutbox/outbox/store/internal/retry"
 )
 
 // Retry bounds for deadlocks and lock wait timeouts.
@@ -21,42 +22,42 @@ const (
 // counted and logged at DEBUG with the operation; a conflict that outlasts
 // the retries is logged at WARN and returned.
 func (s *Store) retry(ctx context.Context, op string, f func() error) error {
-	delay := firstBackoff
-	for attempt := 1; ; attempt++ {
-		err := f()
-		code := mysqlErrorNumber(err)
-		if err == nil || (code != errDeadlock && code != errLockWaitTimeout) {
-			return err
-		}
-		kind := "deadlock"
-		if code == errLockWaitTimeout {
-			kind = "lock wait timeout"
-		}
-		if attempt >= maxAttempts || ctx.Err() != nil {
+	return retry.Policy{
+		Attempts: maxAttempts,
+		First:    firstBackoff,
+		Max:      maxBackoff,
+		Jitter:   true,
+		Retryable: func(err error) bool {
+			code := mysqlErrorNumber(err)
+			return code == errDeadlock || code == errLockWaitTimeout
+		},
+		OnRetry: func(err error, attempt int, wait time.Duration) {
+			code := mysqlErrorNumber(err)
+			if code == errDeadlock {
+				s.deadlocks.Add(1)
+			} else {
+				s.lockWaits.Add(1)
+			}
+			s.log.LogAttrs(ctx, slog.LevelDebug, "outbox mysql: lock conflict; retrying the transaction",
+				slog.String("op", op), slog.String("conflict", conflictKind(code)), slog.Int("code", int(code)),
+				slog.Int("attempt", attempt), slog.Duration("retry_in", wait))
+		},
+		OnGiveUp: func(err error, attempt int) {
 			s.gaveUp.Add(1)
-			s.log.Warn("outbox mysql: lock conflict persisted after retries", "op", op, "conflict", kind,
+			code := mysqlErrorNumber(err)
+			s.log.Warn("outbox mysql: lock conflict persisted after retries", "op", op, "conflict", conflictKind(code),
 				"code", code, "attempts", attempt, "err", err)
-			return err
-		}
-		if code == errDeadlock {
-			s.deadlocks.Add(1)
-		} else {
-			s.lockWaits.Add(1)
-		}
-		d := delay/2 + rand.N(delay)
-		s.log.LogAttrs(ctx, slog.LevelDebug, "outbox mysql: lock conflict; retrying the transaction",
-			slog.String("op", op), slog.String("conflict", kind), slog.Int("code", int(code)),
-			slog.Int("attempt", attempt), slog.Duration("retry_in", d))
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			s.gaveUp.Add(1)
-			return err
-		case <-t.C:
-		}
-		delay = min(2*delay, maxBackoff)
+		},
+		OnCancel: func(error) { s.gaveUp.Add(1) },
+	}.Do(ctx, f)
+}
+
+// conflictKind names a conflict's error number in log lines.
+func conflictKind(code uint16) string {
+	if code == errLockWaitTimeout {
+		return "lock wait timeout"
 	}
+	return "deadlock"
 }
 
 // inTx runs f in one of the store's transactions, at READ COMMITTED, and

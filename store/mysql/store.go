@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,9 +55,7 @@ type Store struct {
 
 	deadlocks, lockWaits, gaveUp atomic.Int64
 
-	watchMu  sync.Mutex
-	watchers map[int]func()
-	nextID   int
+	observers store.EnqueueObservers
 }
 
 var (
@@ -80,21 +77,12 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql.New needs a *sql.DB opened with go-sql-driver/mysql", outbox.ErrInvalidConfig)
 	}
-	t, err := store.TablesFor(cfg.Table)
+	t, limits, log, err := store.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	cfg.Table = t.Outbox
-	cfg.Limits = cfg.Limits.WithDefaults()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	s := &Store{db: db, cfg: cfg, t: t, locks: t.Outbox + "_aggregate_locks", log: log, q: buildQueries(t),
-		watchers: map[int]func(){}}
+	cfg.Table, cfg.Limits = t.Outbox, limits
+	s := &Store{db: db, cfg: cfg, t: t, locks: t.Outbox + "_aggregate_locks", log: log, q: buildQueries(t)}
 	if !readCommittedDB(db) {
 		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
@@ -195,30 +183,7 @@ func (s *Store) Features() store.Features {
 // OnEnqueue implements store.EnqueueObserver: f runs after each successful
 // Enqueue through this Store, before the producer commits (the source's
 // hybrid path: a relay in the same process looks for the events at once).
-func (s *Store) OnEnqueue(f func()) (remove func()) {
-	s.watchMu.Lock()
-	defer s.watchMu.Unlock()
-	id := s.nextID
-	s.nextID++
-	s.watchers[id] = f
-	return func() {
-		s.watchMu.Lock()
-		delete(s.watchers, id)
-		s.watchMu.Unlock()
-	}
-}
-
-func (s *Store) enqueued() {
-	s.watchMu.Lock()
-	fs := make([]func(), 0, len(s.watchers))
-	for _, f := range s.watchers {
-		fs = append(fs, f)
-	}
-	s.watchMu.Unlock()
-	for _, f := range fs {
-		f()
-	}
-}
+func (s *Store) OnEnqueue(f func()) (remove func()) { return s.observers.Add(f) }
 
 // Close closes the database if Open opened it.
 func (s *Store) Close() error {
@@ -266,11 +231,9 @@ func mysqlErrorNumber(err error) uint16 {
 // wrap adds the operation to err and turns "table doesn't exist" into
 // advice.
 func (s *Store) wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
+	var missing string
 	if mysqlErrorNumber(err) == errNoSuchTable {
-		return fmt.Errorf("%s: table %q (or one of its companion tables) does not exist: run `outbox migrate` first: %w", op, s.t.Outbox, err)
+		missing = fmt.Sprintf("table %q (or one of its companion tables)", s.t.Outbox)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return store.WrapError(op, err, missing)
 }

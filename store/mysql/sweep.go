@@ -18,55 +18,25 @@ import (
 // locks with SKIP LOCKED, so the sweeper never waits on a row a relay or a
 // producer holds.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
-	var res store.SweepResult
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	relay := req.RelayID
-	if relay == "" {
-		relay = "sweeper"
-	}
-	page := func(op string, counter *int64, step func(tx *sql.Tx) (int64, error)) error {
-		for {
-			var n int64
-			err := s.inTx(ctx, op, func(tx *sql.Tx) error {
-				var err error
-				n, err = step(tx)
-				return err
-			})
-			if err != nil {
-				return err
+	req = req.Normalize()
+	return store.RunSweep(req, s.wrap, func(step store.SweepStep) (int64, error) {
+		var n int64
+		err := s.inTx(ctx, "sweep: "+step.String(), func(tx *sql.Tx) error {
+			var err error
+			switch step {
+			case store.SweepReap:
+				n, err = s.reapPage(ctx, tx, req.Limit, req.RelayID)
+			case store.SweepExpire:
+				n, err = s.expirePage(ctx, tx, req.Limit, req.RelayID)
+			case store.SweepBlock:
+				n, err = s.movePage(ctx, tx, s.q.blockCandidates, []any{req.Limit}, outbox.StatusPending, outbox.StatusBlocked)
+			case store.SweepUnblock:
+				n, err = s.movePage(ctx, tx, s.q.unblockCandidates, []any{req.FailedBlocks, req.Limit}, outbox.StatusBlocked, outbox.StatusPending)
 			}
-			*counter += n
-			if n < int64(limit) {
-				return nil
-			}
-		}
-	}
-	if err := page("sweep: reap", &res.Reaped, func(tx *sql.Tx) (int64, error) {
-		return s.reapPage(ctx, tx, limit, relay)
-	}); err != nil {
-		return res, s.wrap("sweep: reap expired leases", err)
-	}
-	if err := page("sweep: expire", &res.Expired, func(tx *sql.Tx) (int64, error) {
-		return s.expirePage(ctx, tx, limit, relay)
-	}); err != nil {
-		return res, s.wrap("sweep: expire events", err)
-	}
-	if req.FailedBlocks {
-		if err := page("sweep: block", &res.Blocked, func(tx *sql.Tx) (int64, error) {
-			return s.movePage(ctx, tx, s.q.blockCandidates, []any{limit}, outbox.StatusPending, outbox.StatusBlocked)
-		}); err != nil {
-			return res, s.wrap("sweep: block events behind FAILED ones", err)
-		}
-	}
-	if err := page("sweep: unblock", &res.Unblocked, func(tx *sql.Tx) (int64, error) {
-		return s.movePage(ctx, tx, s.q.unblockCandidates, []any{req.FailedBlocks, limit}, outbox.StatusBlocked, outbox.StatusPending)
-	}); err != nil {
-		return res, s.wrap("sweep: unblock events", err)
-	}
-	return res, nil
+			return err
+		})
+		return n, err
+	})
 }
 
 // reapPage returns one page of PROCESSING rows whose lease ended to
@@ -148,7 +118,7 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, rows []attemptRow) error 
 		b.WriteString("(?,?,?,?,?,?,CAST(? AS DATETIME(6)),CAST(? AS DATETIME(6)),?)")
 		at := formatTime(r.at)
 		args = append(args, r.eventID.String(), r.token, string(r.outcome), r.outboxID, r.attempt,
-			truncateRunes(r.relay, 200), at, at, r.msg)
+			store.TruncateRunes(r.relay, 200), at, at, r.msg)
 	}
 	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
 	return err

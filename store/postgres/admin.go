@@ -3,9 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,25 +14,14 @@ import (
 
 // Stats implements store.Store.
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
-	st := store.Stats{Counts: make(map[outbox.Status]int64, len(outbox.Statuses))}
-	for _, status := range outbox.Statuses {
-		st.Counts[status] = 0
-	}
+	st := store.NewStats()
 	rows, err := s.pool.Query(ctx, s.q.stats)
 	if err != nil {
 		return st, s.wrap("stats", err)
 	}
-	for rows.Next() {
-		var status string
-		var n int64
-		if err := rows.Scan(&status, &n); err != nil {
-			rows.Close()
-			return st, s.wrap("stats", err)
-		}
-		st.Counts[outbox.Status(status)] = n
-	}
+	err = store.ScanStatusCounts(rows, st.Counts)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return st, s.wrap("stats", err)
 	}
 	var age float64
@@ -88,7 +74,7 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	}
 	r.EventID = outbox.EventID(eventID)
 	r.Payload = payload
-	r.Headers = decodeHeaders(headers)
+	r.Headers = store.DecodeHeaders(headers)
 	r.Status = outbox.Status(status)
 	if processedAt != nil {
 		r.ProcessedAt = *processedAt
@@ -111,30 +97,9 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
 	f = f.Normalize()
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
-	if f.Status != "" {
-		add("status = ?", string(f.Status))
-	}
-	if f.AggregateType != "" {
-		add("aggregate_type = ?", f.AggregateType)
-	}
-	if f.AggregateID != "" {
-		add("aggregate_id = ?", f.AggregateID)
-	}
-	if f.BeforeID > 0 {
-		add("id < ?", f.BeforeID)
-	}
-	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	where, args := f.Where(placeholder)
 	args = append(args, f.Limit)
-	q += " ORDER BY id DESC LIMIT $" + strconv.Itoa(len(args))
+	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"` + where + " ORDER BY id DESC LIMIT " + placeholder(len(args))
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -155,7 +120,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
 	r, err := scanRecord(s.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM "`+s.t.Outbox+`" WHERE event_id = $1::uuid`, id.String()))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+		return r, store.EventNotFound(id)
 	}
 	return r, s.wrap("get event", err)
 }
@@ -185,11 +150,8 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
 	rows, err := s.pool.Query(ctx, `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
-        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT $1`, limit)
+        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT $1`, store.DeadLetterLimit(limit))
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}
@@ -213,15 +175,10 @@ func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter,
 }
 
 // operatorChange runs one audited operator action in a transaction.
-func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind store.OutcomeKind,
-	from []outbox.Status, to outbox.Status) error {
-	actor := a.Actor
-	if actor == "" {
-		actor = "operator"
-	}
+func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c store.OperatorChange) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return s.wrap(strings.ToLower(string(kind)), err)
+		return s.wrap(c.Verb(), err)
 	}
 	defer tx.Rollback(ctx)
 	var (
@@ -234,20 +191,15 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 	err = tx.QueryRow(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id::text FROM "`+s.t.Outbox+`"
         WHERE event_id = $1::uuid FOR UPDATE`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %s", outbox.ErrNotFound, a.EventID)
+		return store.EventNotFound(a.EventID)
 	}
 	if err != nil {
 		return s.wrap("operator action", err)
 	}
-	allowed := false
-	for _, f := range from {
-		allowed = allowed || outbox.Status(status) == f
+	if err := c.Check(a, status); err != nil {
+		return err
 	}
-	if !allowed {
-		return fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
-			strings.ToLower(string(kind)), joinStatuses(from))
-	}
-	switch to {
+	switch c.To {
 	case outbox.StatusPending:
 		// A requeued event gets a fresh chance now. An EXPIRED event's
 		// deadline has passed, so the requeue removes it (or sets a new one).
@@ -264,18 +216,15 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 			_, err = tx.Exec(ctx, `UPDATE "`+s.t.DeadLetters+`" SET requeued_at = now() WHERE outbox_id = $1 AND requeued_at IS NULL`, rowID)
 		}
 	default:
-		_, err = tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" SET status = $2 WHERE id = $1`, rowID, string(to))
+		_, err = tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" SET status = $2 WHERE id = $1`, rowID, string(c.To))
 	}
 	if err != nil {
 		return s.wrap("operator action", err)
 	}
-	reason := fmt.Sprintf("%s by %s (was %s)", strings.ToLower(string(kind)), actor, status)
-	if a.Reason != "" {
-		reason += ": " + a.Reason
-	}
+	relay, reason := c.Audit(a, status)
 	if _, err := tx.Exec(ctx, `INSERT INTO "`+s.t.Attempts+`" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
         VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, now(), now(), $6)`,
-		id, string(kind), rowID, retries, "operator:"+actor, reason); err != nil {
+		id, string(c.Kind), rowID, retries, relay, reason); err != nil {
 		return s.wrap("operator action: audit", err)
 	}
 	// Release the events this one held back, unless another FAILED event
@@ -290,46 +239,25 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 	return s.wrap("operator action: commit", tx.Commit(ctx))
 }
 
-func joinStatuses(ss []outbox.Status) string {
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = string(s)
-	}
-	return strings.Join(parts, " or ")
-}
-
 // Requeue implements store.Store.
 func (s *Store) Requeue(ctx context.Context, a store.OperatorAction) error {
-	return s.operatorChange(ctx, a, store.Requeued, []outbox.Status{outbox.StatusFailed, outbox.StatusExpired}, outbox.StatusPending)
+	return s.operatorChange(ctx, a, store.RequeueChange)
 }
 
 // Skip implements store.Store.
 func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
-	return s.operatorChange(ctx, a, store.Skipped, []outbox.Status{outbox.StatusFailed}, outbox.StatusSkipped)
+	return s.operatorChange(ctx, a, store.SkipChange)
 }
 
 // Purge implements store.Store. It walks the table in id order and stops at
 // the first page whose rows are all younger than the retention, so a purge
 // with nothing to do reads one page.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	statuses := req.Statuses
-	if len(statuses) == 0 {
-		statuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
 	}
-	names := make([]string, len(statuses))
-	for i, st := range statuses {
-		if !st.Final() {
-			return 0, fmt.Errorf("%w: purge applies to final statuses only, not %s", outbox.ErrInvalidConfig, st)
-		}
-		names[i] = string(st)
-	}
-	if req.OlderThan < 0 {
-		return 0, fmt.Errorf("%w: purge retention must not be negative", outbox.ErrInvalidConfig)
-	}
-	batch := req.BatchSize
-	if batch <= 0 {
-		batch = 1000
-	}
+	names := store.StatusNames(req.Statuses)
 	q := render(s.t, `
 WITH p AS (
     SELECT id, created_at, status, processed_at FROM {t} WHERE id > $1 ORDER BY id LIMIT $2
@@ -344,16 +272,9 @@ dd AS (DELETE FROM {dl} x USING d WHERE x.outbox_id = d.id),
 del AS (DELETE FROM {t} o USING d WHERE o.id = d.id RETURNING o.id)
 SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
        (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`)
-	var total, cursor int64
-	for {
-		var deleted, last, old int64
-		if err := s.pool.QueryRow(ctx, q, cursor, batch, names, req.OlderThan.Microseconds()).Scan(&deleted, &last, &old); err != nil {
-			return total, s.wrap("purge", err)
-		}
-		total += deleted
-		if last == 0 || old == 0 {
-			return total, nil
-		}
-		cursor = last
-	}
+	total, err := store.PurgePages(func(after int64) (p store.PurgePage, err error) {
+		err = s.pool.QueryRow(ctx, q, after, req.BatchSize, names, req.OlderThan.Microseconds()).Scan(&p.Deleted, &p.Last, &p.Old)
+		return p, err
+	})
+	return total, s.wrap("purge", err)
 }

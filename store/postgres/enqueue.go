@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 )
 
 // maxRowsPerInsert keeps one INSERT well under PostgreSQL's 65535 bind
@@ -33,7 +33,7 @@ func (s *Store) Enqueue(ctx context.Context, tx pgx.Tx, events ...outbox.Event) 
 // WriteEvents implements outbox.Writer for pgx.Tx. Use Enqueue instead.
 func (s *Store) WriteEvents(ctx context.Context, tx pgx.Tx, events []outbox.Event) error {
 	if tx == nil {
-		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
+		return store.ErrNilTx
 	}
 	err := s.writeChunks(events, func(query string, args []any) error {
 		_, err := tx.Exec(ctx, query, args...)
@@ -80,7 +80,7 @@ func (w SQLWriter) Enqueue(ctx context.Context, tx *sql.Tx, events ...outbox.Eve
 // WriteEvents implements outbox.Writer for *sql.Tx. Use Enqueue instead.
 func (w SQLWriter) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
 	if tx == nil {
-		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
+		return store.ErrNilTx
 	}
 	exec := func(query string, args []any) error {
 		_, err := tx.ExecContext(ctx, query, args...)
@@ -141,13 +141,9 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `)
 	for i := range events {
 		e := &events[i]
-		headers := "{}"
-		if len(e.Headers) > 0 {
-			hb, err := json.Marshal(e.Headers)
-			if err != nil {
-				return "", nil, &outbox.InvalidEventError{Index: i, Field: "headers", Reason: err.Error()}
-			}
-			headers = string(hb)
+		headers, err := store.EncodeHeaders(i, e.Headers)
+		if err != nil {
+			return "", nil, err
 		}
 		var expiresAt, availableAt, ttl, delay any
 		if !e.ExpiresAt.IsZero() {

@@ -2,13 +2,14 @@ package postgres
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
+
+	"github.com/txoutbox/outbox/store"
 )
 
 // DefaultNotifyDebounce is the shortest gap between two NOTIFYs sent by one
@@ -32,9 +33,7 @@ type notifier struct {
 	trailing atomic.Bool  // a trailing NOTIFY is scheduled
 	send     func(ctx context.Context) error
 
-	mu       sync.Mutex
-	watchers map[int]func()
-	nextID   int
+	observers store.EnqueueObservers
 }
 
 // claimInTx reports whether this Enqueue should carry the NOTIFY in its
@@ -58,33 +57,11 @@ func (n *notifier) claimInTx(now time.Time) bool {
 	return false
 }
 
-func (n *notifier) enqueued() {
-	n.mu.Lock()
-	fs := make([]func(), 0, len(n.watchers))
-	for _, f := range n.watchers {
-		fs = append(fs, f)
-	}
-	n.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
-}
+func (n *notifier) enqueued() { n.observers.Notify() }
 
 // OnEnqueue implements store.EnqueueObserver: f runs after each successful
 // Enqueue through this Store, before the producer commits.
-func (s *Store) OnEnqueue(f func()) (remove func()) {
-	n := s.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	id := n.nextID
-	n.nextID++
-	n.watchers[id] = f
-	return func() {
-		n.mu.Lock()
-		delete(n.watchers, id)
-		n.mu.Unlock()
-	}
-}
+func (s *Store) OnEnqueue(f func()) (remove func()) { return s.notify.observers.Add(f) }
 
 // Listen implements store.Listener: it LISTENs on the outbox's channel on a
 // connection of its own (not one of the pool's) and calls wake for every

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/txoutbox/outbox/store"
@@ -22,6 +23,9 @@ func render(t store.Tables, sql string) string {
 		"{att}", `"`+t.Attempts+`"`,
 	).Replace(sql)
 }
+
+// placeholder renders the n-th bind parameter, from 1.
+func placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 func buildQueries(t store.Tables) queries {
 	return queries{

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,15 +14,13 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/retry"
 )
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
-	if req.Limit <= 0 {
-		return nil, fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, req.Limit)
-	}
-	if req.Lease <= 0 {
-		return nil, fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, req.Lease)
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
 	token := uuid.NewString()
 	c := &store.Claim{Token: token}
@@ -71,7 +68,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 			}
 			ev.EventID = outbox.EventID(eventID)
 			ev.Payload = json.RawMessage(payload)
-			ev.Headers = decodeHeaders(headers)
+			ev.Headers = store.DecodeHeaders(headers)
 			ev.Attempt = ev.RetryCount + 1
 			if expiresAt != nil {
 				ev.ExpiresAt = *expiresAt
@@ -103,23 +100,11 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func decodeHeaders(b []byte) map[string]string {
-	if len(b) <= 2 { // "{}"
-		return nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil
-	}
-	return h
-}
-
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
-	var res store.CompleteResult
 	n := len(req.Outcomes)
 	if n == 0 {
-		return res, nil
+		return store.CompleteResult{}, nil
 	}
 	ids := make([]int64, n)
 	eventIDs := make([]string, n)
@@ -162,59 +147,37 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		return rows.Err()
 	})
 	if err != nil {
-		return res, s.wrap("complete", err)
+		return store.CompleteResult{}, s.wrap("complete", err)
 	}
-	for _, id := range ids {
-		if applied[id] {
-			res.Applied = append(res.Applied, id)
-		} else {
-			res.Fenced = append(res.Fenced, id)
-		}
-	}
-	return res, nil
+	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
 // Sweep implements store.Store.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
-	var res store.SweepResult
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	relay := req.RelayID
-	if relay == "" {
-		relay = "sweeper"
-	}
-	page := func(query string, counter *int64, args ...any) error {
-		for {
-			var n int64
-			err := retrySerialization(ctx, func() error {
-				tag, err := s.execOrCount(ctx, query, args...)
-				n = tag
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			*counter += n
-			if n < int64(limit) {
-				return nil
-			}
+	req = req.Normalize()
+	res, err := store.RunSweep(req, s.wrap, func(step store.SweepStep) (int64, error) {
+		var query string
+		var args []any
+		switch step {
+		case store.SweepReap:
+			query, args = s.q.reap, []any{req.Limit, req.RelayID}
+		case store.SweepExpire:
+			query, args = s.q.expire, []any{req.Limit, req.RelayID}
+		case store.SweepBlock:
+			query, args = s.q.block, []any{req.Limit}
+		case store.SweepUnblock:
+			query, args = s.q.unblock, []any{req.Limit, req.FailedBlocks}
 		}
-	}
-	if err := page(s.q.reap, &res.Reaped, limit, relay); err != nil {
-		return res, s.wrap("sweep: reap expired leases", err)
-	}
-	if err := page(s.q.expire, &res.Expired, limit, relay); err != nil {
-		return res, s.wrap("sweep: expire events", err)
-	}
-	if req.FailedBlocks {
-		if err := page(s.q.block, &res.Blocked, limit); err != nil {
-			return res, s.wrap("sweep: block events behind FAILED ones", err)
-		}
-	}
-	if err := page(s.q.unblock, &res.Unblocked, limit, req.FailedBlocks); err != nil {
-		return res, s.wrap("sweep: unblock events", err)
+		var n int64
+		err := retrySerialization(ctx, func() error {
+			var err error
+			n, err = s.execOrCount(ctx, query, args...)
+			return err
+		})
+		return n, err
+	})
+	if err != nil {
+		return res, err
 	}
 	s.maybeAnalyze(ctx)
 	return res, nil
@@ -254,25 +217,20 @@ func (s *Store) CountMovable(ctx context.Context, failedBlocks bool) (int64, err
 	return n, nil
 }
 
+// serializationRetry retries deadlocks and serialization failures, which
+// concurrent claims, marks and sweeps can cause.
+var serializationRetry = retry.Policy{
+	Attempts:  10,
+	First:     5 * time.Millisecond,
+	Max:       500 * time.Millisecond,
+	Retryable: isRetryableConflict,
+}
+
 // retrySerialization retries f on deadlocks and serialization failures,
 // which concurrent claims, marks and sweeps can cause; they are never
 // reported as event failures.
 func retrySerialization(ctx context.Context, f func() error) error {
-	delay := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil || attempt >= 10 || !isRetryableConflict(err) {
-			return err
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		delay = min(delay*2, 500*time.Millisecond)
-	}
+	return serializationRetry.Do(ctx, f)
 }
 
 func isRetryableConflict(err error) bool {

@@ -9,7 +9,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -77,19 +76,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: postgres.New needs a *pgxpool.Pool", outbox.ErrInvalidConfig)
 	}
-	t, err := store.TablesFor(cfg.Table)
+	t, limits, log, err := store.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	cfg.Table = t.Outbox
-	cfg.Limits = cfg.Limits.WithDefaults()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	cfg.Table, cfg.Limits = t.Outbox, limits
 	if cfg.NotifyDebounce < 0 {
 		return nil, fmt.Errorf("%w: notify debounce must not be negative", outbox.ErrInvalidConfig)
 	}
@@ -100,7 +91,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.notify = &notifier{
 		channel:  t.Outbox,
 		debounce: cfg.NotifyDebounce,
-		watchers: map[int]func(){},
 		send: func(ctx context.Context) error {
 			_, err := pool.Exec(ctx, "SELECT pg_notify($1, '')", t.Outbox)
 			return err
@@ -205,16 +195,12 @@ func (s *Store) MigrationVersion(ctx context.Context) (int64, int64, error) {
 	return r.Version(ctx)
 }
 
-// wrapMissingTable turns "relation does not exist" into advice.
+// wrap adds the operation to err and turns "relation does not exist" into
+// advice.
 func (s *Store) wrap(op string, err error) error {
-	if err == nil {
-		return nil
+	var missing string
+	if err != nil && strings.Contains(err.Error(), "SQLSTATE 42P01") {
+		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
-	if strings.Contains(err.Error(), "SQLSTATE 42P01") {
-		return fmt.Errorf("%s: table %q does not exist: run `outbox migrate` first: %w", op, s.t.Outbox, err)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return fmt.Errorf("%s: %w", op, err)
+	return store.WrapError(op, err, missing)
 }

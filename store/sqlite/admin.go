@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
 
@@ -18,25 +17,14 @@ import (
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
 	var st store.Stats
 	err := s.readTx(ctx, func(c *sql.Conn, now string) error {
-		st = store.Stats{Counts: make(map[outbox.Status]int64, len(outbox.Statuses))}
-		for _, status := range outbox.Statuses {
-			st.Counts[status] = 0
-		}
+		st = store.NewStats()
 		rows, err := c.QueryContext(ctx, s.q.stats)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var status string
-			var n int64
-			if err := rows.Scan(&status, &n); err != nil {
-				rows.Close()
-				return err
-			}
-			st.Counts[outbox.Status(status)] = n
-		}
+		err = store.ScanStatusCounts(rows, st.Counts)
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return err
 		}
 		var oldest sql.NullString
@@ -100,7 +88,7 @@ func scanRecord(row scanner) (store.Record, error) {
 		return r, err
 	}
 	r.Payload = json.RawMessage(payload)
-	r.Headers = decodeHeaders(headers)
+	r.Headers = store.DecodeHeaders([]byte(headers))
 	r.Status = outbox.Status(status)
 	r.RetryCount = int(retries)
 	r.LockToken = lockToken.String
@@ -127,30 +115,9 @@ func scanRecord(row scanner) (store.Record, error) {
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
 	f = f.Normalize()
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, cond)
-	}
-	if f.Status != "" {
-		add("status = ?", string(f.Status))
-	}
-	if f.AggregateType != "" {
-		add("aggregate_type = ?", f.AggregateType)
-	}
-	if f.AggregateID != "" {
-		add("aggregate_id = ?", f.AggregateID)
-	}
-	if f.BeforeID > 0 {
-		add("id < ?", f.BeforeID)
-	}
-	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	where, args := f.Where(nil)
 	args = append(args, f.Limit)
-	q += " ORDER BY id DESC LIMIT ?"
+	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"` + where + " ORDER BY id DESC LIMIT ?"
 	var out []store.Record
 	err := retryBusy(ctx, func() error {
 		out = nil
@@ -183,7 +150,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+		return r, store.EventNotFound(id)
 	}
 	return r, s.wrap("get event", err)
 }
@@ -229,9 +196,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
+	limit = store.DeadLetterLimit(limit)
 	var out []store.DeadLetter
 	err := retryBusy(ctx, func() error {
 		out = nil
@@ -276,12 +241,7 @@ type errAction struct{ err error }
 func (e errAction) Error() string { return e.err.Error() }
 
 // operatorChange runs one audited operator action in one write transaction.
-func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind store.OutcomeKind,
-	from []outbox.Status, to outbox.Status) error {
-	actor := a.Actor
-	if actor == "" {
-		actor = "operator"
-	}
+func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch store.OperatorChange) error {
 	err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
 		var (
 			status, eventID string
@@ -291,20 +251,15 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 		err := c.QueryRowContext(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id FROM "`+s.t.Outbox+`"
             WHERE event_id = ?`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
 		if errors.Is(err, sql.ErrNoRows) {
-			return errAction{fmt.Errorf("%w: %s", outbox.ErrNotFound, a.EventID)}
+			return errAction{store.EventNotFound(a.EventID)}
 		}
 		if err != nil {
 			return err
 		}
-		allowed := false
-		for _, f := range from {
-			allowed = allowed || outbox.Status(status) == f
+		if err := ch.Check(a, status); err != nil {
+			return errAction{err}
 		}
-		if !allowed {
-			return errAction{fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
-				strings.ToLower(string(kind)), joinStatuses(from))}
-		}
-		switch to {
+		switch ch.To {
 		case outbox.StatusPending:
 			// A requeued event gets a fresh chance now. An EXPIRED event's
 			// deadline has passed, so the requeue removes it (or sets a new one).
@@ -321,17 +276,14 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 				_, err = c.ExecContext(ctx, `UPDATE "`+s.t.DeadLetters+`" SET requeued_at = ? WHERE outbox_id = ? AND requeued_at IS NULL`, now, rowID)
 			}
 		default:
-			_, err = c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = ? WHERE id = ?`, string(to), rowID)
+			_, err = c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = ? WHERE id = ?`, string(ch.To), rowID)
 		}
 		if err != nil {
 			return err
 		}
-		reason := fmt.Sprintf("%s by %s (was %s)", strings.ToLower(string(kind)), actor, status)
-		if a.Reason != "" {
-			reason += ": " + a.Reason
-		}
-		if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(kind), rowID, retries,
-			"operator:"+actor, now, reason); err != nil {
+		relay, reason := ch.Audit(a, status)
+		if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(ch.Kind), rowID, retries,
+			relay, now, reason); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
 		// Release the events this one held back, unless another FAILED event
@@ -352,22 +304,14 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, kind
 	return s.wrap("operator action", err)
 }
 
-func joinStatuses(ss []outbox.Status) string {
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = string(s)
-	}
-	return strings.Join(parts, " or ")
-}
-
 // Requeue implements store.Store.
 func (s *Store) Requeue(ctx context.Context, a store.OperatorAction) error {
-	return s.operatorChange(ctx, a, store.Requeued, []outbox.Status{outbox.StatusFailed, outbox.StatusExpired}, outbox.StatusPending)
+	return s.operatorChange(ctx, a, store.RequeueChange)
 }
 
 // Skip implements store.Store.
 func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
-	return s.operatorChange(ctx, a, store.Skipped, []outbox.Status{outbox.StatusFailed}, outbox.StatusSkipped)
+	return s.operatorChange(ctx, a, store.SkipChange)
 }
 
 // Purge implements store.Store. It walks the table in id order, one short
@@ -377,24 +321,11 @@ func (s *Store) Skip(ctx context.Context, a store.OperatorAction) error {
 // than the retention when its time is at or before now - OlderThan (with
 // OlderThan 0, a row finished in the current millisecond is purged too).
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	statuses := req.Statuses
-	if len(statuses) == 0 {
-		statuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
 	}
-	names := make([]string, len(statuses))
-	for i, st := range statuses {
-		if !st.Final() {
-			return 0, fmt.Errorf("%w: purge applies to final statuses only, not %s", outbox.ErrInvalidConfig, st)
-		}
-		names[i] = string(st)
-	}
-	if req.OlderThan < 0 {
-		return 0, fmt.Errorf("%w: purge retention must not be negative", outbox.ErrInvalidConfig)
-	}
-	batch := req.BatchSize
-	if batch <= 0 {
-		batch = 1000
-	}
+	names := store.StatusNames(req.Statuses)
 	namesJSON, err := json.Marshal(names)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
@@ -409,16 +340,14 @@ FROM {t} WHERE id > ?1 ORDER BY id LIMIT ?2`)
 	delEvents := render(s.t, `DELETE FROM {t} WHERE id IN (SELECT value FROM json_each(?1))`)
 	cutoffSQL := render(s.t, `SELECT strftime({ts}, ?, ?)`)
 
-	var total, cursor int64
-	for {
-		var deleted, last, old int64
-		err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
-			deleted, last, old = 0, 0, 0
+	total, err := store.PurgePages(func(after int64) (p store.PurgePage, err error) {
+		err = s.writeTx(ctx, func(c *sql.Conn, now string) error {
+			p = store.PurgePage{}
 			var cutoff string
 			if err := c.QueryRowContext(ctx, cutoffSQL, now, modifier(-req.OlderThan)).Scan(&cutoff); err != nil {
 				return err
 			}
-			rows, err := c.QueryContext(ctx, page, cursor, batch, cutoff, string(namesJSON))
+			rows, err := c.QueryContext(ctx, page, after, req.BatchSize, cutoff, string(namesJSON))
 			if err != nil {
 				return err
 			}
@@ -434,9 +363,9 @@ FROM {t} WHERE id > ?1 ORDER BY id LIMIT ?2`)
 					rows.Close()
 					return err
 				}
-				last = id
+				p.Last = id
 				if isOld {
-					old++
+					p.Old++
 				}
 				if del {
 					ids = append(ids, id)
@@ -461,16 +390,10 @@ FROM {t} WHERE id > ?1 ORDER BY id LIMIT ?2`)
 			if _, err := c.ExecContext(ctx, delDead, string(idsJSON)); err != nil {
 				return err
 			}
-			deleted, err = execCount(ctx, c, delEvents, string(idsJSON))
+			p.Deleted, err = execCount(ctx, c, delEvents, string(idsJSON))
 			return err
 		})
-		if err != nil {
-			return total, s.wrap("purge", err)
-		}
-		total += deleted
-		if last == 0 || old == 0 {
-			return total, nil
-		}
-		cursor = last
-	}
+		return p, err
+	})
+	return total, s.wrap("purge", err)
 }

@@ -3,11 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 )
 
 // maxRowsPerInsert keeps one INSERT well under SQLite's default limit of
@@ -31,7 +30,7 @@ func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, events ...outbox.Event)
 // WriteEvents implements outbox.Writer for *sql.Tx. Use Enqueue instead.
 func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
 	if tx == nil {
-		return fmt.Errorf("%w: Enqueue needs the caller's transaction, got nil", outbox.ErrInvalidConfig)
+		return store.ErrNilTx
 	}
 	for start := 0; start < len(events); start += maxRowsPerInsert {
 		end := min(start+maxRowsPerInsert, len(events))
@@ -55,13 +54,9 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, available_at) VALUES `)
 	for i := range events {
 		e := &events[i]
-		headers := "{}"
-		if len(e.Headers) > 0 {
-			hb, err := json.Marshal(e.Headers)
-			if err != nil {
-				return "", nil, &outbox.InvalidEventError{Index: i, Field: "headers", Reason: err.Error()}
-			}
-			headers = string(hb)
+		headers, err := store.EncodeHeaders(i, e.Headers)
+		if err != nil {
+			return "", nil, err
 		}
 		if i > 0 {
 			b.WriteByte(',')

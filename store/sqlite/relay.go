@@ -21,11 +21,8 @@ import (
 // SQLite's single write lock plays the part of PostgreSQL's row locks, so a
 // concurrent claim waits for this one (briefly) instead of skipping its rows.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
-	if req.Limit <= 0 {
-		return nil, fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, req.Limit)
-	}
-	if req.Lease <= 0 {
-		return nil, fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, req.Lease)
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
 	token := uuid.NewString()
 	c := &store.Claim{Token: token}
@@ -84,7 +81,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 				return err
 			}
 			ev.Payload = json.RawMessage(payload)
-			ev.Headers = decodeHeaders(headers)
+			ev.Headers = store.DecodeHeaders([]byte(headers))
 			ev.RetryCount = int(retryCount)
 			ev.Attempt = ev.RetryCount + 1
 			ev.Expired = expInt != 0
@@ -269,17 +266,6 @@ func int64sJSON(ids []int64) string {
 	return b.String()
 }
 
-func decodeHeaders(s string) map[string]string {
-	if len(s) <= 2 { // "{}"
-		return nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal([]byte(s), &h); err != nil {
-		return nil
-	}
-	return h
-}
-
 // completeItem is one outcome as completeUpdateSQL reads it.
 type completeItem struct {
 	ID    int64  `json:"id"`
@@ -307,18 +293,14 @@ type appliedRow struct {
 	status, availableAt string
 }
 
-// leaseLost is appended to the audit error of a fenced outcome.
-const leaseLost = "lease lost before the mark: the row was not changed"
-
 // Complete implements store.Store: the guarded state change, dead letters,
 // BLOCKED and pushed-back followers and the attempt rows, in one BEGIN
 // IMMEDIATE transaction, as completeSQL of the PostgreSQL backend does in one
 // statement.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
-	var res store.CompleteResult
 	n := len(req.Outcomes)
 	if n == 0 {
-		return res, nil
+		return store.CompleteResult{}, nil
 	}
 	items := make([]completeItem, n)
 	byID := make(map[int64]*store.Outcome, n)
@@ -331,7 +313,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	}
 	itemsJSON, err := json.Marshal(items)
 	if err != nil {
-		return res, fmt.Errorf("complete: %w", err)
+		return store.CompleteResult{}, fmt.Errorf("complete: %w", err)
 	}
 	applied := make(map[int64]bool, n)
 	err = s.writeTx(ctx, func(conn *sql.Conn, now string) error {
@@ -426,11 +408,11 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			}
 			var msg string
 			if applied[o.ID] {
-				msg = truncateRunes(o.Error, 2000)
+				msg = store.TruncateRunes(o.Error, store.MaxErrorRunes)
 			} else if o.Error != "" {
-				msg = o.Error + "; " + leaseLost
+				msg = o.Error + "; " + store.LeaseLost
 			} else {
-				msg = leaseLost
+				msg = store.LeaseLost
 			}
 			if msg != "" {
 				a.Error = &msg
@@ -449,85 +431,33 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		return nil
 	})
 	if err != nil {
-		return res, s.wrap("complete", err)
+		return store.CompleteResult{}, s.wrap("complete", err)
 	}
-	for _, o := range req.Outcomes {
-		if applied[o.ID] {
-			res.Applied = append(res.Applied, o.ID)
-		} else {
-			res.Fenced = append(res.Fenced, o.ID)
-		}
-	}
-	return res, nil
-}
-
-// truncateRunes keeps the first n characters of s (PostgreSQL's left()).
-func truncateRunes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := 0
-	for pos := range s {
-		if i == n {
-			return s[:pos]
-		}
-		i++
-	}
-	return s
+	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
 // Sweep implements store.Store. Each page is one short BEGIN IMMEDIATE
 // transaction, so producers get the write lock between pages.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
-	var res store.SweepResult
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	relay := req.RelayID
-	if relay == "" {
-		relay = "sweeper"
-	}
-	page := func(counter *int64, step func(ctx context.Context, c *sql.Conn, now string) (int64, error)) error {
-		for {
-			var n int64
-			err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
-				var err error
-				n, err = step(ctx, c, now)
-				return err
-			})
-			if err != nil {
-				return err
+	req = req.Normalize()
+	return store.RunSweep(req, s.wrap, func(step store.SweepStep) (int64, error) {
+		var n int64
+		err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
+			var err error
+			switch step {
+			case store.SweepReap:
+				n, err = s.reapPage(ctx, c, now, req.Limit, req.RelayID)
+			case store.SweepExpire:
+				n, err = s.expirePage(ctx, c, now, req.Limit, req.RelayID)
+			case store.SweepBlock:
+				n, err = execCount(ctx, c, s.q.block, req.Limit)
+			case store.SweepUnblock:
+				n, err = execCount(ctx, c, s.q.unblock, req.Limit, req.FailedBlocks)
 			}
-			*counter += n
-			if n < int64(limit) {
-				return nil
-			}
-		}
-	}
-	if err := page(&res.Reaped, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
-		return s.reapPage(ctx, c, now, limit, relay)
-	}); err != nil {
-		return res, s.wrap("sweep: reap expired leases", err)
-	}
-	if err := page(&res.Expired, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
-		return s.expirePage(ctx, c, now, limit, relay)
-	}); err != nil {
-		return res, s.wrap("sweep: expire events", err)
-	}
-	if req.FailedBlocks {
-		if err := page(&res.Blocked, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
-			return execCount(ctx, c, s.q.block, limit)
-		}); err != nil {
-			return res, s.wrap("sweep: block events behind FAILED ones", err)
-		}
-	}
-	if err := page(&res.Unblocked, func(ctx context.Context, c *sql.Conn, now string) (int64, error) {
-		return execCount(ctx, c, s.q.unblock, limit, req.FailedBlocks)
-	}); err != nil {
-		return res, s.wrap("sweep: unblock events", err)
-	}
-	return res, nil
+			return err
+		})
+		return n, err
+	})
 }
 
 func execCount(ctx context.Context, c *sql.Conn, query string, args ...any) (int64, error) {

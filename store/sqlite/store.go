@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/retry"
 )
 
 //go:embed migrations/*.sql
@@ -79,19 +79,11 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlite.New needs a *sql.DB opened with the %q driver", outbox.ErrInvalidConfig, DriverName)
 	}
-	t, err := store.TablesFor(cfg.Table)
+	t, limits, log, err := store.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	cfg.Table = t.Outbox
-	cfg.Limits = cfg.Limits.WithDefaults()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	cfg.Table, cfg.Limits = t.Outbox, limits
 	return &Store{db: db, cfg: cfg, t: t, log: log, q: buildQueries(t)}, nil
 }
 
@@ -267,13 +259,11 @@ func (s *Store) MigrationVersion(ctx context.Context) (int64, int64, error) {
 
 // wrap adds the operation to err and turns "no such table" into advice.
 func (s *Store) wrap(op string, err error) error {
-	if err == nil {
-		return nil
+	var missing string
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
-	if strings.Contains(err.Error(), "no such table") {
-		return fmt.Errorf("%s: table %q does not exist: run `outbox migrate` first: %w", op, s.t.Outbox, err)
-	}
-	return fmt.Errorf("%s: %w", op, err)
+	return store.WrapError(op, err, missing)
 }
 
 // Timestamps are UTC text in one fixed format, so that they sort as they
@@ -345,27 +335,20 @@ func isBusy(err error) bool {
 		strings.Contains(msg, "SQLITE_BUSY")
 }
 
+// busyRetry is the policy of retryBusy.
+var busyRetry = retry.Policy{
+	Attempts:  10,
+	First:     2 * time.Millisecond,
+	Max:       250 * time.Millisecond,
+	Jitter:    true,
+	Retryable: isBusy,
+}
+
 // retryBusy runs f again when it fails with SQLITE_BUSY or SQLITE_LOCKED,
 // with a growing, jittered delay, a few times. With busy_timeout set each
 // attempt already waited for the lock; without it, the retries are the wait.
 func retryBusy(ctx context.Context, f func() error) error {
-	delay := 2 * time.Millisecond
-	const attempts = 10
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil || attempt >= attempts || !isBusy(err) || ctx.Err() != nil {
-			return err
-		}
-		d := delay/2 + rand.N(delay)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		delay = min(delay*2, 250*time.Millisecond)
-	}
+	return busyRetry.Do(ctx, f)
 }
 
 // nowSQL reads the database clock once per transaction: every statement of

@@ -1,0 +1,62 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/txoutbox/outbox"
+)
+
+// OperatorChange describes an operator action on one event: the outcome of
+// the audit row it writes, the statuses it applies to, and the status it
+// moves the event to.
+type OperatorChange struct {
+	Kind OutcomeKind
+	From []outbox.Status
+	To   outbox.Status
+}
+
+// The operator actions of Store.Requeue and Store.Skip.
+var (
+	// RequeueChange returns a FAILED or EXPIRED event to PENDING.
+	RequeueChange = OperatorChange{Kind: Requeued, From: []outbox.Status{outbox.StatusFailed, outbox.StatusExpired}, To: outbox.StatusPending}
+	// SkipChange moves a FAILED event to SKIPPED.
+	SkipChange = OperatorChange{Kind: Skipped, From: []outbox.Status{outbox.StatusFailed}, To: outbox.StatusSkipped}
+)
+
+// Verb names the action in messages and operation names: "requeued",
+// "skipped".
+func (c OperatorChange) Verb() string { return strings.ToLower(string(c.Kind)) }
+
+// Check returns nil when an event that is in status may undergo the change,
+// and otherwise an outbox.ErrConflict that names the statuses it applies to.
+func (c OperatorChange) Check(a OperatorAction, status string) error {
+	if slices.Contains(c.From, outbox.Status(status)) {
+		return nil
+	}
+	return fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
+		c.Verb(), strings.Join(StatusNames(c.From), " or "))
+}
+
+// Audit returns the relay_id and the error text of the audit row the change
+// writes for an event that was in status: "operator:" and the actor (a.Actor,
+// "operator" when empty), and "<verb> by <actor> (was <status>)" followed by
+// ": <a.Reason>" when a reason is given.
+func (c OperatorChange) Audit(a OperatorAction, status string) (relayID, text string) {
+	actor := a.Actor
+	if actor == "" {
+		actor = "operator"
+	}
+	text = fmt.Sprintf("%s by %s (was %s)", c.Verb(), actor, status)
+	if a.Reason != "" {
+		text += ": " + a.Reason
+	}
+	return "operator:" + actor, text
+}
+
+// EventNotFound returns the outbox.ErrNotFound error for an event id that
+// names no row.
+func EventNotFound(id outbox.EventID) error {
+	return fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/txoutbox/outbox"
+)
+
+// Validate checks that r asks for at least one event under a positive
+// lease; it returns outbox.ErrInvalidConfig otherwise.
+func (r ClaimRequest) Validate() error {
+	if r.Limit <= 0 {
+		return fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, r.Limit)
+	}
+	if r.Lease <= 0 {
+		return fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, r.Lease)
+	}
+	return nil
+}
+
+// NewCompleteResult sorts the ids of outcomes, in their order, into Applied
+// (applied[id]) and Fenced (the others).
+func NewCompleteResult(outcomes []Outcome, applied map[int64]bool) CompleteResult {
+	var res CompleteResult
+	for _, o := range outcomes {
+		if applied[o.ID] {
+			res.Applied = append(res.Applied, o.ID)
+		} else {
+			res.Fenced = append(res.Fenced, o.ID)
+		}
+	}
+	return res
+}
+
+// Normalize fills the defaults of r: Limit 1000 when it is not positive,
+// RelayID "sweeper" (the relay named in audit rows) when it is empty.
+func (r SweepRequest) Normalize() SweepRequest {
+	if r.Limit <= 0 {
+		r.Limit = 1000
+	}
+	if r.RelayID == "" {
+		r.RelayID = "sweeper"
+	}
+	return r
+}
+
+// SweepStep is one step of a sweep.
+type SweepStep int
+
+// The steps of a sweep, in the order RunSweep runs them.
+const (
+	SweepReap    SweepStep = iota // PROCESSING rows whose lease ended -> PENDING
+	SweepExpire                   // waiting events past their deadline -> EXPIRED
+	SweepBlock                    // PENDING events behind a FAILED one -> BLOCKED (only when FailedBlocks)
+	SweepUnblock                  // BLOCKED events no longer held back -> PENDING
+)
+
+// String returns the step's short name: "reap", "expire", "block" or
+// "unblock".
+func (s SweepStep) String() string {
+	switch s {
+	case SweepReap:
+		return "reap"
+	case SweepExpire:
+		return "expire"
+	case SweepBlock:
+		return "block"
+	case SweepUnblock:
+		return "unblock"
+	}
+	return fmt.Sprintf("SweepStep(%d)", int(s))
+}
+
+// RunSweep runs the steps of a sweep in order (SweepBlock only when
+// req.FailedBlocks), each page after page until a page changes fewer than
+// the normalized req.Limit rows, and adds up what they changed. page runs
+// one page of a step, usually as one short transaction, and returns how
+// many rows it changed. An error ends the sweep: it is returned through wrap
+// with the step's operation ("sweep: reap expired leases", ...), together
+// with the counts so far.
+func RunSweep(req SweepRequest, wrap func(op string, err error) error, page func(SweepStep) (int64, error)) (SweepResult, error) {
+	req = req.Normalize()
+	var res SweepResult
+	steps := []struct {
+		step    SweepStep
+		counter *int64
+		op      string
+	}{
+		{SweepReap, &res.Reaped, "sweep: reap expired leases"},
+		{SweepExpire, &res.Expired, "sweep: expire events"},
+		{SweepBlock, &res.Blocked, "sweep: block events behind FAILED ones"},
+		{SweepUnblock, &res.Unblocked, "sweep: unblock events"},
+	}
+	for _, st := range steps {
+		if st.step == SweepBlock && !req.FailedBlocks {
+			continue
+		}
+		for {
+			n, err := page(st.step)
+			if err != nil {
+				return res, wrap(st.op, err)
+			}
+			*st.counter += n
+			if n < int64(req.Limit) {
+				break
+			}
+		}
+	}
+	return res, nil
+}
