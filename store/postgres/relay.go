@@ -36,19 +36,32 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		// runs tens of times slower on a backlog. Small claims, the steady
 		// state, keep PostgreSQL's cached plan, which saves the planning
 		// on every poll. After a full batch the next claim is planned afresh.
-		var q querier = s.pool
+		// Either way the claim is one round trip: the transaction's four
+		// statements travel as one pgx batch.
+		claimSQL := strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(req.Limit))
+		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
+		var (
+			rows pgx.Rows
+			br   pgx.BatchResults
+			err  error
+		)
 		if s.lastClaimFull.Load() {
-			tx, err := s.pool.Begin(ctx)
-			if err != nil {
-				return err
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
+			b.Queue(claimSQL, args...)
+			b.Queue("COMMIT")
+			br = s.pool.SendBatch(ctx, b)
+			defer br.Close()
+			for i := 0; i < 2; i++ {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
 			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
-				return err
-			}
-			q = tx
+			rows, err = br.Query()
+		} else {
+			rows, err = s.pool.Query(ctx, claimSQL, args...)
 		}
-		rows, err := q.Query(ctx, strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(req.Limit)), token, req.Lease.Milliseconds(), req.FailedBlocks, own)
 		if err != nil {
 			return err
 		}
@@ -79,8 +92,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 			return err
 		}
 		rows.Close()
-		if tx, ok := q.(pgx.Tx); ok {
-			return tx.Commit(ctx)
+		if br != nil {
+			if _, err := br.Exec(); err != nil { // COMMIT
+				return err
+			}
+			return br.Close()
 		}
 		return nil
 	})
@@ -93,11 +109,6 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
 	}
 	return c, nil
-}
-
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Complete implements store.Store.
