@@ -63,6 +63,11 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer b.close()
+	// A missing table first: reading the migration version of an outbox
+	// that was never migrated would create its version table.
+	if _, err := b.store.CountMovable(ctx, true); err != nil {
+		return err
+	}
 	if cur, latest, err := b.store.MigrationVersion(ctx); err != nil {
 		return err
 	} else if cur < latest {

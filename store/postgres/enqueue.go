@@ -39,7 +39,7 @@ func (s *Store) WriteEvents(ctx context.Context, tx pgx.Tx, events []outbox.Even
 		_, err := tx.Exec(ctx, query, args...)
 		return err
 	})
-	return s.afterWrite(err, func(query string, args []any) error {
+	return s.afterWrite(ctx, err, func(query string, args []any) error {
 		_, err := tx.Exec(ctx, query, args...)
 		return err
 	})
@@ -47,11 +47,11 @@ func (s *Store) WriteEvents(ctx context.Context, tx pgx.Tx, events []outbox.Even
 
 // afterWrite wakes relays: a NOTIFY in the producer's transaction when the
 // debounce allows (it fires at commit), and the in-process observers.
-func (s *Store) afterWrite(err error, exec func(string, []any) error) error {
+func (s *Store) afterWrite(ctx context.Context, err error, exec func(string, []any) error) error {
 	if err != nil {
 		return err
 	}
-	if !s.cfg.NoNotify && s.notify.claimInTx(time.Now()) {
+	if !s.cfg.NoNotify && s.notify.claimInTx(ctx, time.Now()) {
 		if err := exec("SELECT pg_notify($1, '')", []any{s.t.Outbox}); err != nil {
 			return s.wrap("enqueue: notify", err)
 		}
@@ -86,7 +86,7 @@ func (w SQLWriter) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.
 		_, err := tx.ExecContext(ctx, query, args...)
 		return err
 	}
-	return w.s.afterWrite(w.s.writeChunks(events, exec), exec)
+	return w.s.afterWrite(ctx, w.s.writeChunks(events, exec), exec)
 }
 
 func (s *Store) writeChunks(events []outbox.Event, exec func(string, []any) error) error {

@@ -38,7 +38,7 @@ type notifier struct {
 
 // claimInTx reports whether this Enqueue should carry the NOTIFY in its
 // transaction; when it should not, it makes sure a trailing one follows.
-func (n *notifier) claimInTx(now time.Time) bool {
+func (n *notifier) claimInTx(ctx context.Context, now time.Time) bool {
 	if n.debounce <= 0 {
 		return true
 	}
@@ -47,9 +47,12 @@ func (n *notifier) claimInTx(now time.Time) bool {
 		return true
 	}
 	if n.trailing.CompareAndSwap(false, true) {
+		// The producer's call has returned by then: keep its values, not
+		// its cancellation.
+		detached := context.WithoutCancel(ctx)
 		time.AfterFunc(n.debounce, func() {
 			n.trailing.Store(false)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(detached, 5*time.Second)
 			defer cancel()
 			_ = n.send(ctx) // best effort: polling covers a lost wake-up
 		})
