@@ -38,7 +38,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		// on every poll. After a full batch the next claim is planned afresh.
 		// Either way the claim is one round trip: the transaction's four
 		// statements travel as one pgx batch.
-		claimSQL := strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(req.Limit))
+		claimSQL := s.claimSQL(req.Limit)
 		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
 		var (
 			rows pgx.Rows
@@ -109,6 +109,18 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
 	}
 	return c, nil
+}
+
+// claimSQL returns the claim statement for a batch size: the limit is a
+// literal so that the planner sizes the window right, and the rendered
+// text is kept, since a relay asks for the same size every time.
+func (s *Store) claimSQL(limit int) string {
+	if q, ok := s.claimByLimit.Load(limit); ok {
+		return q.(string)
+	}
+	q := strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(limit))
+	s.claimByLimit.Store(limit, q)
+	return q
 }
 
 // Complete implements store.Store.

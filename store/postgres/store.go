@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,7 @@ type Store struct {
 	notify  *notifier
 	// lastClaimFull: the last claim took a full batch (a backlog).
 	lastClaimFull atomic.Bool
+	claimByLimit  sync.Map // batch size -> claim statement
 	analyze       analyzer
 }
 
