@@ -36,30 +36,3 @@ func BrokerHeaders(m *outbox.Message) [][2]string {
 	}
 	return out
 }
-
-// KeyGate tracks, within one Publish call, which ordering keys have failed,
-// so that the later messages of such a key are reported as not attempted.
-type KeyGate map[string]error
-
-// Blocked returns a not-attempted error if an earlier message of m's key
-// failed in this call, or nil.
-func (g KeyGate) Blocked(m *outbox.Message) error {
-	if cause, ok := g[m.OrderingKey()]; ok {
-		return &NotAttemptedError{Cause: cause}
-	}
-	return nil
-}
-
-// Fail records that m failed with err.
-func (g KeyGate) Fail(m *outbox.Message, err error) { g[m.OrderingKey()] = err }
-
-// NotAttemptedError reports a message that was not sent because an
-// earlier message of its key failed. It matches outbox.ErrNotAttempted.
-type NotAttemptedError struct{ Cause error }
-
-func (e *NotAttemptedError) Error() string {
-	return "not sent: an earlier message of the same aggregate failed: " + e.Cause.Error()
-}
-
-// Is makes errors.Is(err, outbox.ErrNotAttempted) true.
-func (e *NotAttemptedError) Is(target error) bool { return target == outbox.ErrNotAttempted }

@@ -57,18 +57,32 @@ var placeholders = []string{"{aggregate_type}", "{aggregate_id}", "{event_type}"
 // NewRouter validates the template (empty means DefaultRoute) and the
 // overrides (aggregate type -> template).
 func NewRouter(template string, overrides map[string]string) (*Router, error) {
+	return newRouter(func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
+	}, template, overrides)
+}
+
+// NewRouterFor is NewRouter for the sink named sinkName: its errors say
+// the sink, as [Invalid] does ("...: kafka sink: route template ...").
+func NewRouterFor(sinkName, template string, overrides map[string]string) (*Router, error) {
+	return newRouter(func(format string, args ...any) error {
+		return Invalid(sinkName, format, args...)
+	}, template, overrides)
+}
+
+func newRouter(invalid func(format string, args ...any) error, template string, overrides map[string]string) (*Router, error) {
 	if template == "" {
 		template = DefaultRoute
 	}
-	if err := checkTemplate(template); err != nil {
+	if err := checkTemplate(invalid, template); err != nil {
 		return nil, err
 	}
 	r := &Router{template: compile(template), overrides: make(map[string]compiled, len(overrides))}
 	for k, v := range overrides {
 		if k == "" {
-			return nil, fmt.Errorf("%w: route override with an empty aggregate type", outbox.ErrInvalidConfig)
+			return nil, invalid("route override with an empty aggregate type")
 		}
-		if err := checkTemplate(v); err != nil {
+		if err := checkTemplate(invalid, v); err != nil {
 			return nil, err
 		}
 		r.overrides[k] = compile(v)
@@ -76,16 +90,16 @@ func NewRouter(template string, overrides map[string]string) (*Router, error) {
 	return r, nil
 }
 
-func checkTemplate(t string) error {
+func checkTemplate(invalid func(format string, args ...any) error, t string) error {
 	if strings.TrimSpace(t) == "" {
-		return fmt.Errorf("%w: empty route template", outbox.ErrInvalidConfig)
+		return invalid("empty route template")
 	}
 	rest := t
 	for _, p := range placeholders {
 		rest = strings.ReplaceAll(rest, p, "")
 	}
 	if strings.ContainsAny(rest, "{}") {
-		return fmt.Errorf("%w: route template %q has an unknown placeholder: use %s", outbox.ErrInvalidConfig, t, strings.Join(placeholders, ", "))
+		return invalid("route template %q has an unknown placeholder: use %s", t, strings.Join(placeholders, ", "))
 	}
 	return nil
 }

@@ -34,20 +34,8 @@ func TestRouter(t *testing.T) {
 	}
 }
 
-func TestKeyGateAndHeaders(t *testing.T) {
-	g := KeyGate{}
+func TestBrokerHeaders(t *testing.T) {
 	a := outbox.Message{AggregateType: "payment", AggregateID: "a", Headers: map[string]string{"outbox-event-id": "forged", "traceparent": "t"}}
-	if g.Blocked(&a) != nil {
-		t.Fatal("a fresh gate blocked a key")
-	}
-	g.Fail(&a, errors.New("boom"))
-	if err := g.Blocked(&a); !errors.Is(err, outbox.ErrNotAttempted) {
-		t.Fatalf("Blocked after Fail = %v", err)
-	}
-	b := outbox.Message{AggregateType: "payment", AggregateID: "b"}
-	if g.Blocked(&b) != nil {
-		t.Fatal("another key was blocked")
-	}
 	h := BrokerHeaders(&a)
 	seen := map[string]string{}
 	for _, kv := range h {

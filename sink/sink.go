@@ -2,6 +2,11 @@
 // [Sink] interface that the HTTP, stdout, discard and broker sinks
 // implement, and the contract every one of them must keep. The shared
 // conformance suite in sink/sinktest checks that contract.
+//
+// It also holds what the sinks share: routing ([Router]), broker headers,
+// the checks before a message is sent and the not-attempted errors they
+// give ([Precheck], [NotSentError], [Calls]), and the reading of sink URL
+// options ([URLOptions], [RedactURL], [Invalid]).
 package sink
 
 import (

@@ -2,12 +2,11 @@ package amqpsink
 
 import (
 	"crypto/tls"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // Defaults for the zero values of [Config].
@@ -98,21 +97,22 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: amqp sink: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
-	}
+// sinkName starts the sink's errors.
+const sinkName = "amqp sink"
+
+// validate checks c (after withDefaults) and returns its router.
+func (c Config) validate() (*sink.Router, error) {
 	if strings.TrimSpace(c.URL) == "" {
-		return bad("no broker URL: use amqp://user:password@host:5672/vhost")
+		return nil, sink.Invalid(sinkName, "no broker URL: use amqp://user:password@host:5672/vhost")
 	}
 	if c.PublishTimeout < 0 || c.ConnectTimeout < 0 || c.ReconnectWait < 0 {
-		return bad("timeouts must not be negative")
+		return nil, sink.Invalid(sinkName, "timeouts must not be negative")
 	}
 	if c.MaxMessageSize < 0 {
-		return bad("MaxMessageSize must not be negative")
+		return nil, sink.Invalid(sinkName, "MaxMessageSize must not be negative")
 	}
 	if len(c.Exchange) > 255 {
-		return bad("exchange name of %d bytes: the limit is 255", len(c.Exchange))
+		return nil, sink.Invalid(sinkName, "exchange name of %d bytes: the limit is 255", len(c.Exchange))
 	}
-	return nil
+	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +13,9 @@ import (
 )
 
 var _ sink.Sink = (*Sink)(nil)
+
+// precheck says whether a message may still be published.
+var precheck = sink.Precheck{Sink: sinkName}
 
 // maxInFlight is the most messages awaiting a confirmation at once.
 const maxInFlight = 1024
@@ -35,9 +37,7 @@ type Sink struct {
 	endLife  context.CancelFunc // cancels a dial in progress at Close
 	loopDone chan struct{}
 
-	mu       sync.Mutex
-	closing  bool
-	inflight sync.WaitGroup
+	calls sink.Calls // Publish calls in progress
 }
 
 // New connects to the broker, declares the exchange if it is absent and
@@ -46,16 +46,13 @@ type Sink struct {
 // whenever the connection or channel closes, until Close.
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	router, err := sink.NewRouter(cfg.Route, cfg.RouteOverrides)
+	router, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink{
 		cfg:      cfg,
-		shownURL: redactURL(cfg.URL),
+		shownURL: sink.RedactURL(cfg.URL),
 		router:   router,
 		slots:    make(chan struct{}, maxInFlight),
 		stop:     make(chan struct{}),
@@ -120,50 +117,17 @@ func (s *Sink) reconnectLoop(ss *session) {
 // queued ahead of an earlier one. Once an event fails, the later events
 // of its aggregate are not sent and report [outbox.ErrNotAttempted].
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	if !s.enter() {
+	if !s.calls.Enter() {
 		return sink.Fill(len(msgs), fmt.Errorf("amqp sink: %w", outbox.ErrClosed))
 	}
-	defer s.inflight.Done()
-	results := make([]error, len(msgs))
-	runs := map[string][]int{}
-	var keys []string
-	for i := range msgs {
-		k := msgs[i].OrderingKey()
-		if _, ok := runs[k]; !ok {
-			keys = append(keys, k)
-		}
-		runs[k] = append(runs[k], i)
-	}
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		wg.Add(1)
-		go func(idx []int) {
-			defer wg.Done()
-			var failed error
-			for _, i := range idx {
-				if failed != nil {
-					results[i] = &sink.NotAttemptedError{Cause: failed}
-					continue
-				}
-				results[i] = s.publishOne(ctx, &msgs[i])
-				failed = results[i]
-			}
-		}(runs[k])
-	}
-	wg.Wait()
-	return results
+	defer s.calls.Exit()
+	return precheck.SendByKey(ctx, msgs, 0, func(i int) error { return s.publishOne(ctx, &msgs[i]) })
 }
 
 // publishOne sends m and waits for its confirmation.
 func (s *Sink) publishOne(ctx context.Context, m *outbox.Message) error {
-	notSent := func(why string, err error) error {
-		return fmt.Errorf("amqp sink: event %s not sent: %s: %w: %w", m.EventID, why, err, outbox.ErrNotAttempted)
-	}
-	if err := ctx.Err(); err != nil {
-		return notSent("the publish context ended", err)
-	}
-	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
-		return notSent("its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
+	if err := precheck.Check(ctx, m, nil, time.Now()); err != nil {
+		return err
 	}
 	key := s.router.Route(m)
 	prefix := fmt.Sprintf("amqp sink: event %s to exchange %q with routing key %q", m.EventID, s.cfg.Exchange, key)
@@ -188,7 +152,7 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message) error {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
-		return notSent("the publish context ended", ctx.Err())
+		return precheck.NotSent(m, sink.ReasonContextEnded, ctx.Err())
 	}
 	headers := amqp.Table{}
 	for _, kv := range sink.BrokerHeaders(m) {
@@ -243,33 +207,15 @@ func (s *Sink) result(prefix string, w *confirmWait, res confirmResult) error {
 	return nil
 }
 
-func (s *Sink) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.inflight.Add(1)
-	return true
-}
-
 // Close makes later Publish calls fail with [outbox.ErrClosed], waits for
 // the calls in flight to get their confirmations, then closes the channel
 // and the connection. If ctx ends first, it closes them at once and
 // returns ctx's error.
 func (s *Sink) Close(ctx context.Context) error {
-	s.mu.Lock()
-	first := !s.closing
-	s.closing = true
-	s.mu.Unlock()
 	var err error
-	if first {
-		idle := make(chan struct{})
-		go func() { s.inflight.Wait(); close(idle) }()
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			err = fmt.Errorf("amqp sink: close: publishes still in flight: %w", ctx.Err())
+	if s.calls.Close() {
+		if werr := s.calls.Wait(ctx); werr != nil {
+			err = fmt.Errorf("amqp sink: close: publishes still in flight: %w", werr)
 		}
 		close(s.stop)
 		s.endLife()

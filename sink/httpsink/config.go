@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // Defaults for the zero values of [Config].
@@ -95,7 +95,7 @@ func (c Config) withDefaults() Config {
 // validate checks c (after withDefaults) and returns the parsed URL.
 func (c Config) validate() (*url.URL, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: http sink: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
+		return sink.Invalid(sinkName, format, args...)
 	}
 	if c.URL == "" {
 		return nil, bad("URL is required: set it to the http:// or https:// endpoint that receives the events")

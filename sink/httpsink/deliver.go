@@ -10,24 +10,25 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // send delivers one message: it waits for a slot, then POSTs it unless the
 // context, Close or the message's deadline forbids.
 func (s *Sink) send(ctx context.Context, m *outbox.Message) error {
-	if err := s.mayStart(ctx, m); err != nil {
+	if err := s.pre.Check(ctx, m, nil, time.Now()); err != nil {
 		return err
 	}
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return notSent(m, "the publish context ended", ctx.Err())
+		return s.pre.NotSent(m, sink.ReasonContextEnded, ctx.Err())
 	case <-s.closing:
-		return notSent(m, "the sink is closed", outbox.ErrClosed)
+		return s.pre.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
 	}
 	defer func() { <-s.sem }()
 	// Waiting for the slot took time: check again.
-	if err := s.mayStart(ctx, m); err != nil {
+	if err := s.pre.Check(ctx, m, nil, time.Now()); err != nil {
 		return err
 	}
 	deadline, byEvent := time.Now().Add(s.cfg.Timeout), false
@@ -36,38 +37,10 @@ func (s *Sink) send(ctx context.Context, m *outbox.Message) error {
 	}
 	rctx, end, ok := s.begin(ctx, deadline)
 	if !ok {
-		return notSent(m, "the sink is closed", outbox.ErrClosed)
+		return s.pre.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
 	}
 	defer end()
 	return s.post(ctx, rctx, m, byEvent)
-}
-
-// mayStart returns why m must not be sent now, or nil.
-func (s *Sink) mayStart(ctx context.Context, m *outbox.Message) error {
-	if err := ctx.Err(); err != nil {
-		return notSent(m, "the publish context ended", err)
-	}
-	select {
-	case <-s.closing:
-		return notSent(m, "the sink is closed", outbox.ErrClosed)
-	default:
-	}
-	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
-		return notSent(m, "its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
-	}
-	return nil
-}
-
-// skipped is the result of a message left unsent because failed, an
-// earlier message of its ordering key, did not succeed.
-func (s *Sink) skipped(ctx context.Context, m, failed *outbox.Message) error {
-	if err := ctx.Err(); err != nil {
-		return notSent(m, "the publish context ended", err)
-	}
-	if s.isClosed() {
-		return notSent(m, "the sink is closed", outbox.ErrClosed)
-	}
-	return notSent(m, "event "+failed.EventID.String()+" of the same aggregate failed before it", nil)
 }
 
 // post sends the request and classifies the outcome. pctx is the Publish
@@ -120,32 +93,4 @@ func (s *Sink) transportError(pctx, rctx context.Context, m *outbox.Message, err
 		return outbox.Retryable(fmt.Errorf("%s: no response within %s (raise Timeout if the receiver is slow): %w", prefix, s.cfg.Timeout, context.DeadlineExceeded), 0)
 	}
 	return outbox.Retryable(fmt.Errorf("%s: %w", prefix, err), 0)
-}
-
-// notSentError is the result of a message that was not sent. It matches
-// [outbox.ErrNotAttempted] and its cause (a context error,
-// [outbox.ErrClosed]), if any.
-type notSentError struct {
-	id     outbox.EventID
-	reason string
-	cause  error
-}
-
-func notSent(m *outbox.Message, reason string, cause error) error {
-	return &notSentError{id: m.EventID, reason: reason, cause: cause}
-}
-
-func (e *notSentError) Error() string {
-	msg := "http sink: event " + e.id.String() + " not sent: " + e.reason
-	if e.cause != nil && e.cause != outbox.ErrClosed {
-		msg += ": " + e.cause.Error()
-	}
-	return msg
-}
-
-func (e *notSentError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{outbox.ErrNotAttempted}
-	}
-	return []error{e.cause, outbox.ErrNotAttempted}
 }

@@ -12,7 +12,12 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
+
+// chains is how Publish links the messages of each ordering key, now
+// shared by the sinks as sink.KeyChains.
+var chains = sink.KeyChains
 
 // waitLimit bounds every wait on a condition in these tests.
 const waitLimit = 10 * time.Second

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // ParseURL reads the sink URL form
@@ -38,8 +38,7 @@ func ParseURL(raw string) (Config, error) {
 // parseURL is ParseURL with the environment as a parameter.
 func parseURL(raw string, lookupEnv func(string) (string, bool)) (Config, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: http sink: URL %s: "+format,
-			append([]any{outbox.ErrInvalidConfig, quoteURL(raw)}, args...)...)
+		return sink.Invalid(sinkName, "URL %s: "+format, append([]any{quoteURL(raw)}, args...)...)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -15,6 +14,9 @@ import (
 )
 
 var _ sink.Sink = (*Sink)(nil)
+
+// sinkName starts the sink's errors.
+const sinkName = "http sink"
 
 // Sink POSTs each message to one HTTP endpoint. Create it with [New]; it is
 // safe for concurrent use.
@@ -26,6 +28,7 @@ type Sink struct {
 	display   string            // the endpoint as errors show it: no userinfo, no query
 	static    map[string]string // Config.Headers by canonical name
 	signer    *signer
+	pre       sink.Precheck // whether a message may still be sent
 	// secrets are scrubbed from response excerpts quoted in errors.
 	secrets       []string
 	longestSecret int
@@ -60,6 +63,7 @@ func New(cfg Config) (*Sink, error) {
 		closing: make(chan struct{}),
 		cancels: make(map[uint64]context.CancelCauseFunc),
 	}
+	s.pre = sink.Precheck{Sink: sinkName, IsClosed: s.isClosed}
 	if s.client == nil {
 		s.client, s.ownClient = newClient(cfg), true
 	}
@@ -121,65 +125,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	if s.isClosed() {
 		return sink.Fill(len(msgs), outbox.ErrClosed)
 	}
-	results := make([]error, len(msgs))
-	heads, next := chains(msgs)
-	workers := min(len(heads), s.cfg.Concurrency)
-	if workers <= 1 {
-		for _, h := range heads {
-			s.sendChain(ctx, msgs, next, h, results)
-		}
-		return results
-	}
-	var taken atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(taken.Add(1) - 1)
-				if i >= len(heads) {
-					return
-				}
-				s.sendChain(ctx, msgs, next, heads[i], results)
-			}
-		})
-	}
-	wg.Wait()
-	return results
-}
-
-// chains links the messages of each ordering key: heads are the first
-// message of each key, in order of appearance, and next[i] is the next
-// message with the key of msgs[i], or -1.
-func chains(msgs []outbox.Message) (heads, next []int) {
-	next = make([]int, len(msgs))
-	last := make(map[string]int, len(msgs))
-	for i := range msgs {
-		next[i] = -1
-		k := msgs[i].OrderingKey()
-		if j, ok := last[k]; ok {
-			next[j] = i
-		} else {
-			heads = append(heads, i)
-		}
-		last[k] = i
-	}
-	return heads, next
-}
-
-// sendChain sends the messages of one ordering key in order and stops at
-// the first failure.
-func (s *Sink) sendChain(ctx context.Context, msgs []outbox.Message, next []int, head int, results []error) {
-	for i := head; i >= 0; i = next[i] {
-		err := s.send(ctx, &msgs[i])
-		results[i] = err
-		if err == nil {
-			continue
-		}
-		for j := next[i]; j >= 0; j = next[j] {
-			results[j] = s.skipped(ctx, &msgs[j], &msgs[i])
-		}
-		return
-	}
+	return s.pre.SendByKey(ctx, msgs, s.cfg.Concurrency, func(i int) error { return s.send(ctx, &msgs[i]) })
 }
 
 // Close stops new requests, waits for the ones in flight until ctx is done

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 )
 
@@ -116,9 +115,10 @@ func withPort(b string) string {
 	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(b, "["), "]"), DefaultPort)
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: kafka sink: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
-}
+// sinkName starts the sink's errors.
+const sinkName = "kafka sink"
+
+func invalid(format string, args ...any) error { return sink.Invalid(sinkName, format, args...) }
 
 // validate checks c (after withDefaults) and returns its router.
 func (c Config) validate() (*sink.Router, error) {
@@ -142,10 +142,9 @@ func (c Config) validate() (*sink.Router, error) {
 	case strings.ContainsFunc(c.ClientID, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return nil, invalid("ClientID contains a control character")
 	}
-	r, err := sink.NewRouter(c.Route, c.RouteOverrides)
+	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 	if err != nil {
-		// err matches outbox.ErrInvalidConfig; say the sink once, after it.
-		return nil, invalid("%s", strings.TrimPrefix(err.Error(), outbox.ErrInvalidConfig.Error()+": "))
+		return nil, err
 	}
 	// A template without placeholders names one topic: check it now.
 	for _, t := range append([]string{c.Route}, overrideValues(c.RouteOverrides)...) {

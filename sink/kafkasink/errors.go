@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // permanentKafkaErrors are broker answers that retrying the same record
@@ -38,7 +39,7 @@ func (s *Sink) classify(m *outbox.Message, topic string, err error) error {
 	var ke *kerr.Error
 	switch {
 	case errors.Is(err, kgo.ErrClientClosed):
-		return notSent(m, "the sink is closed", outbox.ErrClosed)
+		return precheck.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
 	case errors.Is(err, kerr.MessageTooLarge):
 		return outbox.Permanent(fmt.Errorf("%s: the broker refused the message as too large on its own "+
 			"(%d bytes as a record batch): raise the topic's max.message.bytes, or shrink the event: %w",
@@ -64,33 +65,4 @@ func isPermanentKafka(ke *kerr.Error) bool {
 		}
 	}
 	return false
-}
-
-// notSentError is the result of a message that was not written: the
-// context ended, the sink is closed, its deadline passed, or an earlier
-// message of its aggregate failed. It matches [outbox.ErrNotAttempted] and
-// its cause.
-type notSentError struct {
-	id     outbox.EventID
-	reason string
-	cause  error
-}
-
-func notSent(m *outbox.Message, reason string, cause error) error {
-	return &notSentError{id: m.EventID, reason: reason, cause: cause}
-}
-
-func (e *notSentError) Error() string {
-	msg := "kafka sink: event " + e.id.String() + " not sent: " + e.reason
-	if e.cause != nil && e.cause != outbox.ErrClosed {
-		msg += ": " + e.cause.Error()
-	}
-	return msg
-}
-
-func (e *notSentError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{outbox.ErrNotAttempted}
-	}
-	return []error{e.cause, outbox.ErrNotAttempted}
 }

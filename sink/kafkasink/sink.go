@@ -16,6 +16,9 @@ import (
 
 var _ sink.Sink = (*Sink)(nil)
 
+// precheck says whether a message may still be produced.
+var precheck = sink.Precheck{Sink: sinkName}
+
 // Sink produces each message as a Kafka record with acks=all and the
 // idempotent producer. Create it with [New]; it is safe for concurrent use.
 type Sink struct {
@@ -23,9 +26,7 @@ type Sink struct {
 	router *sink.Router
 	cl     *kgo.Client
 
-	mu       sync.RWMutex
-	closed   bool
-	inflight sync.WaitGroup // Publish calls in progress
+	calls sink.Calls // Publish calls in progress
 
 	// Set by tests only: beforeProduce runs after message i passed its
 	// checks and before it is handed to the producer; resolved runs when
@@ -78,17 +79,6 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 // admin requests. Do not produce with it or close it.
 func (s *Sink) Client() *kgo.Client { return s.cl }
 
-// enter registers a Publish call, or reports that the sink is closed.
-func (s *Sink) enter() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return false
-	}
-	s.inflight.Add(1)
-	return true
-}
-
 // call is the shared state of one Publish call: the promises of its
 // records resolve on franz-go's goroutines.
 type call struct {
@@ -121,20 +111,11 @@ func (c *call) resolve(i int, key string, err error) {
 // partition) and waits for each acknowledgement, at most ProduceTimeout.
 // See the package documentation for what a result means.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	if res := precheck.Enter(ctx, &s.calls, msgs); res != nil {
+		return res
+	}
+	defer s.calls.Exit()
 	res := make([]error, len(msgs))
-	if !s.enter() {
-		for i := range msgs {
-			res[i] = notSent(&msgs[i], "the sink is closed", outbox.ErrClosed)
-		}
-		return res
-	}
-	defer s.inflight.Done()
-	if err := ctx.Err(); err != nil {
-		for i := range msgs {
-			res[i] = notSent(&msgs[i], "the publish context ended", err)
-		}
-		return res
-	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
 	defer cancel()
 
@@ -162,7 +143,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		first, blocked := c.failed[key]
 		c.mu.Unlock()
 		if blocked {
-			res[i] = notSent(m, "event "+msgs[first].EventID.String()+" of the same aggregate failed before it", nil)
+			res[i] = precheck.Behind(m, &msgs[first], nil)
 			behind[i] = true
 			continue
 		}
@@ -245,7 +226,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			var ke *kerr.Error
 			if errors.As(raw[i], &ke) {
 				// Refused by the broker with the failed batch ahead of it.
-				res[i] = notSent(m, "event "+msgs[first].EventID.String()+" of the same aggregate failed before it", raw[i])
+				res[i] = precheck.Behind(m, &msgs[first], raw[i])
 				behind[i] = true
 			} else {
 				res[i] = s.result(pctx, m, topics[i], raw[i])
@@ -286,11 +267,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 
 // check returns why m must not be produced now, or nil; it sets *topic.
 func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string) error {
-	if err := ctx.Err(); err != nil {
-		return notSent(m, "the publish context ended", err)
-	}
-	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
-		return notSent(m, "its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
+	if err := precheck.Check(ctx, m, nil, time.Now()); err != nil {
+		return err
 	}
 	*topic = s.router.Route(m)
 	if err := checkTopic(*topic); err != nil {
@@ -367,23 +345,12 @@ func (s *Sink) isolate(pctx context.Context, m *outbox.Message, topic string, la
 // fail, and closes the client. ctx bounds the wait; the client is closed
 // either way.
 func (s *Sink) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.calls.Close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-
 	err := s.cl.Flush(ctx)
-	waited := make(chan struct{})
-	go func() { s.inflight.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		if err == nil {
-			err = ctx.Err()
-		}
+	if werr := s.calls.Wait(ctx); werr != nil && err == nil {
+		err = werr
 	}
 	s.cl.Close()
 	if err != nil {

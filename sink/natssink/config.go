@@ -1,13 +1,12 @@
 package natssink
 
 import (
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // Defaults for the zero values of [Config].
@@ -104,25 +103,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: nats sink: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
-	}
+// sinkName starts the sink's errors.
+const sinkName = "nats sink"
+
+// validate checks c (after withDefaults) and returns its router.
+func (c Config) validate() (*sink.Router, error) {
 	if strings.TrimSpace(c.URL) == "" {
-		return bad("no server URL: use nats://host:4222")
+		return nil, sink.Invalid(sinkName, "no server URL: use nats://host:4222")
 	}
 	if c.PublishTimeout < 0 || c.ConnectTimeout < 0 || c.ReconnectWait < 0 {
-		return bad("timeouts must not be negative")
+		return nil, sink.Invalid(sinkName, "timeouts must not be negative")
 	}
 	if !validStreamName(c.Stream) {
-		return bad("stream name %q: use letters, digits, '-' and '_' only", c.Stream)
+		return nil, sink.Invalid(sinkName, "stream name %q: use letters, digits, '-' and '_' only", c.Stream)
 	}
 	for _, s := range c.StreamSubjects {
 		if err := checkStreamSubject(s); err != nil {
-			return bad("stream subject %q: %v", s, err)
+			return nil, sink.Invalid(sinkName, "stream subject %q: %v", s, err)
 		}
 	}
-	return nil
+	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 }
 
 func validStreamName(s string) bool {

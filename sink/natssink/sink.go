@@ -15,6 +15,9 @@ import (
 
 var _ sink.Sink = (*Sink)(nil)
 
+// precheck says whether a message may still be published.
+var precheck = sink.Precheck{Sink: sinkName}
+
 // Sink publishes events to NATS JetStream. It is safe for concurrent use.
 type Sink struct {
 	cfg    Config
@@ -31,9 +34,7 @@ type Sink struct {
 	// slots bounds the messages awaiting a PubAck, across calls.
 	slots chan struct{}
 
-	mu       sync.Mutex
-	closing  bool
-	inflight sync.WaitGroup
+	calls sink.Calls // Publish calls in progress
 }
 
 // maxInFlight is the most messages awaiting a PubAck at once, below
@@ -47,16 +48,13 @@ const maxInFlight = 1024
 // own, forever, until Close.
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	router, err := sink.NewRouter(cfg.Route, cfg.RouteOverrides)
+	router, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, router: router, closed: make(chan struct{}), slots: make(chan struct{}, maxInFlight)}
 	log := cfg.Logger
-	server := redactServers(cfg.URL)
+	server := sink.RedactURL(cfg.URL)
 	opts := []nats.Option{
 		nats.Name(cfg.ClientName),
 		nats.Timeout(cfg.ConnectTimeout),
@@ -69,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("nats sink: reconnected", "server", redactServers(c.ConnectedUrlRedacted()))
+			log.Info("nats sink: reconnected", "server", sink.RedactURL(c.ConnectedUrlRedacted()))
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(s.closed) }),
 	}
@@ -110,14 +108,10 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 // fails, the later events of its aggregate are not sent and report
 // [outbox.ErrNotAttempted].
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	if !s.enter() {
+	if !s.calls.Enter() {
 		return sink.Fill(len(msgs), fmt.Errorf("nats sink: %w", outbox.ErrClosed))
 	}
-	defer s.inflight.Done()
-	results := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return results
-	}
+	defer s.calls.Exit()
 
 	// Route every message and make sure a stream captures each subject.
 	subjects := make([]string, len(msgs))
@@ -140,54 +134,24 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	}
 
 	// One goroutine per ordering key, in the order the keys first appear.
-	runs := map[string][]int{}
-	var keys []string
-	for i := range msgs {
-		k := msgs[i].OrderingKey()
-		if _, ok := runs[k]; !ok {
-			keys = append(keys, k)
+	return precheck.SendByKey(ctx, msgs, 0, func(i int) error {
+		if err := subjectErr[subjects[i]]; err != nil {
+			return err
 		}
-		runs[k] = append(runs[k], i)
-	}
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		wg.Add(1)
-		go func(idx []int) {
-			defer wg.Done()
-			var failed error
-			for _, i := range idx {
-				m := &msgs[i]
-				switch {
-				case failed != nil:
-					results[i] = &sink.NotAttemptedError{Cause: failed}
-					continue
-				case subjectErr[subjects[i]] != nil:
-					results[i] = subjectErr[subjects[i]]
-				default:
-					results[i] = s.publishOne(ctx, m, subjects[i])
-				}
-				failed = results[i]
-			}
-		}(runs[k])
-	}
-	wg.Wait()
-	return results
+		return s.publishOne(ctx, &msgs[i], subjects[i])
+	})
 }
 
 // publishOne sends m and waits for its PubAck.
 func (s *Sink) publishOne(ctx context.Context, m *outbox.Message, subject string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("nats sink: event %s not sent: %w: %w", m.EventID, err, outbox.ErrNotAttempted)
-	}
-	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
-		return fmt.Errorf("nats sink: event %s not sent: its deadline %s has passed: %w: %w",
-			m.EventID, m.Deadline.Format(time.RFC3339Nano), context.DeadlineExceeded, outbox.ErrNotAttempted)
+	if err := precheck.Check(ctx, m, nil, time.Now()); err != nil {
+		return err
 	}
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
-		return fmt.Errorf("nats sink: event %s not sent: %w: %w", m.EventID, ctx.Err(), outbox.ErrNotAttempted)
+		return precheck.NotSent(m, sink.ReasonContextEnded, ctx.Err())
 	}
 	hdr := make(nats.Header, 6+len(m.Headers))
 	for _, kv := range sink.BrokerHeaders(m) {
@@ -211,26 +175,12 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message, subject string
 	}
 }
 
-func (s *Sink) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.inflight.Add(1)
-	return true
-}
-
 // Close makes later Publish calls fail with [outbox.ErrClosed], waits for
 // the calls in flight to get their PubAcks, then drains and closes the
 // connection. If ctx ends first, the connection is closed at once and
 // ctx's error returned.
 func (s *Sink) Close(ctx context.Context) error {
-	s.mu.Lock()
-	already := s.closing
-	s.closing = true
-	s.mu.Unlock()
-	if already {
+	if !s.calls.Close() {
 		select {
 		case <-s.closed:
 			return nil
@@ -238,13 +188,9 @@ func (s *Sink) Close(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	idle := make(chan struct{})
-	go func() { s.inflight.Wait(); close(idle) }()
-	select {
-	case <-idle:
-	case <-ctx.Done():
+	if err := s.calls.Wait(ctx); err != nil {
 		s.nc.Close()
-		return fmt.Errorf("nats sink: close: publishes still in flight: %w", ctx.Err())
+		return fmt.Errorf("nats sink: close: publishes still in flight: %w", err)
 	}
 	if err := s.nc.Drain(); err != nil {
 		s.nc.Close()

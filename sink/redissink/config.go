@@ -2,12 +2,9 @@ package redissink
 
 import (
 	"crypto/tls"
-	"fmt"
 	"net"
-	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 )
 
@@ -69,9 +66,10 @@ type Config struct {
 	ClientName string
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: redis sink: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
-}
+// sinkName starts the sink's errors.
+const sinkName = "redis sink"
+
+func invalid(format string, args ...any) error { return sink.Invalid(sinkName, format, args...) }
 
 // withDefaults returns c with its zero values replaced by the defaults.
 func (c Config) withDefaults() Config {
@@ -120,10 +118,5 @@ func (c Config) validate() (*sink.Router, error) {
 	case c.DialTimeout < 0:
 		return nil, invalid("DialTimeout %s is negative: use a positive duration, or 0 for the default %s", c.DialTimeout, DefaultDialTimeout)
 	}
-	r, err := sink.NewRouter(c.Route, c.RouteOverrides)
-	if err != nil {
-		// err matches outbox.ErrInvalidConfig; say the sink once, after it.
-		return nil, invalid("%s", strings.TrimPrefix(err.Error(), outbox.ErrInvalidConfig.Error()+": "))
-	}
-	return r, nil
+	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 }

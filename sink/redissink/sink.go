@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,6 +14,9 @@ import (
 )
 
 var _ sink.Sink = (*Sink)(nil)
+
+// precheck says whether a message may still be appended.
+var precheck = sink.Precheck{Sink: sinkName}
 
 // FieldPayload is the stream entry field that holds the event's payload.
 const FieldPayload = "payload"
@@ -31,9 +33,7 @@ type Sink struct {
 	router *sink.Router
 	rdb    *redis.Client
 
-	mu       sync.RWMutex
-	closed   bool
-	inflight sync.WaitGroup
+	calls sink.Calls // Publish calls in progress
 }
 
 // New validates cfg and returns a sink. It does not contact the server:
@@ -68,16 +68,6 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 // Client is the go-redis client the sink writes with. Do not close it.
 func (s *Sink) Client() *redis.Client { return s.rdb }
 
-func (s *Sink) enter() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return false
-	}
-	s.inflight.Add(1)
-	return true
-}
-
 // fields returns the XADD field-value pairs of m: the outbox-* fields,
 // the payload, then the event's own headers.
 func fields(m *outbox.Message) []string {
@@ -102,24 +92,15 @@ func fields(m *outbox.Message) []string {
 // reports each command's reply. See the package documentation for what a
 // result means.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	if res := precheck.Enter(ctx, &s.calls, msgs); res != nil {
+		return res
+	}
+	defer s.calls.Exit()
 	res := make([]error, len(msgs))
-	if !s.enter() {
-		for i := range msgs {
-			res[i] = notSent(&msgs[i], "the sink is closed", outbox.ErrClosed)
-		}
-		return res
-	}
-	defer s.inflight.Done()
-	if err := ctx.Err(); err != nil {
-		for i := range msgs {
-			res[i] = notSent(&msgs[i], "the publish context ended", err)
-		}
-		return res
-	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 
-	failed := make(map[string]outbox.EventID) // ordering key -> first message that failed
+	failed := make(map[string]*outbox.Message) // ordering key -> first message that failed
 	streams := make([]string, len(msgs))
 	cmds := make([]*redis.StringCmd, len(msgs))
 	pipe := s.rdb.Pipeline()
@@ -127,12 +108,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	for i := range msgs {
 		m := &msgs[i]
 		if first, ok := failed[m.OrderingKey()]; ok {
-			res[i] = notSent(m, "event "+first.String()+" of the same aggregate failed before it", nil)
+			res[i] = precheck.Behind(m, first, nil)
 			continue
 		}
-		if !m.Deadline.IsZero() && !now.Before(m.Deadline) {
-			res[i] = notSent(m, "its deadline "+m.Deadline.Format(time.RFC3339Nano)+" has passed", context.DeadlineExceeded)
-			failed[m.OrderingKey()] = m.EventID
+		if res[i] = precheck.Expired(m, now); res[i] != nil {
+			failed[m.OrderingKey()] = m
 			continue
 		}
 		streams[i] = s.router.Route(m)
@@ -170,11 +150,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			// written although an earlier one of its aggregate failed.
 			res[i] = outbox.Retryable(fmt.Errorf("redis sink: event %s was appended to stream %s as %s, but event %s of the "+
 				"same aggregate failed before it: reported as not delivered so that the relay sends it again after that one",
-				m.EventID, streams[i], cmds[i].Val(), first), 0)
+				m.EventID, streams[i], cmds[i].Val(), first.EventID), 0)
 		case err != nil:
 			res[i] = s.classify(pctx, m, streams[i], err)
 			if !stopped {
-				failed[m.OrderingKey()] = m.EventID
+				failed[m.OrderingKey()] = m
 			}
 		}
 	}
@@ -196,7 +176,7 @@ func (s *Sink) classify(pctx context.Context, m *outbox.Message, stream string, 
 	var reply redis.Error
 	switch {
 	case errors.Is(err, redis.ErrClosed):
-		return notSent(m, "the sink is closed", outbox.ErrClosed)
+		return precheck.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
 	case errors.As(err, &reply):
 		msg := reply.Error()
 		for _, p := range retryableReplies {
@@ -223,51 +203,15 @@ func (s *Sink) classify(pctx context.Context, m *outbox.Message, stream string, 
 // connections. A Publish call writes synchronously, so nothing is left
 // buffered.
 func (s *Sink) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.calls.Close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	waited := make(chan struct{})
-	go func() { s.inflight.Wait(); close(waited) }()
 	var err error
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		err = fmt.Errorf("redis sink: close: publish calls still in progress were cut off: %w", ctx.Err())
+	if werr := s.calls.Wait(ctx); werr != nil {
+		err = fmt.Errorf("redis sink: close: publish calls still in progress were cut off: %w", werr)
 	}
 	if cerr := s.rdb.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("redis sink: close: %w", cerr)
 	}
 	return err
-}
-
-// notSentError is the result of a message that was not sent: the context
-// ended, the sink is closed, its deadline passed, or an earlier message of
-// its aggregate failed. It matches [outbox.ErrNotAttempted] and its cause.
-type notSentError struct {
-	id     outbox.EventID
-	reason string
-	cause  error
-}
-
-func notSent(m *outbox.Message, reason string, cause error) error {
-	return &notSentError{id: m.EventID, reason: reason, cause: cause}
-}
-
-func (e *notSentError) Error() string {
-	msg := "redis sink: event " + e.id.String() + " not sent: " + e.reason
-	if e.cause != nil && e.cause != outbox.ErrClosed {
-		msg += ": " + e.cause.Error()
-	}
-	return msg
-}
-
-func (e *notSentError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{outbox.ErrNotAttempted}
-	}
-	return []error{e.cause, outbox.ErrNotAttempted}
 }
