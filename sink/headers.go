@@ -16,6 +16,20 @@ const (
 	HeaderAttempt       = "outbox-attempt"
 )
 
+// Event headers the sinks give a meaning to. Every sink carries them as
+// it carries any event header (HTTP header, Kafka record header, NATS
+// header, AMQP header, Redis stream field), under these names; the
+// CloudEvents formats also map them to attributes.
+const (
+	// HeaderTraceparent and HeaderTracestate are the W3C Trace Context
+	// of the event (the relay sets traceparent to its publish span).
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+	// HeaderAggregateSeq is the event's position in its aggregate, when
+	// the store assigns one: the CloudEvents "sequence" extension.
+	HeaderAggregateSeq = "outbox-aggregate-seq"
+)
+
 // BrokerHeaders returns the outbox-* headers of m followed by the event's
 // own headers (which cannot override the outbox-* ones), as ordered pairs.
 func BrokerHeaders(m *outbox.Message) [][2]string {

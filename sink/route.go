@@ -2,6 +2,8 @@ package sink
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/txoutbox/outbox"
@@ -17,7 +19,7 @@ const DefaultRoute = "{aggregate_type}.events"
 // {aggregate_id} and {event_type}; a per-aggregate-type override replaces
 // the template for that type.
 type Router struct {
-	template  compiled
+	main      compiled
 	overrides map[string]compiled
 }
 
@@ -77,7 +79,7 @@ func newRouter(invalid func(format string, args ...any) error, template string, 
 	if err := checkTemplate(invalid, template); err != nil {
 		return nil, err
 	}
-	r := &Router{template: compile(template), overrides: make(map[string]compiled, len(overrides))}
+	r := &Router{main: compile(template), overrides: make(map[string]compiled, len(overrides))}
 	for k, v := range overrides {
 		if k == "" {
 			return nil, invalid("route override with an empty aggregate type")
@@ -104,12 +106,19 @@ func checkTemplate(invalid func(format string, args ...any) error, t string) err
 	return nil
 }
 
-// Route returns the destination of m.
-func (r *Router) Route(m *outbox.Message) string {
-	t := r.template
+// template returns the compiled template that routes m.
+func (r *Router) template(m *outbox.Message) compiled {
 	if o, ok := r.overrides[m.AggregateType]; ok {
-		t = o
+		return o
 	}
+	return r.main
+}
+
+// Route returns the destination of m. It is a few appends, cheap enough
+// to call for every message (the relay names routes with it through
+// [Destinations]).
+func (r *Router) Route(m *outbox.Message) string {
+	t := r.template(m)
 	if len(t) == 1 && t[0].field == 0 {
 		return t[0].lit
 	}
@@ -140,4 +149,18 @@ func ParseRouteOverrides(pairs []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// Literals returns the destinations of the templates that use no
+// placeholder (the main template and the overrides), which a sink can
+// check once, at construction, rather than per message.
+func (r *Router) Literals() []string {
+	var out []string
+	for _, t := range append([]compiled{r.main}, slices.Collect(maps.Values(r.overrides))...) {
+		if len(t) == 1 && t[0].field == 0 {
+			out = append(out, t[0].lit)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -44,7 +44,8 @@ type Config struct {
 	// confirm. Default 10s.
 	PublishTimeout time.Duration
 
-	// ConnectTimeout bounds dialling and opening the channel. Default 5s.
+	// ConnectTimeout bounds each connection attempt: dialling, declaring
+	// the exchange and opening the channel. Default 5s.
 	ConnectTimeout time.Duration
 
 	// ReconnectWait is the first pause between reconnection attempts; it
@@ -114,5 +115,14 @@ func (c Config) validate() (*sink.Router, error) {
 	if len(c.Exchange) > 255 {
 		return nil, sink.Invalid(sinkName, "exchange name of %d bytes: the limit is 255", len(c.Exchange))
 	}
-	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	if err != nil {
+		return nil, err
+	}
+	for _, key := range r.Literals() {
+		if reason := checkRoutingKey(key); reason != "" {
+			return nil, sink.Invalid(sinkName, "route %q is not a routing key: %s", key, reason)
+		}
+	}
+	return r, nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/txoutbox/outbox"
@@ -31,6 +33,8 @@ type Sink struct {
 
 	cur     atomic.Pointer[session] // nil while reconnecting
 	lastErr atomic.Pointer[error]   // why the last connection attempt failed
+	health  *sink.Reachability
+	tried   chan struct{} // closed once the first connection attempt has finished
 
 	stop     chan struct{} // closed by Close: stops the reconnect loop
 	life     context.Context
@@ -40,14 +44,21 @@ type Sink struct {
 	calls sink.Calls // Publish calls in progress
 }
 
-// New connects to the broker, declares the exchange if it is absent and
-// opens a confirm-mode channel. It fails if that does not work within
-// cfg.ConnectTimeout; once connected, the sink reconnects on its own
-// whenever the connection or channel closes, until Close.
+// New returns a sink for the broker at cfg.URL. It fails only on a
+// configuration error: it connects in the background, declares the
+// exchange if it is absent and opens a confirm-mode channel, and dials
+// again whenever the connection or channel closes, until Close. While it
+// is not connected, Publish fails at once with a retryable error (a call
+// made before the first attempt has finished waits for it); the first
+// failed attempt is logged at WARN. [Sink.Reachable] tells whether the
+// broker was reached.
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
 	router, err := cfg.validate()
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s := &Sink{
@@ -55,26 +66,60 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		shownURL: sink.RedactURL(cfg.URL),
 		router:   router,
 		slots:    make(chan struct{}, maxInFlight),
+		health:   sink.NewReachability(),
+		tried:    make(chan struct{}),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
 	s.maxSize.Store(int64(cfg.MaxMessageSize))
-	ss, err := s.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
 	s.life, s.endLife = context.WithCancel(context.WithoutCancel(ctx))
-	s.cur.Store(ss)
-	go s.reconnectLoop(ss)
+	go s.connectLoop()
 	return s, nil
 }
 
-// reconnectLoop waits for the session to die and dials a new one, with a
-// growing pause, until Close.
-func (s *Sink) reconnectLoop(ss *session) {
+// connectLoop dials, waits for the session to die and dials again, with
+// a pause that grows from ReconnectWait to ten times it while the broker
+// stays away, until Close.
+func (s *Sink) connectLoop() {
 	defer close(s.loopDone)
 	log := s.cfg.Logger
+	var once sync.Once
+	firstDone := func() { once.Do(func() { close(s.tried) }) }
+	defer firstDone()
+	lost := false // a session was lost: pause before the first redial
 	for {
+		var ss *session
+		wait := s.cfg.ReconnectWait
+		for attempt := 1; ss == nil; attempt++ {
+			if lost || attempt > 1 {
+				t := time.NewTimer(wait)
+				select {
+				case <-s.stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				wait = min(2*wait, 10*s.cfg.ReconnectWait)
+			}
+			next, err := s.dial(s.life)
+			if err != nil {
+				s.lastErr.Store(&err)
+				s.health.Down(err)
+				firstDone()
+				if attempt == 1 || attempt%20 == 0 {
+					log.Warn("amqp sink: the broker is unreachable; retrying in the background", "broker", s.shownURL, "attempt", attempt, "err", err)
+				}
+				continue
+			}
+			ss = next
+			s.lastErr.Store(nil)
+			s.cur.Store(ss)
+			s.health.Up()
+			firstDone()
+			if lost || attempt > 1 {
+				log.Info("amqp sink: connected", "broker", s.shownURL, "attempts", attempt)
+			}
+		}
 		select {
 		case <-s.stop:
 			ss.close()
@@ -82,32 +127,21 @@ func (s *Sink) reconnectLoop(ss *session) {
 		case <-ss.dead:
 		}
 		s.cur.CompareAndSwap(ss, nil)
+		s.health.Down(fmt.Errorf("amqp sink: %s: connection lost: %w", s.shownURL, ss.deadErr))
 		log.Warn("amqp sink: connection to the broker lost; reconnecting", "broker", s.shownURL, "err", ss.deadErr)
 		ss.close()
-		wait := s.cfg.ReconnectWait
-		for attempt := 1; ; attempt++ {
-			t := time.NewTimer(wait)
-			select {
-			case <-s.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			next, err := s.dial(s.life)
-			if err == nil {
-				ss = next
-				s.lastErr.Store(nil)
-				s.cur.Store(ss)
-				log.Info("amqp sink: reconnected", "broker", s.shownURL, "attempts", attempt)
-				break
-			}
-			s.lastErr.Store(&err)
-			if attempt == 1 || attempt%20 == 0 {
-				log.Warn("amqp sink: reconnect failed; retrying", "broker", s.shownURL, "attempt", attempt, "err", err)
-			}
-			wait = min(2*wait, 10*s.cfg.ReconnectWait)
-		}
+		lost = true
 	}
+}
+
+// Reachable implements [sink.Health]: ok while a confirm-mode channel to
+// the broker is open.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return s.health.Reachable() }
+
+// Destination implements [sink.Destinations]: the exchange and the
+// routing key of m, as "exchange/routing-key".
+func (s *Sink) Destination(m *outbox.Message) string {
+	return s.cfg.Exchange + "/" + s.router.Route(m)
 }
 
 // Publish sends msgs (persistent, mandatory) and waits for their publisher
@@ -117,10 +151,17 @@ func (s *Sink) reconnectLoop(ss *session) {
 // queued ahead of an earlier one. Once an event fails, the later events
 // of its aggregate are not sent and report [outbox.ErrNotAttempted].
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	if !s.calls.Enter() {
-		return sink.Fill(len(msgs), fmt.Errorf("amqp sink: %w", outbox.ErrClosed))
+	if res := precheck.Enter(ctx, &s.calls, msgs); res != nil {
+		return res
 	}
 	defer s.calls.Exit()
+	if s.cur.Load() == nil {
+		// Before the first connection attempt has finished, wait for it.
+		select {
+		case <-s.tried:
+		case <-ctx.Done():
+		}
+	}
 	return precheck.SendByKey(ctx, msgs, 0, func(i int) error { return s.publishOne(ctx, &msgs[i]) })
 }
 
@@ -130,10 +171,10 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message) error {
 		return err
 	}
 	key := s.router.Route(m)
-	prefix := fmt.Sprintf("amqp sink: event %s to exchange %q with routing key %q", m.EventID, s.cfg.Exchange, key)
-	if len(key) > 255 {
-		return outbox.Permanent(fmt.Errorf("%s: the routing key is %d bytes; AMQP allows 255", prefix, len(key)))
+	if reason := checkRoutingKey(key); reason != "" {
+		return s.router.Invalid(sinkName, "routing key", m, key, reason)
 	}
+	prefix := fmt.Sprintf("amqp sink: event %s to exchange %q with routing key %q", m.EventID, s.cfg.Exchange, key)
 	if limit := s.maxSize.Load(); int64(len(m.Payload)) > limit {
 		return outbox.Permanent(fmt.Errorf("%s: the payload of %d bytes exceeds the broker's max message size of %d bytes (max_message_size)", prefix, len(m.Payload), limit))
 	}
@@ -228,4 +269,17 @@ func (s *Sink) Close(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// checkRoutingKey returns why key cannot be a routing key, or "": AMQP
+// 0-9-1 carries it as a short string (at most 255 bytes), and RabbitMQ
+// matches topic bindings on UTF-8 text.
+func checkRoutingKey(key string) string {
+	switch {
+	case len(key) > 255:
+		return fmt.Sprintf("it is %d bytes long; AMQP allows 255", len(key))
+	case !utf8.ValidString(key):
+		return "it is not valid UTF-8"
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package kafkasink
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -74,6 +75,10 @@ type Config struct {
 	// configuration. Nil: plain TCP.
 	TLS *tls.Config
 
+	// Logger receives connection events: the brokers unreachable (WARN,
+	// retried in the background) and reached. Default slog.Default().
+	Logger *slog.Logger
+
 	// AllowAutoTopicCreation asks the brokers to create a topic that does
 	// not exist when the producer first needs it (the broker must allow it
 	// too: auto.create.topics.enable). Default false: a missing topic is a
@@ -94,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	brokers := make([]string, 0, len(c.Brokers))
 	for _, b := range c.Brokers {
@@ -147,40 +155,30 @@ func (c Config) validate() (*sink.Router, error) {
 		return nil, err
 	}
 	// A template without placeholders names one topic: check it now.
-	for _, t := range append([]string{c.Route}, overrideValues(c.RouteOverrides)...) {
-		if !strings.Contains(t, "{") {
-			if err := checkTopic(t); err != nil {
-				return nil, invalid("route %q: %v", t, err)
-			}
+	for _, t := range r.Literals() {
+		if err := checkTopic(t); err != nil {
+			return nil, invalid("route %q is not a topic name: %v", t, err)
 		}
 	}
 	return r, nil
-}
-
-func overrideValues(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
 }
 
 // checkTopic applies Kafka's rules for topic names: 1 to 249 characters
 // of ASCII letters, digits, '.', '_' and '-', and not "." or "..".
 func checkTopic(t string) error {
 	if t == "" {
-		return fmt.Errorf("the topic name is empty")
+		return fmt.Errorf("it is empty")
 	}
 	if len(t) > 249 {
-		return fmt.Errorf("the topic name is %d characters long; Kafka allows at most 249", len(t))
+		return fmt.Errorf("it is %d characters long; Kafka allows at most 249", len(t))
 	}
 	if t == "." || t == ".." {
-		return fmt.Errorf("%q is not a valid topic name", t)
+		return fmt.Errorf("Kafka does not allow the topic names \".\" and \"..\"")
 	}
 	for i := 0; i < len(t); i++ {
 		c := t[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("topic %q has the character %q; Kafka allows only ASCII letters, digits, '.', '_' and '-'", t, c)
+			return fmt.Errorf("it has the character %q; Kafka allows only ASCII letters, digits, '.', '_' and '-'", c)
 		}
 	}
 	return nil

@@ -5,8 +5,8 @@
 // # What delivered means
 //
 // A message is delivered when every in-sync replica of its partition has
-// the record: the broker acknowledged a produce request with acks=all
-// (RELIABILITY.md item 17). With the topic's min.insync.replicas above 1,
+// the record: the broker acknowledged a produce request with acks=all.
+// With the topic's min.insync.replicas above 1,
 // that survives the loss of a broker. Nothing else counts: a message whose
 // acknowledgement did not come within [Config.ProduceTimeout] is reported
 // as a retryable failure, although it may have been written.

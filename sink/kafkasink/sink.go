@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,6 +29,11 @@ type Sink struct {
 	router *sink.Router
 	cl     *kgo.Client
 
+	health   *sink.Reachability
+	failures atomic.Int64       // failed connection attempts since the last success
+	stopPing context.CancelFunc // ends the first-contact probe
+	pingDone chan struct{}
+
 	calls sink.Calls // Publish calls in progress
 
 	// Set by tests only: beforeProduce runs after message i passed its
@@ -35,20 +43,24 @@ type Sink struct {
 	resolved      func(i int, err error)
 }
 
-// New validates cfg and returns a sink. It does not contact the brokers:
-// the client connects when the first message is published, so a broker
-// that is down at start shows up as retryable publish errors, not as a
-// failure here. Errors match [outbox.ErrInvalidConfig].
+// New validates cfg and returns a sink. It does not wait for the brokers:
+// it reaches for them in the background, retrying with a growing pause
+// and logging at WARN while they cannot be reached, and the client
+// connects again on its own whenever it needs to. A broker that is down
+// shows up as retryable publish errors and in [Sink.Reachable], never as
+// a failure here. Errors match [outbox.ErrInvalidConfig].
 func New(_ context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
 	router, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
+	s := &Sink{cfg: cfg, router: router, health: sink.NewReachability(), pingDone: make(chan struct{})}
 	opts := []kgo.Opt{
+		kgo.WithHooks(connectHook{s}),
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
-		// RELIABILITY.md item 17: acks from every in-sync replica, and the
+		// Acks from every in-sync replica, and the
 		// idempotent producer (franz-go's default, never disabled here), so
 		// the client's own retries neither duplicate nor reorder records.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -72,8 +84,69 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	return &Sink{cfg: cfg, router: router, cl: cl}, nil
+	s.cl = cl
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPing = cancel
+	go s.probe(ctx)
+	return s, nil
 }
+
+// connectHook tells the sink of every connection attempt to a broker.
+type connectHook struct{ s *Sink }
+
+func (h connectHook) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		h.s.up()
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the client gave up a dial it no longer needed
+	}
+	addr := net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
+	h.s.health.Down(fmt.Errorf("kafka sink: broker %s: %w", addr, err))
+	if n := h.s.failures.Add(1); n == 1 || n%20 == 0 {
+		h.s.cfg.Logger.Warn("kafka sink: a broker is unreachable; retrying in the background", "broker", addr, "attempts", n, "err", err)
+	}
+}
+
+// up records that a broker answered, logging when it follows failures.
+func (s *Sink) up() {
+	changed, _ := s.health.Up()
+	if n := s.failures.Swap(0); changed && n > 0 {
+		s.cfg.Logger.Info("kafka sink: connected to the brokers", "brokers", s.cfg.Brokers, "failed_attempts", n)
+	}
+}
+
+// probe asks the brokers for metadata until one answers, so that the
+// sink's reachability is known (and logged) before the first publish.
+func (s *Sink) probe(ctx context.Context) {
+	defer close(s.pingDone)
+	wait := 100 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.cl.Ping(pctx)
+		cancel()
+		if err == nil {
+			s.up()
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// Reachable implements [sink.Health]: ok once a broker answered, until a
+// connection attempt fails.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return s.health.Reachable() }
+
+// Destination implements [sink.Destinations]: the topic of m.
+func (s *Sink) Destination(m *outbox.Message) string { return s.router.Route(m) }
 
 // Client is the franz-go client the sink produces with, for metrics and
 // admin requests. Do not produce with it or close it.
@@ -190,6 +263,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	c.over = true
 	raw, resolved := c.raw, c.resolved // recs[i] of a resolved record holds its partition and offset
 	c.mu.Unlock()
+	for i := range msgs {
+		if produced[i] && resolved[i] && raw[i] == nil {
+			s.up() // a broker acknowledged: it is reachable
+			break
+		}
+	}
 
 	// Results in order, per key: the first message of a key that was not
 	// written stops its key; what franz-go failed after it was not written
@@ -272,7 +351,7 @@ func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string) erro
 	}
 	*topic = s.router.Route(m)
 	if err := checkTopic(*topic); err != nil {
-		return outbox.Permanent(fmt.Errorf("kafka sink: event %s: route %s gives an invalid topic: %v", m.EventID, s.cfg.Route, err))
+		return s.router.Invalid(sinkName, "topic", m, *topic, err.Error())
 	}
 	if n := recordBatchBytes(m); n > s.cfg.MaxMessageBytes {
 		return outbox.Permanent(fmt.Errorf("kafka sink: event %s to topic %s is too large: its record is %d bytes "+
@@ -348,6 +427,8 @@ func (s *Sink) Close(ctx context.Context) error {
 	if !s.calls.Close() {
 		return nil
 	}
+	s.stopPing()
+	<-s.pingDone
 	err := s.cl.Flush(ctx)
 	if werr := s.calls.Wait(ctx); werr != nil && err == nil {
 		err = werr

@@ -25,6 +25,9 @@ import (
 
 func newSink(t *testing.T, cfg kafkasink.Config) *kafkasink.Sink {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	s, err := kafkasink.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -53,11 +53,13 @@ type Config struct {
 	// Default 10s.
 	PublishTimeout time.Duration
 
-	// ConnectTimeout bounds the first connection in New. Default 5s.
+	// ConnectTimeout bounds each connection attempt and each JetStream
+	// check after a connection is made. Default 5s.
 	ConnectTimeout time.Duration
 
-	// ReconnectWait is the pause between reconnection attempts; the sink
-	// reconnects forever. Default 250ms.
+	// ReconnectWait is the pause between connection attempts, from the
+	// first one (New does not wait for the server); the sink reconnects
+	// forever. Default 250ms.
 	ReconnectWait time.Duration
 
 	// ReconnectBufSize is how many bytes published while disconnected are
@@ -122,7 +124,16 @@ func (c Config) validate() (*sink.Router, error) {
 			return nil, sink.Invalid(sinkName, "stream subject %q: %v", s, err)
 		}
 	}
-	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	if err != nil {
+		return nil, err
+	}
+	for _, subject := range r.Literals() {
+		if err := checkPublishSubject(subject); err != nil {
+			return nil, sink.Invalid(sinkName, "route %q is not a subject the sink publishes to: %v", subject, err)
+		}
+	}
+	return r, nil
 }
 
 func validStreamName(s string) bool {

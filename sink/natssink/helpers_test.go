@@ -266,7 +266,9 @@ func deleteStream(t testing.TB, url, name string) {
 // jsClient returns a JetStream client on url, closed at cleanup.
 func jsClient(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	// Reconnect quickly after a restart, so that the test sees the server
+	// back as soon as the sink does.
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,19 @@ type Sink struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	closed chan struct{} // closed by the connection's ClosedHandler
+	server string        // cfg.URL as logs show it
+
+	// health is the server's reachability; jsReady is set once JetStream
+	// answered on some connection (checkMu serializes that check).
+	health  *sink.Reachability
+	jsReady atomic.Bool
+	checkMu sync.Mutex
+	// connected is signalled by the connection handlers; stop ends the
+	// watcher goroutine, which closes watchDone.
+	connected chan struct{}
+	stop      chan struct{}
+	watchDone chan struct{}
+	failures  atomic.Int64 // failed connection attempts since the last success
 
 	// known holds the subject patterns of the streams in use; streamMu
 	// serializes looking subjects up and creating streams.
@@ -42,32 +56,48 @@ type Sink struct {
 // batch of many aggregates never stalls the client.
 const maxInFlight = 1024
 
-// New connects to the server named by cfg.URL and returns a sink. It
-// fails if the server cannot be reached within cfg.ConnectTimeout or does
-// not have JetStream enabled; once connected, the sink reconnects on its
-// own, forever, until Close.
+// New returns a sink for the server named by cfg.URL. It fails only on a
+// configuration error: the connection is made in the background and
+// retried every cfg.ReconnectWait, forever, until Close; the first
+// failure is logged at WARN. Until the server is reached and JetStream
+// has answered, Publish fails every message at once with a retryable
+// error that says why; [Sink.Reachable] tells whether it was reached.
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
 	router, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, router: router, closed: make(chan struct{}), slots: make(chan struct{}, maxInFlight)}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg: cfg, router: router, server: sink.RedactURL(cfg.URL),
+		closed: make(chan struct{}), slots: make(chan struct{}, maxInFlight),
+		health:    sink.NewReachability(),
+		connected: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		watchDone: make(chan struct{}),
+	}
 	log := cfg.Logger
-	server := sink.RedactURL(cfg.URL)
 	opts := []nats.Option{
 		nats.Name(cfg.ClientName),
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(cfg.ReconnectWait),
 		nats.ReconnectJitter(cfg.ReconnectWait/4, cfg.ReconnectWait/4),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("nats sink: disconnected; reconnecting", "server", server, "err", err)
+				s.health.Down(fmt.Errorf("nats sink: %s: disconnected: %w", s.server, err))
+				log.Warn("nats sink: disconnected; reconnecting", "server", s.server, "err", err)
 			}
 		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { s.connectFailed(err) }),
+		nats.ConnectHandler(func(*nats.Conn) { s.signalConnected() }),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats sink: reconnected", "server", sink.RedactURL(c.ConnectedUrlRedacted()))
+			s.signalConnected()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(s.closed) }),
 	}
@@ -75,12 +105,11 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		opts = append(opts, nats.ReconnectBufSize(cfg.ReconnectBufSize))
 	}
 	opts = append(opts, cfg.Options...)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	// With RetryOnFailedConnect, Connect fails only on a bad option; a
+	// server that cannot be reached leaves the connection reconnecting.
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats sink: connect to %s: %w", server, err)
+		return nil, sink.Invalid(sinkName, "%s: %v", s.server, err)
 	}
 	s.nc = nc
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
@@ -89,17 +118,122 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("nats sink: %w", err)
 	}
 	s.js = js
-	actx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	defer cancel()
-	if _, err := js.AccountInfo(actx); err != nil {
-		nc.Close()
-		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return nil, fmt.Errorf("nats sink: %s: JetStream is not enabled (start nats-server with -js): %w", server, err)
-		}
-		return nil, fmt.Errorf("nats sink: %s: JetStream did not answer: %w", server, err)
+	if nc.IsConnected() {
+		s.signalConnected()
+	} else {
+		s.connectFailed(nats.ErrNoServers)
 	}
+	go s.watch()
 	return s, nil
 }
+
+func (s *Sink) signalConnected() {
+	select {
+	case s.connected <- struct{}{}:
+	default:
+	}
+}
+
+// connectFailed records a failed connection attempt: WARN on the first,
+// then on every 20th.
+func (s *Sink) connectFailed(err error) {
+	n := s.failures.Add(1)
+	s.health.Down(fmt.Errorf("nats sink: %s: %w", s.server, err))
+	if n == 1 || n%20 == 0 {
+		s.cfg.Logger.Warn("nats sink: NATS is unreachable; retrying in the background", "server", s.server, "attempts", n, "err", err)
+	}
+}
+
+// watch checks JetStream whenever the connection is (re)established,
+// retrying with a growing pause while it does not answer, until Close.
+func (s *Sink) watch() {
+	defer close(s.watchDone)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.connected:
+		}
+		wait := s.cfg.ReconnectWait
+		for s.nc.IsConnected() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ConnectTimeout)
+			err := s.ready(ctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			wait = min(2*wait, 10*s.cfg.ReconnectWait)
+		}
+	}
+}
+
+// ready returns nil once the server was reached and JetStream answered,
+// checking now if the connection is up; otherwise a retryable error that
+// says why the sink cannot publish.
+func (s *Sink) ready(ctx context.Context) error {
+	if s.jsReady.Load() {
+		if s.nc.IsConnected() {
+			s.up()
+		}
+		return nil
+	}
+	if !s.nc.IsConnected() {
+		return s.notConnected()
+	}
+	s.checkMu.Lock()
+	defer s.checkMu.Unlock()
+	if s.jsReady.Load() {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	if _, err := s.js.AccountInfo(actx); err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			err = fmt.Errorf("nats sink: %s: JetStream is not enabled (start nats-server with -js): %w", s.server, err)
+		} else {
+			err = fmt.Errorf("nats sink: %s: JetStream did not answer: %w", s.server, err)
+		}
+		if s.health.Down(err) || s.failures.Add(1)%20 == 0 {
+			s.cfg.Logger.Warn("nats sink: connected, but JetStream does not answer; retrying", "server", s.server, "err", err)
+		}
+		return outbox.Retryable(err, 0)
+	}
+	s.jsReady.Store(true)
+	s.up()
+	return nil
+}
+
+// up records that the server answers, logging when it is the first time
+// after failed attempts.
+func (s *Sink) up() {
+	changed, first := s.health.Up()
+	if n := s.failures.Swap(0); changed && first && n > 0 {
+		s.cfg.Logger.Info("nats sink: connected", "server", s.server, "failed_attempts", n)
+	}
+}
+
+// notConnected is the error of a publish before the server was reached.
+func (s *Sink) notConnected() error {
+	_, cause, _ := s.health.Reachable()
+	if cause == nil {
+		cause = fmt.Errorf("nats sink: %s: connecting", s.server)
+	}
+	return outbox.Retryable(fmt.Errorf("not connected to NATS yet (the sink keeps trying): %w", cause), 0)
+}
+
+// Reachable implements [sink.Health]: ok once the server was reached and
+// JetStream answered, and while the connection is up.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return s.health.Reachable() }
+
+// Destination implements [sink.Destinations]: the subject of m.
+func (s *Sink) Destination(m *outbox.Message) string { return s.router.Route(m) }
 
 // Publish sends msgs and waits for their PubAcks. Events of different
 // aggregates are in flight together; the events of one aggregate go one
@@ -108,22 +242,34 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 // fails, the later events of its aggregate are not sent and report
 // [outbox.ErrNotAttempted].
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	if !s.calls.Enter() {
-		return sink.Fill(len(msgs), fmt.Errorf("nats sink: %w", outbox.ErrClosed))
+	if res := precheck.Enter(ctx, &s.calls, msgs); res != nil {
+		return res
 	}
 	defer s.calls.Exit()
+	if err := s.ready(ctx); err != nil {
+		out := make([]error, len(msgs))
+		for i := range msgs {
+			out[i] = fmt.Errorf("nats sink: event %s: %w", msgs[i].EventID, err)
+		}
+		return out
+	}
 
-	// Route every message and make sure a stream captures each subject.
+	// Route every message, check each subject once, and make sure a
+	// stream captures it.
 	subjects := make([]string, len(msgs))
 	subjectErr := map[string]error{}
+	badSubject := map[string]string{} // subject -> why it is refused
 	for i := range msgs {
 		subj := s.router.Route(&msgs[i])
 		subjects[i] = subj
 		if _, seen := subjectErr[subj]; seen {
 			continue
 		}
+		if _, seen := badSubject[subj]; seen {
+			continue
+		}
 		if err := checkPublishSubject(subj); err != nil {
-			subjectErr[subj] = outbox.Permanent(fmt.Errorf("nats sink: invalid subject %q from the route: %v", subj, err))
+			badSubject[subj] = err.Error()
 			continue
 		}
 		subjectErr[subj] = nil
@@ -135,6 +281,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 
 	// One goroutine per ordering key, in the order the keys first appear.
 	return precheck.SendByKey(ctx, msgs, 0, func(i int) error {
+		if reason, bad := badSubject[subjects[i]]; bad {
+			return s.router.Invalid(sinkName, "subject", &msgs[i], subjects[i], reason)
+		}
 		if err := subjectErr[subjects[i]]; err != nil {
 			return err
 		}
@@ -188,11 +337,15 @@ func (s *Sink) Close(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	close(s.stop)
+	<-s.watchDone
 	if err := s.calls.Wait(ctx); err != nil {
 		s.nc.Close()
 		return fmt.Errorf("nats sink: close: publishes still in flight: %w", err)
 	}
-	if err := s.nc.Drain(); err != nil {
+	if !s.nc.IsConnected() {
+		s.nc.Close() // nothing to drain
+	} else if err := s.nc.Drain(); err != nil {
 		s.nc.Close()
 	}
 	select {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/natssink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -217,19 +218,86 @@ func TestServerDownIsRetryable(t *testing.T) {
 	}
 }
 
-func TestNewFailsClearly(t *testing.T) {
+// New succeeds with no server: publishes fail at once, retryably, naming
+// the server without its password; Reachable says the server is down;
+// once a server listens there, the sink connects on its own.
+func TestNewWithoutServerConnectsLater(t *testing.T) {
 	e := startEmbedded(t)
 	url := e.URL
 	e.stop()
-	_, err := natssink.New(context.Background(), natssink.Config{URL: strings.Replace(url, "nats://", "nats://bob:s3cret@", 1), ConnectTimeout: time.Second, Logger: quiet})
-	if err == nil {
-		t.Fatal("New succeeded with no server")
+	s := newSink(t, natssink.Config{URL: strings.Replace(url, "nats://", "nats://bob:s3cret@", 1),
+		ConnectTimeout: time.Second, ReconnectWait: 20 * time.Millisecond})
+	start := time.Now()
+	res := publish(t, s, sinktest.Message("a", 0), sinktest.Message("a", 1))
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a publish with no server took %s: it should fail at once", took)
 	}
-	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "bob:xxxxx@") {
-		t.Fatalf("error %q must name the server without its password", err)
+	for i, err := range res {
+		if err == nil || outbox.IsPermanent(err) {
+			t.Fatalf("result %d with no server: %v, want retryable", i, err)
+		}
+		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "not connected") {
+			t.Fatalf("error %q must say the sink is not connected, without the password", err)
+		}
 	}
+	if ok, lastErr, _ := s.Reachable(); ok || lastErr == nil || strings.Contains(lastErr.Error(), "s3cret") {
+		t.Fatalf("Reachable() = %v, %v; want false with an error that hides the password", ok, lastErr)
+	}
+	if err := e.restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.Eventually(t, 30*time.Second, "the sink to reach the server", func() bool { ok, _, _ := s.Reachable(); return ok })
+	id := uniq()
+	t.Cleanup(func() { deleteStream(t, e.URL, "L"+id) })
+	s2 := newSink(t, natssink.Config{URL: e.URL, Route: "l" + id + ".{aggregate_type}", Stream: "L" + id, StreamSubjects: []string{"l" + id + ".>"}})
+	mustPublish(t, s2, sinktest.Message("a", 0))
 	if _, err := natssink.New(context.Background(), natssink.Config{URL: url, Stream: "bad.name"}); !errors.Is(err, outbox.ErrInvalidConfig) {
 		t.Fatalf("bad stream name: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := natssink.New(context.Background(), natssink.Config{URL: url, Route: "$SYS.audit"}); !errors.Is(err, outbox.ErrInvalidConfig) {
+		t.Fatalf("a literal route to $SYS.audit: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Event data cannot reconfigure the broker: an aggregate type that makes
+// a wildcard or system subject fails that event for good, naming the
+// field and the value, and the stream's subjects stay as they were.
+func TestRoutingCannotChangeTheStream(t *testing.T) {
+	url := sharedURL(t)
+	_, js := jsClient(t, url)
+	id := uniq()
+	stream := "R" + id
+	t.Cleanup(func() { deleteStream(t, url, stream) })
+	s := newSink(t, natssink.Config{URL: url, Route: "r" + id + ".{aggregate_type}", Stream: stream, StreamSubjects: []string{"r" + id + ".payment"}})
+	mustPublish(t, s, sinktest.Message("a", 0))
+	before := streamInfo(t, js, stream).Config.Subjects
+	// s2 routes by the aggregate type alone, so that "$SYS.x" makes a
+	// system subject; it gets only bad events, refused before any lookup.
+	s2 := newSink(t, natssink.Config{URL: url, Route: "{aggregate_type}", Stream: stream})
+	for _, bad := range []string{"merchant.>", "*", "$SYS.x", "$JS.API.x", "x.*.y", "a b", ">"} {
+		for _, sk := range []*natssink.Sink{s, s2} {
+			msgs := []outbox.Message{typed(sinktest.Message("bad", 0), bad), typed(sinktest.Message("bad", 1), bad)}
+			if sk == s {
+				msgs = append(msgs, sinktest.Message("good", 0))
+			}
+			res := publish(t, sk, msgs...)
+			var de *sink.DestinationError
+			if !outbox.IsPermanent(res[0]) || !errors.As(res[0], &de) || !strings.Contains(res[0].Error(), `aggregate_type "`+bad+`"`) {
+				t.Errorf("aggregate type %q: %v, want a permanent DestinationError naming aggregate_type", bad, res[0])
+			}
+			if !errors.Is(res[1], outbox.ErrNotAttempted) {
+				t.Errorf("aggregate type %q, second event: %v, want not attempted", bad, res[1])
+			}
+			if len(res) == 3 && res[2] != nil {
+				t.Errorf("another aggregate failed: %v", res[2])
+			}
+		}
+	}
+	if after := streamInfo(t, js, stream).Config.Subjects; !slices.Equal(before, after) {
+		t.Fatalf("stream %s subjects changed from %v to %v", stream, before, after)
+	}
+	if n := streamInfo(t, js, stream).State.Msgs; n != 1+7 {
+		t.Fatalf("stream %s holds %d messages, want 8 (the good ones)", stream, n)
 	}
 }
 

@@ -1,6 +1,9 @@
 package natssink
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSubjectMatches(t *testing.T) {
 	cases := []struct {
@@ -25,12 +28,12 @@ func TestSubjectMatches(t *testing.T) {
 }
 
 func TestCheckPublishSubject(t *testing.T) {
-	for _, ok := range []string{"payment.events", "a", "pay-ment.tx_1.events", "a.b*c"} {
+	for _, ok := range []string{"payment.events", "a", "pay-ment.tx_1.events", "a.b$c", "zahlung.ü"} {
 		if err := checkPublishSubject(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "a b", "a..b", ".a", "a.", "a.*", ">", "a\tb", "a\x00b"} {
+	for _, bad := range []string{"", "a b", "a..b", ".a", "a.", "a.*", ">", "a\tb", "a\x00b", "a.b*c", "merchant.>", "$SYS.x", "$JS.API.x", "a.\xff", strings.Repeat("a", 1025)} {
 		if err := checkPublishSubject(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
