@@ -8,8 +8,8 @@ import (
 )
 
 func init() {
-	registerSink("amqp", openAMQPSink)
-	registerSink("amqps", openAMQPSink)
+	registerConnectingSink("amqp", openAMQPSink)
+	registerConnectingSink("amqps", openAMQPSink)
 }
 
 // openAMQPSink opens amqp://user:pass@host:5672/vhost?exchange=outbox&routing_key=TEMPLATE;

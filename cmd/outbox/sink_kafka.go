@@ -7,7 +7,7 @@ import (
 	"github.com/txoutbox/outbox/sink/kafkasink"
 )
 
-func init() { registerSink("kafka", openKafkaSink) }
+func init() { registerConnectingSink("kafka", openKafkaSink) }
 
 // openKafkaSink opens kafka://host:9092[,host2:9092]?topic=TEMPLATE&...
 // (see kafkasink.ParseURL); --route overrides the topic per aggregate type.
@@ -17,5 +17,6 @@ func openKafkaSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink
 		return nil, err
 	}
 	cfg.RouteOverrides = opts.Routes
+	cfg.Logger = opts.Logger
 	return kafkasink.New(ctx, cfg)
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/txoutbox/outbox/sink/natssink"
 )
 
-func init() { registerSink("nats", openNATSSink) }
+func init() { registerConnectingSink("nats", openNATSSink) }
 
 // openNATSSink opens nats://host:4222?subject=TEMPLATE&stream=OUTBOX; the
 // --route overrides replace the subject per aggregate type.

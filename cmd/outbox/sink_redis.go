@@ -8,8 +8,8 @@ import (
 )
 
 func init() {
-	registerSink("redis", openRedisSink)
-	registerSink("rediss", openRedisSink)
+	registerConnectingSink("redis", openRedisSink)
+	registerConnectingSink("rediss", openRedisSink)
 }
 
 // openRedisSink opens redis://[user:pass@]host:6379/0?stream=TEMPLATE&maxlen=N
@@ -21,5 +21,6 @@ func openRedisSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink
 		return nil, err
 	}
 	cfg.RouteOverrides = opts.Routes
+	cfg.Logger = opts.Logger
 	return redissink.New(ctx, cfg)
 }

@@ -22,6 +22,18 @@ type sinkOptions struct {
 	Routes map[string]string
 	// Logger is the CLI's logger (its level, format and secret scrubbing).
 	Logger *slog.Logger
+	// Table is the outbox table the events come from: the CloudEvents
+	// formats name it in their default source, /outbox/<table>.
+	Table string
+}
+
+// cloudEventsSource returns the source= of a sink URL, or the default
+// for the outbox table.
+func (o sinkOptions) cloudEventsSource(given string) string {
+	if given != "" {
+		return given
+	}
+	return sink.DefaultCloudEventsSource(o.Table)
 }
 
 // sinkOpener builds a sink from its URL and the options.
@@ -40,6 +52,18 @@ var sinkOpeners = map[string]sinkOpener{
 }
 
 func registerSink(scheme string, open sinkOpener) { sinkOpeners[scheme] = open }
+
+// connectingSchemes are the sinks that connect to their destination in
+// the background (the brokers): the relay waits until they reached it
+// once before it claims events. The HTTP sink learns of its endpoint
+// from its requests only, and stdout and discard have nothing to reach.
+var connectingSchemes = map[string]bool{}
+
+// registerConnectingSink registers a sink that connects in the background.
+func registerConnectingSink(scheme string, open sinkOpener) {
+	registerSink(scheme, open)
+	connectingSchemes[scheme] = true
+}
 
 func openHTTPSink(_ context.Context, raw string, _ sinkOptions) (sink.Sink, error) {
 	cfg, err := httpsink.ParseURL(raw)

@@ -2,10 +2,12 @@ package amqpsink_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/amqpsink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -27,7 +29,7 @@ func TestConformance(t *testing.T) {
 	t.Cleanup(func() { deleteExchange(u, conformanceExchange) })
 	sinktest.Run(t, sinktest.Features{OrderedPerKey: true}, func(t *testing.T) *sinktest.Harness {
 		id := uniq()
-		s, err := amqpsink.New(context.Background(), amqpsink.Config{
+		cfg := amqpsink.Config{
 			URL:            u,
 			Exchange:       conformanceExchange,
 			Route:          "st" + id + ".{aggregate_type}",
@@ -35,7 +37,8 @@ func TestConformance(t *testing.T) {
 			ReconnectWait:  100 * time.Millisecond,
 			MaxMessageSize: 64 << 10,
 			Logger:         quiet,
-		})
+		}
+		s, err := amqpsink.New(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +57,18 @@ func TestConformance(t *testing.T) {
 				// The reader's exclusive queue went with its connection.
 				return r.connect()
 			},
-			Timeout: 60 * time.Second,
+			Timeout:               60 * time.Second,
+			RouteOf:               func(r sinktest.Received) string { return conformanceExchange + "/" + r.Destination },
+			InvalidAggregateTypes: []string{strings.Repeat("x", 300), "bad\xffutf8"},
+			Unreachable: func(t *testing.T) sink.Sink {
+				down := cfg
+				down.URL = "amqp://guest:guest@" + sinktest.ClosedAddr(t) + "/"
+				s, err := amqpsink.New(context.Background(), down)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
 		}
 	})
 }

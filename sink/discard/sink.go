@@ -22,6 +22,12 @@ type Sink struct {
 // New returns an empty sink.
 func New() *Sink { return &Sink{} }
 
+// Destination implements [sink.Destinations]: "discard" for every message.
+func (s *Sink) Destination(*outbox.Message) string { return "discard" }
+
+// Reachable implements [sink.Health]: always ok, there is nothing to reach.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return true, nil, time.Time{} }
+
 // Publish counts the messages and returns one result per message: nil,
 // unless ctx has ended or the message's Deadline has passed.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {

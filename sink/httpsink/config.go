@@ -59,9 +59,9 @@ type Config struct {
 	// SigningSecret, when set, signs every request the Standard Webhooks
 	// way: headers webhook-id (the event id), webhook-timestamp (Unix
 	// seconds) and webhook-signature ("v1," + base64 of the HMAC-SHA256 of
-	// "id.timestamp.body"). A secret of the form "whsec_<base64>" is
-	// decoded and the bytes are the key; any other string is used as the
-	// key as is.
+	// "id.timestamp.body"), as the Standard Webhooks libraries verify
+	// it. The secret is base64 of the key, with or without the "whsec_"
+	// prefix, and is decoded; a secret that is not base64 is refused.
 	SigningSecret string
 
 	// DenyPrivate protects against server-side request forgery: every
@@ -71,6 +71,18 @@ type Config struct {
 	// others) are refused with a permanent error. The environment's proxy
 	// is not used, so the check sees the real destination.
 	DenyPrivate bool
+
+	// Format is how an event is sent: [sink.FormatNative] (the default:
+	// the payload as the body), [sink.FormatCloudEvents] (CloudEvents
+	// binary mode: ce-* headers, the payload as the body) or
+	// [sink.FormatCloudEventsStructured] (the CloudEvent as a JSON body,
+	// Content-Type application/cloudevents+json). The Outbox-* and
+	// Idempotency-Key headers are sent in every format.
+	Format sink.Format
+
+	// Source is the CloudEvents source attribute. Default
+	// /outbox/outbox_events (the CLI uses /outbox/<table>).
+	Source string
 
 	// AllowPrivate relaxes DenyPrivate for loopback and private addresses,
 	// for receivers inside the same network. Link-local, unspecified and
@@ -137,6 +149,12 @@ func (c Config) validate() (*url.URL, error) {
 			return nil, bad("the value of header %q contains a control character or invalid UTF-8", k)
 		}
 	}
+	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+		return nil, err
+	}
+	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
+		return nil, err
+	}
 	if _, err := signingKey(c.SigningSecret); err != nil {
 		return nil, bad("%s", err)
 	}
@@ -149,16 +167,15 @@ func signingKey(secret string) ([]byte, error) {
 	if secret == "" {
 		return nil, nil
 	}
-	rest, ok := strings.CutPrefix(secret, "whsec_")
-	if !ok {
-		return []byte(secret), nil
-	}
+	rest, prefixed := strings.CutPrefix(secret, "whsec_")
 	key, err := base64.StdEncoding.DecodeString(rest)
-	if err != nil {
+	switch {
+	case err != nil && prefixed:
 		return nil, fmt.Errorf("signing secret starts with whsec_ but the rest is not standard base64: copy the whole secret from the receiver's settings")
-	}
-	if len(key) == 0 {
-		return nil, fmt.Errorf("signing secret whsec_ has an empty key: copy the whole secret from the receiver's settings")
+	case err != nil:
+		return nil, fmt.Errorf("signing secret is not base64: Standard Webhooks secrets are whsec_ followed by the base64 of the key, or the base64 alone; copy the whole secret from the receiver's settings")
+	case len(key) == 0:
+		return nil, fmt.Errorf("signing secret has an empty key: copy the whole secret from the receiver's settings")
 	}
 	return key, nil
 }

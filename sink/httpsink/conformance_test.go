@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/httpsink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -93,7 +94,8 @@ func TestConformance(t *testing.T) {
 		r := &receiver{changed: make(chan struct{})}
 		r.start(t, "127.0.0.1:0")
 		t.Cleanup(func() { r.srv.Close() })
-		s, err := httpsink.New(httpsink.Config{URL: "http://" + r.addr + "/approve", Timeout: 5 * time.Second})
+		base := "http://" + r.addr
+		s, err := httpsink.New(httpsink.Config{URL: base + "/approve", Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,6 +116,14 @@ func TestConformance(t *testing.T) {
 					return errors.New("restart: no address")
 				}
 				return nil
+			},
+			RouteOf: func(rec sinktest.Received) string { return base + rec.Destination },
+			Unreachable: func(t *testing.T) sink.Sink {
+				s, err := httpsink.New(httpsink.Config{URL: "http://" + sinktest.ClosedAddr(t) + "/approve", Timeout: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
 			},
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -50,7 +51,19 @@ func (s *Sink) post(pctx, rctx context.Context, m *outbox.Message, byEvent bool)
 	if err != nil {
 		return outbox.Permanent(fmt.Errorf("http sink: event %s: %w", m.EventID, err))
 	}
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(m.Payload))
+	body := []byte(m.Payload)
+	switch s.cfg.Format {
+	case sink.FormatCloudEvents:
+		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+			h["Ce-"+http.CanonicalHeaderKey(a.Name)] = []string{percentEncode(a.Value)}
+		}
+	case sink.FormatCloudEventsStructured:
+		if body, err = sink.CloudEventJSON(m, s.cfg.Source); err != nil {
+			return outbox.Permanent(fmt.Errorf("http sink: %w", err))
+		}
+		h["Content-Type"] = []string{sink.CloudEventsJSON}
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(body))
 	if err != nil {
 		// The URL was validated by New; report without quoting it.
 		return outbox.Permanent(fmt.Errorf("http sink: event %s: cannot build the request for %s", m.EventID, s.display))
@@ -58,15 +71,20 @@ func (s *Sink) post(pctx, rctx context.Context, m *outbox.Message, byEvent bool)
 	req.Header = h
 	if s.signer != nil {
 		id := m.EventID.String()
-		ts, sig := s.signer.sign(id, time.Now(), m.Payload)
+		ts, sig := s.signer.sign(id, time.Now(), body)
 		h[headerWebhookID] = []string{id}
 		h[headerWebhookTime] = []string{ts}
 		h[headerWebhookSig] = []string{sig}
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return s.transportError(pctx, rctx, m, err, byEvent)
+		err = s.transportError(pctx, rctx, m, err, byEvent)
+		if pctx.Err() == nil && !errors.Is(err, errCloseAborted) {
+			s.health.Down(err)
+		}
+		return err
 	}
+	s.health.Up()
 	return s.result(m, resp)
 }
 
@@ -93,4 +111,29 @@ func (s *Sink) transportError(pctx, rctx context.Context, m *outbox.Message, err
 		return outbox.Retryable(fmt.Errorf("%s: no response within %s (raise Timeout if the receiver is slow): %w", prefix, s.cfg.Timeout, context.DeadlineExceeded), 0)
 	}
 	return outbox.Retryable(fmt.Errorf("%s: %w", prefix, err), 0)
+}
+
+// percentEncode encodes a CloudEvents attribute value for an HTTP header
+// as the HTTP binding asks: space, '"', '%' and every byte outside
+// printable ASCII as %XX of its UTF-8 bytes.
+func percentEncode(v string) string {
+	clean := true
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }

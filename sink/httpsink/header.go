@@ -86,6 +86,9 @@ func (s *Sink) requestHeader(m *outbox.Message) (http.Header, error) {
 		if _, configured := s.static[ck]; configured || isReservedHeader(ck) {
 			continue
 		}
+		if s.cfg.Format.IsCloudEvents() && strings.HasPrefix(ck, "Ce-") {
+			continue // the sink writes the CloudEvents attributes
+		}
 		h[ck] = []string{v}
 	}
 	for _, f := range [...]struct{ name, value string }{

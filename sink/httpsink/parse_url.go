@@ -26,6 +26,9 @@ import (
 //	                     variable NAME, so the secret is never in the URL
 //	deny_private=true    Config.DenyPrivate
 //	allow_private=true   Config.AllowPrivate
+//	format=cloudevents   Config.Format: native (the default), cloudevents
+//	                     (binary mode) or cloudevents-structured
+//	source=/outbox/pay   Config.Source, the CloudEvents source
 //
 // The returned Config has been validated; pass it to [New], after setting
 // fields that have no URL form (Headers, Client). Errors match
@@ -77,7 +80,7 @@ func parseURL(raw string, lookupEnv func(string) (string, bool)) (Config, error)
 
 func isOption(key string) bool {
 	switch key {
-	case "timeout", "concurrency", "sign_secret_env", "deny_private", "allow_private":
+	case "timeout", "concurrency", "sign_secret_env", "deny_private", "allow_private", "format", "source":
 		return true
 	}
 	return false
@@ -107,6 +110,10 @@ func (c *Config) setOption(key, value string, lookupEnv func(string) (string, bo
 			return fmt.Errorf("sign_secret_env=%s: the environment variable %s is unset or empty: set it to the signing secret", value, value)
 		}
 		c.SigningSecret = secret
+	case "format":
+		c.Format = sink.Format(value)
+	case "source":
+		c.Source = value
 	case "deny_private", "allow_private":
 		b, err := strconv.ParseBool(value)
 		if err != nil {

@@ -71,7 +71,7 @@ func TestErrorsNeverQuoteSecrets(t *testing.T) {
 		token    = "Bearer tok-7f3a9c1e5b"
 		apiKey   = "key-0c4d8e2f6a"
 		password = "pw-9b8a7c6d"
-		signing  = "sign-secret-5e4d3c"
+		signing  = "c2lnbi1zZWNyZXQtNWU0ZDNj" // base64, as Standard Webhooks secrets are
 	)
 	secrets := []string{token, apiKey, password, signing, "tok-7f3a9c1e5b"}
 	echo := func(w http.ResponseWriter, r *http.Request, status int) {

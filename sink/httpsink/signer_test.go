@@ -37,7 +37,7 @@ func TestPublishSignsRequests(t *testing.T) {
 		key          []byte
 	}{
 		{"whsec", "whsec_" + base64.StdEncoding.EncodeToString(rawKey), rawKey},
-		{"plain", "a plain shared secret", []byte("a plain shared secret")},
+		{"unprefixed base64", base64.StdEncoding.EncodeToString(rawKey), rawKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -77,13 +77,13 @@ func TestPublishSignsRequests(t *testing.T) {
 
 func TestSigningSecretValidation(t *testing.T) {
 	t.Parallel()
-	for _, secret := range []string{"whsec_not*base64!", "whsec_"} {
+	for _, secret := range []string{"whsec_not*base64!", "whsec_", "a plain shared secret", "s3cr3t-not-base64"} {
 		_, err := New(Config{URL: "https://example.com/", SigningSecret: secret})
 		if err == nil {
 			t.Errorf("secret %q: New accepted it", secret)
 			continue
 		}
-		if rest := strings.TrimPrefix(secret, "whsec_"); rest != "" && strings.Contains(err.Error(), rest) {
+		if rest := strings.TrimPrefix(secret, "whsec_"); rest != "" && strings.Contains(err.Error(), rest) || !strings.Contains(err.Error(), "base64") && rest != "" {
 			t.Errorf("error %q quotes the secret", err)
 		}
 	}

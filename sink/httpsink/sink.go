@@ -34,6 +34,8 @@ type Sink struct {
 	longestSecret int
 	// sem holds a token per request in flight, across Publish calls.
 	sem chan struct{}
+	// health is the endpoint's reachability, learnt from the requests.
+	health *sink.Reachability
 
 	mu       sync.Mutex
 	closed   bool
@@ -62,6 +64,7 @@ func New(cfg Config) (*Sink, error) {
 		sem:     make(chan struct{}, cfg.Concurrency),
 		closing: make(chan struct{}),
 		cancels: make(map[uint64]context.CancelCauseFunc),
+		health:  sink.NewReachability(),
 	}
 	s.pre = sink.Precheck{Sink: sinkName, IsClosed: s.isClosed}
 	if s.client == nil {
@@ -198,6 +201,16 @@ func (s *Sink) begin(ctx context.Context, deadline time.Time) (rctx context.Cont
 		s.inflight.Done()
 	}, true
 }
+
+// Destination implements [sink.Destinations]: the endpoint, without
+// credentials and query (the same for every message).
+func (s *Sink) Destination(*outbox.Message) string { return s.display }
+
+// Reachable implements [sink.Health], from the requests sent so far: ok
+// once the endpoint answered (any status) until a request gets no
+// answer (connection refused, DNS, TLS, timeout). Before the first
+// request it reports false with no error: the sink does not probe.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return s.health.Reachable() }
 
 // String describes the sink for logs: the endpoint without credentials
 // and query.

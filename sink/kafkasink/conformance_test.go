@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/kafkasink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -24,12 +25,14 @@ func TestConformance(t *testing.T) {
 		prefix := uniquePrefix(t)
 		topics := []string{prefix + ".payment.events", prefix + ".merchant.events"}
 		c := newCluster(t, kfake.SeedTopics(3, topics...))
-		s, err := kafkasink.New(context.Background(), kafkasink.Config{
+		cfg := kafkasink.Config{
 			Brokers:         []string{c.addr()},
 			Route:           prefix + ".{aggregate_type}.events",
 			MaxMessageBytes: conformanceMaxBytes,
 			ProduceTimeout:  10 * time.Second,
-		})
+			Logger:          quiet,
+		}
+		s, err := kafkasink.New(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +46,18 @@ func TestConformance(t *testing.T) {
 				m.Payload = json.RawMessage(`{"pad":` + string(pad) + `}`)
 				return m
 			},
-			Restart: c.restart,
+			Restart:               c.restart,
+			InvalidAggregateTypes: []string{"merchant.>", "*", "$SYS.x", "a b"},
+			Unreachable: func(t *testing.T) sink.Sink {
+				down := cfg
+				down.Brokers = []string{sinktest.ClosedAddr(t)}
+				down.ProduceTimeout = time.Second
+				s, err := kafkasink.New(context.Background(), down)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
 		}
 	})
 }

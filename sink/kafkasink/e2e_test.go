@@ -5,6 +5,7 @@ package kafkasink_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -65,9 +66,10 @@ func TestEndToEnd(t *testing.T) {
 // completes.
 func TestEndToEndBrokerRestart(t *testing.T) {
 	t.Parallel()
-	n := 6000
+	n, heldAt := 6000, int64(30)
 	if testenv.Short() {
-		n = 1000
+		// A batch of 100 is about one produce request: hold an early one.
+		n, heldAt = 1000, 3
 	}
 	b := sinktest.NewBacklog(t, "kafka_e2e", n, sinktest.DefaultAggregates())
 	topics := []string{"payment.events", "merchant.events"}
@@ -82,7 +84,7 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 	k := c.kfake // c.kfake changes on restart
 	k.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		k.KeepControl()
-		if produced.Add(1) == 30 {
+		if produced.Add(1) == heldAt {
 			close(held)
 			k.SleepControl(func() { <-stop })
 		}
@@ -93,7 +95,7 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 	defer cancel()
 	relay := sinktest.StartCLI(t, b.RelayArgs("kafka://"+c.addr()+"?produce_timeout=2s", "--batch", "100",
 		"--max-retries", "1000", "--backoff-min", "10ms", "--backoff-max", "200ms", "--poll-interval", "50ms")...)
-	relay.Await(ctx, t, 5*time.Millisecond, "30 produce requests", func() bool {
+	relay.Await(ctx, t, 5*time.Millisecond, fmt.Sprintf("%d produce requests", heldAt), func() bool {
 		select {
 		case <-held:
 			return true

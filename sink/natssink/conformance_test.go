@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/natssink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -17,7 +18,7 @@ var features = sinktest.Features{OrderedPerKey: true, BrokerDedup: true}
 func harness(t *testing.T, url string, restart func(context.Context) error) *sinktest.Harness {
 	id := uniq()
 	stream := "T" + id
-	s, err := natssink.New(context.Background(), natssink.Config{
+	cfg := natssink.Config{
 		URL:            url,
 		Route:          "t" + id + ".{aggregate_type}.events",
 		Stream:         stream,
@@ -25,7 +26,8 @@ func harness(t *testing.T, url string, restart func(context.Context) error) *sin
 		PublishTimeout: 5 * time.Second,
 		ReconnectWait:  50 * time.Millisecond,
 		Logger:         quiet,
-	})
+	}
+	s, err := natssink.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,17 @@ func harness(t *testing.T, url string, restart func(context.Context) error) *sin
 			m.Payload = bigPayload(2 << 20)
 			return m
 		},
-		Restart: restart,
+		Restart:               restart,
+		InvalidAggregateTypes: []string{"merchant.>", "*", "$SYS.x", "a b"},
+		Unreachable: func(t *testing.T) sink.Sink {
+			down := cfg
+			down.URL = "nats://" + sinktest.ClosedAddr(t)
+			s, err := natssink.New(context.Background(), down)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 	}
 }
 

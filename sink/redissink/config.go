@@ -2,6 +2,7 @@ package redissink
 
 import (
 	"crypto/tls"
+	"log/slog"
 	"net"
 	"time"
 
@@ -64,7 +65,20 @@ type Config struct {
 	// ClientName names the connections (CLIENT SETNAME). Default
 	// "outbox-relay".
 	ClientName string
+
+	// Logger receives connection events: the server unreachable (WARN,
+	// retried in the background) and reached. Default slog.Default().
+	Logger *slog.Logger
 }
+
+// MaxStreamKeyBytes bounds a stream key that routing computes. Redis
+// takes keys up to 512 MB; a key this long is a routing mistake.
+const MaxStreamKeyBytes = 1024
+
+// checkStream returns why key cannot be a stream the sink appends to, or
+// "": non-empty, at most MaxStreamKeyBytes, valid UTF-8 without control
+// characters.
+func checkStream(key string) string { return sink.CheckName(key, MaxStreamKeyBytes) }
 
 // sinkName starts the sink's errors.
 const sinkName = "redis sink"
@@ -84,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClientName == "" {
 		c.ClientName = DefaultClientName
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	if c.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
@@ -118,5 +135,14 @@ func (c Config) validate() (*sink.Router, error) {
 	case c.DialTimeout < 0:
 		return nil, invalid("DialTimeout %s is negative: use a positive duration, or 0 for the default %s", c.DialTimeout, DefaultDialTimeout)
 	}
-	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	if err != nil {
+		return nil, err
+	}
+	for _, key := range r.Literals() {
+		if reason := checkStream(key); reason != "" {
+			return nil, invalid("route %q is not a stream key: %s", key, reason)
+		}
+	}
+	return r, nil
 }

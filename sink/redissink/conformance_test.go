@@ -2,10 +2,12 @@ package redissink_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/redissink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -21,12 +23,14 @@ func harness(t *testing.T, addr string, db int, restart func(context.Context) er
 	if err := c.Set(context.Background(), prefix+".payment.Poison", "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := redissink.New(context.Background(), redissink.Config{
+	cfg := redissink.Config{
 		Addr:    addr,
 		DB:      db,
 		Route:   prefix + ".{aggregate_type}.{event_type}",
 		Timeout: 5 * time.Second,
-	})
+		Logger:  quiet,
+	}
+	s, err := redissink.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +43,17 @@ func harness(t *testing.T, addr string, db int, restart func(context.Context) er
 			m.EventType = "Poison"
 			return m
 		},
-		Restart: restart,
+		Restart:               restart,
+		InvalidAggregateTypes: []string{"a\x01b", strings.Repeat("k", 1100), "bad\xff"},
+		Unreachable: func(t *testing.T) sink.Sink {
+			down := cfg
+			down.Addr = sinktest.ClosedAddr(t)
+			s, err := redissink.New(context.Background(), down)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 	}
 }
 

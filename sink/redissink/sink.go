@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,12 +34,19 @@ type Sink struct {
 	router *sink.Router
 	rdb    *redis.Client
 
+	health    *sink.Reachability
+	failures  atomic.Int64 // failed attempts since the last success
+	stopProbe context.CancelFunc
+	probeDone chan struct{}
+
 	calls sink.Calls // Publish calls in progress
 }
 
-// New validates cfg and returns a sink. It does not contact the server:
-// connections are opened when messages are published, so a server that is
-// down at start shows up as retryable publish errors. Errors match
+// New validates cfg and returns a sink. It does not wait for the server:
+// it pings it in the background until it answers, with a growing pause,
+// logging at WARN while it cannot be reached; connections are opened as
+// messages are published, so a server that is down shows up as
+// retryable publish errors and in [Sink.Reachable]. Errors match
 // [outbox.ErrInvalidConfig].
 func New(_ context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
@@ -62,8 +70,68 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 	if cfg.TLS != nil {
 		opts.TLSConfig = cfg.TLS.Clone()
 	}
-	return &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts)}, nil
+	s := &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts), health: sink.NewReachability(), probeDone: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopProbe = cancel
+	go s.probe(ctx)
+	return s, nil
 }
+
+// probe pings the server until it answers.
+func (s *Sink) probe(ctx context.Context) {
+	defer close(s.probeDone)
+	wait := 100 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout+time.Second)
+		err := s.rdb.Ping(pctx).Err()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		var reply redis.Error
+		if err == nil || errors.As(err, &reply) && !isAuthReply(err) {
+			s.up() // any answer but a refused login: the server is there
+			return
+		}
+		s.down(err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func isAuthReply(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") || strings.Contains(msg, "invalid password")
+}
+
+// up records that the server answered, logging when it follows failures.
+func (s *Sink) up() {
+	changed, _ := s.health.Up()
+	if n := s.failures.Swap(0); changed && n > 0 {
+		s.cfg.Logger.Info("redis sink: connected", "server", s.cfg.Addr, "failed_attempts", n)
+	}
+}
+
+// down records a failed contact: WARN on the first, then every 20th.
+func (s *Sink) down(err error) {
+	s.health.Down(fmt.Errorf("redis sink: %s: %w", s.cfg.Addr, err))
+	if n := s.failures.Add(1); n == 1 || n%20 == 0 {
+		s.cfg.Logger.Warn("redis sink: the server is unreachable; retrying in the background", "server", s.cfg.Addr, "attempts", n, "err", err)
+	}
+}
+
+// Reachable implements [sink.Health]: ok once the server answered, until
+// a command fails for want of a connection.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return s.health.Reachable() }
+
+// Destination implements [sink.Destinations]: the stream of m.
+func (s *Sink) Destination(m *outbox.Message) string { return s.router.Route(m) }
 
 // Client is the go-redis client the sink writes with. Do not close it.
 func (s *Sink) Client() *redis.Client { return s.rdb }
@@ -116,6 +184,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			continue
 		}
 		streams[i] = s.router.Route(m)
+		if reason := checkStream(streams[i]); reason != "" {
+			res[i] = s.router.Invalid(sinkName, "stream key", m, streams[i], reason)
+			failed[m.OrderingKey()] = m
+			continue
+		}
 		cmds[i] = pipe.XAdd(pctx, &redis.XAddArgs{
 			Stream: streams[i],
 			MaxLen: s.cfg.MaxLen,
@@ -127,6 +200,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	var execErr error
 	if pipe.Len() > 0 {
 		_, execErr = pipe.Exec(pctx)
+		s.observe(execErr, cmds)
 	}
 	for i := range msgs {
 		m := &msgs[i]
@@ -159,6 +233,25 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		}
 	}
 	return res
+}
+
+// observe updates the reachability from a pipeline's outcome: a reply
+// (even an error reply) means the server is there; no reply at all, a
+// connection error, means it is not.
+func (s *Sink) observe(execErr error, cmds []*redis.StringCmd) {
+	var reply redis.Error
+	for _, c := range cmds {
+		if c == nil {
+			continue
+		}
+		if err := c.Err(); err == nil && c.Val() != "" || errors.As(err, &reply) && !isAuthReply(err) {
+			s.up()
+			return
+		}
+	}
+	if execErr != nil && !errors.Is(execErr, redis.ErrClosed) && !errors.Is(execErr, context.Canceled) {
+		s.down(execErr)
+	}
 }
 
 // retryableReplies are error replies of a server that is starting,
@@ -206,6 +299,8 @@ func (s *Sink) Close(ctx context.Context) error {
 	if !s.calls.Close() {
 		return nil
 	}
+	s.stopProbe()
+	<-s.probeDone
 	var err error
 	if werr := s.calls.Wait(ctx); werr != nil {
 		err = fmt.Errorf("redis sink: close: publish calls still in progress were cut off: %w", werr)

@@ -16,6 +16,9 @@ import (
 
 func newSink(t *testing.T, cfg redissink.Config) *redissink.Sink {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	s, err := redissink.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

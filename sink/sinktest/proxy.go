@@ -118,3 +118,16 @@ func (p *Proxy) Close() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
+
+// ClosedAddr returns a host:port on which nothing listens (a port the
+// system just handed out and took back), for a destination that is down.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

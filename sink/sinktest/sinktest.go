@@ -68,6 +68,19 @@ type Harness struct {
 	Restart func(ctx context.Context) error
 	// Timeout bounds each wait; default 30s.
 	Timeout time.Duration
+
+	// RouteOf returns the route a message that arrived as r was sent to,
+	// as the sink's Destination names it (e.g. "exchange/" + r.Destination
+	// for AMQP). Nil: r.Destination itself.
+	RouteOf func(r Received) string
+	// InvalidAggregateTypes are aggregate types for which the sink's
+	// route gives a destination it must refuse (a NATS wildcard, an
+	// illegal Kafka topic). Empty if every aggregate type is valid.
+	InvalidAggregateTypes []string
+	// Unreachable returns a sink of the same kind, with the same
+	// settings, whose destination does not answer (nothing listens on
+	// its port). Nil if the sink has no destination to be down.
+	Unreachable func(t *testing.T) sink.Sink
 }
 
 // Run runs the suite. newHarness is called once per test and must give a
@@ -87,6 +100,9 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) *Harness) {
 		{"PartialFailurePerMessage", testPartial, ""},
 		{"BrokerDedup", testDedup, map[bool]string{true: "", false: "the sink does not claim broker-side deduplication"}[f.BrokerDedup]},
 		{"ReconnectAfterRestart", testRestart, ""},
+		{"DestinationAndHealth", testDestination, ""},
+		{"InvalidDestinationPermanent", testInvalidDestination, ""},
+		{"UnreachableAtStartRetryable", testUnreachable, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

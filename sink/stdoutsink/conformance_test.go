@@ -61,6 +61,7 @@ func TestConformance(t *testing.T) {
 				}
 				return out, nil
 			},
+			RouteOf: func(sinktest.Received) string { return "stdout" },
 		}
 	})
 }

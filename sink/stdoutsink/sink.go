@@ -27,6 +27,8 @@ type Sink struct {
 	lock chan struct{}
 	buf  bytes.Buffer
 	enc  *json.Encoder
+
+	health *sink.Reachability // down while writes fail
 }
 
 // New returns a sink for cfg.
@@ -35,7 +37,8 @@ func New(cfg Config) *Sink {
 	if w == nil {
 		w = os.Stdout
 	}
-	s := &Sink{w: w, lock: make(chan struct{}, 1)}
+	s := &Sink{w: w, lock: make(chan struct{}, 1), health: sink.NewReachability()}
+	s.health.Up()
 	s.flusher, _ = w.(interface{ Flush() error })
 	s.enc = json.NewEncoder(&s.buf)
 	s.enc.SetEscapeHTML(false)
@@ -128,10 +131,19 @@ func (s *Sink) write(ctx context.Context, m *outbox.Message) error {
 		return outbox.Permanent(fmt.Errorf("stdout sink: event %s: cannot encode it as JSON (is the payload valid JSON?): %w", m.EventID, err))
 	}
 	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
-		return outbox.Retryable(fmt.Errorf("stdout sink: event %s: write: %w", m.EventID, err), 0)
+		err = outbox.Retryable(fmt.Errorf("stdout sink: event %s: write: %w", m.EventID, err), 0)
+		s.health.Down(err)
+		return err
 	}
+	s.health.Up()
 	return nil
 }
+
+// Destination implements [sink.Destinations]: "stdout" for every message.
+func (s *Sink) Destination(*outbox.Message) string { return "stdout" }
+
+// Reachable implements [sink.Health]: ok unless the last write failed.
+func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return s.health.Reachable() }
 
 // notSent is the result of a message left unwritten because ctx ended.
 func notSent(m *outbox.Message, ctxErr error) error {
