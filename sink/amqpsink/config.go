@@ -68,6 +68,18 @@ type Config struct {
 	// TLS configures amqps:// connections. Default: the system roots.
 	TLS *tls.Config
 
+	// Format is how an event is published: [sink.FormatNative] (the
+	// default), [sink.FormatCloudEvents] (CloudEvents binary mode: the
+	// attributes as cloudEvents:* headers, the payload as the body) or
+	// [sink.FormatCloudEventsStructured] (the CloudEvent in JSON as the
+	// body, content-type application/cloudevents+json). The outbox
+	// headers and properties are set in every format.
+	Format sink.Format
+
+	// Source is the CloudEvents source attribute. Default
+	// /outbox/outbox_events (the CLI uses /outbox/<table>).
+	Source string
+
 	// Logger receives connection events (lost, re-established). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -114,6 +126,12 @@ func (c Config) validate() (*sink.Router, error) {
 	}
 	if len(c.Exchange) > 255 {
 		return nil, sink.Invalid(sinkName, "exchange name of %d bytes: the limit is 255", len(c.Exchange))
+	}
+	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+		return nil, err
+	}
+	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
+		return nil, err
 	}
 	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 	if err != nil {

@@ -20,6 +20,9 @@ import (
 //	reconnect_wait=500ms   Config.ReconnectWait
 //	max_message_size=N     Config.MaxMessageSize, in bytes
 //	name=NAME              Config.ConnectionName
+//	format=NAME            Config.Format: native (the default), cloudevents
+//	                       or cloudevents-structured
+//	source=URI             Config.Source, the CloudEvents source
 //
 // and the client's own, which stay in Config.URL: heartbeat, channel_max,
 // frame_max, auth_mechanism, certfile, keyfile, cacertfile,
@@ -46,6 +49,11 @@ func ParseURL(raw string) (Config, error) {
 	q.PositiveDuration("reconnect_wait", &cfg.ReconnectWait)
 	q.PositiveInt("max_message_size", &cfg.MaxMessageSize)
 	q.String("name", &cfg.ConnectionName)
+	var format string
+	if q.String("format", &format) {
+		cfg.Format = sink.Format(format)
+	}
+	q.String("source", &cfg.Source)
 	// The client's own options stay in the URL.
 	kept := q.Keep("heartbeat", "channel_max", "frame_max", "auth_mechanism", "certfile", "keyfile", "cacertfile", "server_name_indication")
 	if err := q.Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,19 +196,19 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message) error {
 	case <-ctx.Done():
 		return precheck.NotSent(m, sink.ReasonContextEnded, ctx.Err())
 	}
-	headers := amqp.Table{}
-	for _, kv := range sink.BrokerHeaders(m) {
-		headers[kv[0]] = kv[1]
+	headers, contentType, body, err := s.encode(m)
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("%s: %w", prefix, err))
 	}
 	w, err := ss.publish(s.cfg.Exchange, key, amqp.Publishing{
 		Headers:      headers,
-		ContentType:  "application/json",
+		ContentType:  contentType,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.EventID.String(),
 		Type:         m.EventType,
 		Timestamp:    m.CreatedAt,
 		AppId:        "outbox",
-		Body:         m.Payload,
+		Body:         body,
 	})
 	if err != nil {
 		return outbox.Retryable(fmt.Errorf("%s: the channel is closed: %w", prefix, err), 0)
@@ -282,4 +283,34 @@ func checkRoutingKey(key string) string {
 		return "it is not valid UTF-8"
 	}
 	return ""
+}
+
+// headerCEPrefix starts the CloudEvents attributes in the headers: the
+// AMQP binding's application-properties prefix, which RabbitMQ carries
+// as AMQP 0-9-1 headers.
+const headerCEPrefix = "cloudEvents:"
+
+// encode returns the headers, the content type and the body of m in the
+// sink's format. The outbox headers and the event's own are in every
+// format; an event header that would be read as a CloudEvents attribute
+// is dropped in the CloudEvents formats.
+func (s *Sink) encode(m *outbox.Message) (amqp.Table, string, []byte, error) {
+	ce := s.cfg.Format.IsCloudEvents()
+	headers := amqp.Table{}
+	for _, kv := range sink.BrokerHeaders(m) {
+		if ce && strings.HasPrefix(strings.ToLower(kv[0]), strings.ToLower(headerCEPrefix)) {
+			continue
+		}
+		headers[kv[0]] = kv[1]
+	}
+	switch s.cfg.Format {
+	case sink.FormatCloudEvents:
+		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+			headers[headerCEPrefix+a.Name] = a.Value
+		}
+	case sink.FormatCloudEventsStructured:
+		body, err := sink.CloudEventJSON(m, s.cfg.Source)
+		return headers, sink.CloudEventsJSON, body, err
+	}
+	return headers, "application/json", m.Payload, nil
 }

@@ -25,6 +25,10 @@ const (
 	// DefaultPort is used for a broker address given without a port.
 	DefaultPort = "9092"
 
+	// DebeziumRoute is the default topic template of FormatDebezium, the
+	// topic Debezium's outbox event router writes to.
+	DebeziumRoute = "outbox.event.{aggregate_type}"
+
 	// MinMaxMessageBytes and MaxMaxMessageBytes bound MaxMessageBytes (the
 	// range franz-go accepts for a record batch).
 	MinMaxMessageBytes = 512
@@ -75,6 +79,18 @@ type Config struct {
 	// configuration. Nil: plain TCP.
 	TLS *tls.Config
 
+	// Format is how an event is written: [sink.FormatNative] (the
+	// default), [sink.FormatCloudEvents] (CloudEvents binary mode: ce_*
+	// headers), [sink.FormatCloudEventsStructured] (the CloudEvent in JSON
+	// as the value) or [sink.FormatDebezium] (the records of Debezium's
+	// outbox event router: header id = the event id; the default Route
+	// becomes outbox.event.{aggregate_type}). See the package docs.
+	Format sink.Format
+
+	// Source is the CloudEvents source attribute. Default
+	// /outbox/outbox_events (the CLI uses /outbox/<table>).
+	Source string
+
 	// Logger receives connection events: the brokers unreachable (WARN,
 	// retried in the background) and reached. Default slog.Default().
 	Logger *slog.Logger
@@ -90,6 +106,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Route == "" {
 		c.Route = sink.DefaultRoute
+		if c.Format == sink.FormatDebezium {
+			c.Route = DebeziumRoute
+		}
 	}
 	if c.ClientID == "" {
 		c.ClientID = DefaultClientID
@@ -149,6 +168,12 @@ func (c Config) validate() (*sink.Router, error) {
 		return nil, invalid("Linger %s is negative: use 0 (send at once) or a positive duration", c.Linger)
 	case strings.ContainsFunc(c.ClientID, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return nil, invalid("ClientID contains a control character")
+	}
+	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured, sink.FormatDebezium); err != nil {
+		return nil, err
+	}
+	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
+		return nil, err
 	}
 	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 	if err != nil {

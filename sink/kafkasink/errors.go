@@ -43,7 +43,7 @@ func (s *Sink) classify(m *outbox.Message, topic string, err error) error {
 	case errors.Is(err, kerr.MessageTooLarge):
 		return outbox.Permanent(fmt.Errorf("%s: the broker refused the message as too large on its own "+
 			"(%d bytes as a record batch): raise the topic's max.message.bytes, or shrink the event: %w",
-			prefix, recordBatchBytes(m), err))
+			prefix, s.recordBytes(m, topic), err))
 	case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
 		return outbox.Permanent(fmt.Errorf("%s: the topic does not exist and the sink does not create topics: "+
 			"create it (or route the aggregate type elsewhere with --route), then requeue the event: %w", prefix, err))
@@ -65,4 +65,13 @@ func isPermanentKafka(ke *kerr.Error) bool {
 		}
 	}
 	return false
+}
+
+// recordBytes is the size of m's record alone, as recordBatchBytes counts it.
+func (s *Sink) recordBytes(m *outbox.Message, topic string) int {
+	var r kgo.Record
+	if err := s.fillRecord(&r, m, topic); err != nil {
+		return 0
+	}
+	return recordBatchBytes(&r)
 }

@@ -20,6 +20,9 @@ import (
 //	linger=5ms              Config.Linger
 //	tls=true                Config.TLS: TLS with the system's root certificates
 //	auto_create_topics=true Config.AllowAutoTopicCreation
+//	format=NAME             Config.Format: native (the default), cloudevents,
+//	                        cloudevents-structured or debezium
+//	source=URI              Config.Source, the CloudEvents source
 //
 // A port left out is 9092. Per-aggregate-type routes have no URL form: set
 // Config.RouteOverrides (the CLI's --route flag). The returned Config has
@@ -68,6 +71,11 @@ func ParseURL(raw string) (Config, error) {
 		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	q.Bool("auto_create_topics", &cfg.AllowAutoTopicCreation)
+	var format string
+	if q.String("format", &format) {
+		cfg.Format = sink.Format(format)
+	}
+	q.String("source", &cfg.Source)
 	if err := q.Err(); err != nil {
 		return Config{}, err
 	}

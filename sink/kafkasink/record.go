@@ -1,6 +1,8 @@
 package kafkasink
 
 import (
+	"strings"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/outbox"
@@ -13,34 +15,83 @@ import (
 // base sequence 4, record count 4.
 const recordBatchOverhead = 61
 
-// fillRecord sets r to the record of m: key = aggregate id, value =
-// payload, headers = sink.BrokerHeaders (outbox-* first, then the event's
-// own headers).
-func fillRecord(r *kgo.Record, m *outbox.Message, topic string) {
+// Header names of the formats other than native.
+const (
+	headerContentType = "content-type" // the Kafka binding's datacontenttype
+	headerCEPrefix    = "ce_"          // CloudEvents attributes, binary mode
+	headerDebeziumID  = "id"           // Debezium's outbox event router: the event id
+)
+
+// fillRecord sets r to the record of m in the sink's format. In every
+// format the key is the aggregate id and the outbox-* headers and the
+// event's own headers (traceparent, ...) are carried; native and
+// debezium records carry the payload as the value. The formats add:
+//
+//	cloudevents             ce_specversion, ce_id, ce_source, ce_type, ce_subject,
+//	                        ce_time, ce_aggregatetype, ce_sequence, ce_traceparent,
+//	                        content-type: application/json
+//	cloudevents-structured  content-type: application/cloudevents+json, the
+//	                        CloudEvent in JSON as the value
+//	debezium                id: the event id, first
+//
+// An event header that would be read as one of these is dropped.
+func (s *Sink) fillRecord(r *kgo.Record, m *outbox.Message, topic string) error {
 	hs := sink.BrokerHeaders(m)
-	headers := make([]kgo.RecordHeader, len(hs))
-	for i, h := range hs {
-		headers[i] = kgo.RecordHeader{Key: h[0], Value: []byte(h[1])}
+	headers := make([]kgo.RecordHeader, 0, len(hs)+10)
+	value := []byte(m.Payload)
+	switch s.cfg.Format {
+	case sink.FormatDebezium:
+		headers = append(headers, kgo.RecordHeader{Key: headerDebeziumID, Value: []byte(m.EventID.String())})
+	case sink.FormatCloudEvents:
+		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+			headers = append(headers, kgo.RecordHeader{Key: headerCEPrefix + a.Name, Value: []byte(a.Value)})
+		}
+		headers = append(headers, kgo.RecordHeader{Key: headerContentType, Value: []byte("application/json")})
+	case sink.FormatCloudEventsStructured:
+		var err error
+		if value, err = sink.CloudEventJSON(m, s.cfg.Source); err != nil {
+			return err
+		}
+		headers = append(headers, kgo.RecordHeader{Key: headerContentType, Value: []byte(sink.CloudEventsJSON)})
+	}
+	for _, h := range hs {
+		if s.cfg.Format != sink.FormatNative && s.shadows(h[0]) {
+			continue
+		}
+		headers = append(headers, kgo.RecordHeader{Key: h[0], Value: []byte(h[1])})
 	}
 	*r = kgo.Record{
 		Topic:   topic,
 		Key:     []byte(m.AggregateID),
-		Value:   m.Payload,
+		Value:   value,
 		Headers: headers,
 	}
+	return nil
+}
+
+// shadows reports whether an event header named k would be taken for a
+// header of the sink's format.
+func (s *Sink) shadows(k string) bool {
+	k = strings.ToLower(k)
+	switch s.cfg.Format {
+	case sink.FormatDebezium:
+		return k == headerDebeziumID
+	case sink.FormatCloudEvents, sink.FormatCloudEventsStructured:
+		return k == headerContentType || strings.HasPrefix(k, headerCEPrefix)
+	}
+	return false
 }
 
 // recordBatchBytes is the size, before compression, of a record batch that
-// holds m's record alone: what a broker compares with max.message.bytes.
-func recordBatchBytes(m *outbox.Message) int {
+// holds r alone: what a broker compares with max.message.bytes.
+func recordBatchBytes(r *kgo.Record) int {
 	body := 1 + 1 + 1 // attributes, timestamp delta 0, offset delta 0
-	body += varintLen(int64(len(m.AggregateID))) + len(m.AggregateID)
-	body += varintLen(int64(len(m.Payload))) + len(m.Payload)
-	hs := sink.BrokerHeaders(m)
-	body += varintLen(int64(len(hs)))
-	for _, h := range hs {
-		body += varintLen(int64(len(h[0]))) + len(h[0])
-		body += varintLen(int64(len(h[1]))) + len(h[1])
+	body += varintLen(int64(len(r.Key))) + len(r.Key)
+	body += varintLen(int64(len(r.Value))) + len(r.Value)
+	body += varintLen(int64(len(r.Headers)))
+	for _, h := range r.Headers {
+		body += varintLen(int64(len(h.Key))) + len(h.Key)
+		body += varintLen(int64(len(h.Value))) + len(h.Value)
 	}
 	return recordBatchOverhead + varintLen(int64(body)) + body
 }

@@ -220,14 +220,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			behind[i] = true
 			continue
 		}
-		if err := s.check(pctx, m, &topics[i]); err != nil {
+		if err := s.check(pctx, m, &topics[i], &recs[i]); err != nil {
 			res[i] = err
 			c.mu.Lock()
 			c.failed[key] = i
 			c.mu.Unlock()
 			continue
 		}
-		fillRecord(&recs[i], m, topics[i])
 		rctx := pctx
 		if !m.Deadline.IsZero() {
 			var cancelRec context.CancelFunc
@@ -344,8 +343,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	return res
 }
 
-// check returns why m must not be produced now, or nil; it sets *topic.
-func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string) error {
+// check returns why m must not be produced now, or nil; it sets *topic
+// and *rec.
+func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string, rec *kgo.Record) error {
 	if err := precheck.Check(ctx, m, nil, time.Now()); err != nil {
 		return err
 	}
@@ -353,7 +353,10 @@ func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string) erro
 	if err := checkTopic(*topic); err != nil {
 		return s.router.Invalid(sinkName, "topic", m, *topic, err.Error())
 	}
-	if n := recordBatchBytes(m); n > s.cfg.MaxMessageBytes {
+	if err := s.fillRecord(rec, m, *topic); err != nil {
+		return outbox.Permanent(fmt.Errorf("kafka sink: %w", err))
+	}
+	if n := recordBatchBytes(rec); n > s.cfg.MaxMessageBytes {
 		return outbox.Permanent(fmt.Errorf("kafka sink: event %s to topic %s is too large: its record is %d bytes "+
 			"(payload %d bytes, plus key, headers and batch overhead), over the %d-byte limit (MaxMessageBytes, max_message_bytes): "+
 			"shrink the event, or raise the limit and the topic's max.message.bytes together",
@@ -395,7 +398,8 @@ func (s *Sink) isolate(pctx context.Context, m *outbox.Message, topic string, la
 	if laterWritten {
 		return batchErr("a later event of its aggregate was written, so it is not resent out of order")
 	}
-	if err := s.check(pctx, m, &topic); err != nil {
+	var rec kgo.Record
+	if err := s.check(pctx, m, &topic, &rec); err != nil {
 		if errors.Is(err, outbox.ErrNotAttempted) {
 			return batchErr("there was no time left to resend it alone")
 		}
@@ -407,8 +411,6 @@ func (s *Sink) isolate(pctx context.Context, m *outbox.Message, topic string, la
 		rctx, cancel = context.WithDeadline(pctx, m.Deadline)
 		defer cancel()
 	}
-	var rec kgo.Record
-	fillRecord(&rec, m, topic)
 	err := s.cl.ProduceSync(rctx, &rec).FirstErr()
 	switch {
 	case err == nil:

@@ -75,6 +75,17 @@ type Config struct {
 	// NKeys), applied after the sink's own.
 	Options []nats.Option
 
+	// Format is how an event is published: [sink.FormatNative] (the
+	// default), [sink.FormatCloudEvents] (CloudEvents binary mode: ce-*
+	// headers, the payload as the data) or
+	// [sink.FormatCloudEventsStructured] (the CloudEvent in JSON as the
+	// data). The outbox headers and Nats-Msg-Id are set in every format.
+	Format sink.Format
+
+	// Source is the CloudEvents source attribute. Default
+	// /outbox/outbox_events (the CLI uses /outbox/<table>).
+	Source string
+
 	// Logger receives connection events (disconnected, reconnected,
 	// stream created). Default slog.Default().
 	Logger *slog.Logger
@@ -123,6 +134,12 @@ func (c Config) validate() (*sink.Router, error) {
 		if err := checkStreamSubject(s); err != nil {
 			return nil, sink.Invalid(sinkName, "stream subject %q: %v", s, err)
 		}
+	}
+	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+		return nil, err
+	}
+	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
+		return nil, err
 	}
 	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
 	if err != nil {

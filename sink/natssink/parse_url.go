@@ -22,6 +22,9 @@ import (
 //	reconnect_wait=250ms    Config.ReconnectWait
 //	reconnect_buffer=BYTES  Config.ReconnectBufSize (-1 disables it)
 //	name=NAME               Config.ClientName
+//	format=NAME             Config.Format: native (the default), cloudevents
+//	                        or cloudevents-structured
+//	source=URI              Config.Source, the CloudEvents source
 //
 // The returned Config has been validated. Errors match
 // [outbox.ErrInvalidConfig] and never quote the URL's password.
@@ -76,6 +79,11 @@ func ParseURL(raw string) (Config, error) {
 	q.PositiveDuration("reconnect_wait", &cfg.ReconnectWait)
 	q.Int("reconnect_buffer", &cfg.ReconnectBufSize)
 	q.String("name", &cfg.ClientName)
+	var format string
+	if q.String("format", &format) {
+		cfg.Format = sink.Format(format)
+	}
+	q.String("source", &cfg.Source)
 	if err := q.Err(); err != nil {
 		return Config{}, err
 	}

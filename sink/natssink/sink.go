@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,12 +303,11 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message, subject string
 	case <-ctx.Done():
 		return precheck.NotSent(m, sink.ReasonContextEnded, ctx.Err())
 	}
-	hdr := make(nats.Header, 6+len(m.Headers))
-	for _, kv := range sink.BrokerHeaders(m) {
-		hdr[kv[0]] = []string{kv[1]}
+	msg, err := s.message(m, subject)
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("nats sink: %w", err))
 	}
-	hdr[jetstream.MsgIDHeader] = []string{m.EventID.String()}
-	paf, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: hdr, Data: m.Payload})
+	paf, err := s.js.PublishMsgAsync(msg)
 	if err != nil {
 		return s.classify(m, subject, err)
 	}
@@ -355,4 +355,42 @@ func (s *Sink) Close(ctx context.Context) error {
 		s.nc.Close()
 		return fmt.Errorf("nats sink: close: drain did not finish: %w", ctx.Err())
 	}
+}
+
+// Header names of the CloudEvents formats (the NATS binding).
+const (
+	headerContentType = "content-type"
+	headerCEPrefix    = "ce-"
+)
+
+// message builds the NATS message of m in the sink's format: the outbox
+// headers and the event's own, Nats-Msg-Id = the event id, and in the
+// CloudEvents formats the ce-* attributes (binary) or the CloudEvent in
+// JSON as the data (structured), with content-type. An event header that
+// would be read as a CloudEvents header is dropped in those formats.
+func (s *Sink) message(m *outbox.Message, subject string) (*nats.Msg, error) {
+	hdr := make(nats.Header, 16+len(m.Headers))
+	ce := s.cfg.Format.IsCloudEvents()
+	for _, kv := range sink.BrokerHeaders(m) {
+		if k := strings.ToLower(kv[0]); ce && (k == headerContentType || strings.HasPrefix(k, headerCEPrefix)) {
+			continue
+		}
+		hdr[kv[0]] = []string{kv[1]}
+	}
+	hdr[jetstream.MsgIDHeader] = []string{m.EventID.String()}
+	data := []byte(m.Payload)
+	switch s.cfg.Format {
+	case sink.FormatCloudEvents:
+		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+			hdr[headerCEPrefix+a.Name] = []string{a.Value}
+		}
+		hdr[headerContentType] = []string{"application/json"}
+	case sink.FormatCloudEventsStructured:
+		var err error
+		if data, err = sink.CloudEventJSON(m, s.cfg.Source); err != nil {
+			return nil, err
+		}
+		hdr[headerContentType] = []string{sink.CloudEventsJSON}
+	}
+	return &nats.Msg{Subject: subject, Header: hdr, Data: data}, nil
 }

@@ -106,6 +106,36 @@ func (m *message) ReadBinary(ctx context.Context, w binding.BinaryWriter) error 
 
 func (m *message) Finish(error) error { return nil }
 
+// GetAttribute and GetExtension make the message a
+// binding.MessageMetadataReader, as the SDK's binding readers are.
+func (m *message) GetAttribute(k spec.Kind) (spec.Attribute, interface{}) {
+	v := m.versions().Version(m.headers[m.prefix+"specversion"])
+	if v == nil {
+		return nil, nil
+	}
+	attr := v.AttributeFromKind(k)
+	if attr == nil {
+		return nil, nil
+	}
+	if k == spec.DataContentType {
+		if ct, ok := m.headers[m.ctKey]; ok {
+			return attr, ct
+		}
+		return attr, nil
+	}
+	if val, ok := m.headers[attr.PrefixedName()]; ok {
+		return attr, val
+	}
+	return attr, nil
+}
+
+func (m *message) GetExtension(name string) interface{} {
+	if val, ok := m.headers[m.prefix+name]; ok {
+		return val
+	}
+	return nil
+}
+
 // Check compares a decoded event with the message it was made from:
 // id, source, type, subject, time, datacontenttype, data and the
 // extensions aggregatetype, sequence and traceparent.
