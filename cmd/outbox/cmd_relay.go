@@ -16,6 +16,7 @@ import (
 type RelayCmd struct {
 	Sink          string        `help:"Where to deliver: http(s)://host/path, kafka://, nats://, amqp://, redis://, stdout:// or discard://." env:"OUTBOX_SINK" placeholder:"URL"`
 	Route         []string      `help:"Per-aggregate-type destination for broker sinks, e.g. merchant=merchant.audit (repeatable; default {aggregate_type}.events)." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
+	RouteLimit    []string      `help:"Limits of one route, replacing the sink URL's rate=, burst=, max_in_flight= for it, e.g. payment.events=rate=100/s,burst=20,max_in_flight=8 (repeatable; 0 lifts a limit)." env:"OUTBOX_ROUTE_LIMIT" placeholder:"ROUTE=LIMITS"`
 	Batch         int           `help:"Most events claimed at once." default:"500" env:"OUTBOX_BATCH"`
 	PollInterval  time.Duration `help:"Wait between claims when nothing is due." default:"1s" env:"OUTBOX_POLL_INTERVAL"`
 	Linger        time.Duration `help:"Least wait after a claim that took less than a full batch, to gather a trickle into batches (negative: none)." default:"5ms" env:"OUTBOX_LINGER"`
@@ -47,7 +48,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	sk, err := openSink(ctx, c.Sink, sinkOptions{Routes: routes, Logger: g.logger})
+	sk, err := openSinkLimited(ctx, c.Sink, c.RouteLimit, sinkOptions{Routes: routes, Logger: g.logger, Table: g.Table})
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 			g.logger.Warn("closing the sink", "err", err)
 		}
 	}()
-	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	b, err := openBackendWaiting(ctx, g.DB, g.Table, g.logger)
 	if err != nil {
 		return err
 	}
@@ -72,6 +73,9 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	} else if cur < latest {
 		return fmt.Errorf("table %s is at schema version %d of %d: run `outbox migrate` first", g.Table, cur, latest)
+	}
+	if err := waitForSink(ctx, c.Sink, sk, g.logger); err != nil {
+		return err
 	}
 	r, err := relay.New(relay.Config{
 		Store:         b.store,

@@ -20,6 +20,7 @@ func openAMQPSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink,
 		return nil, err
 	}
 	cfg.RouteOverrides = opts.Routes
+	cfg.Source = opts.cloudEventsSource(cfg.Source)
 	cfg.Logger = opts.Logger
 	return amqpsink.New(ctx, cfg)
 }

@@ -17,6 +17,7 @@ func openKafkaSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink
 		return nil, err
 	}
 	cfg.RouteOverrides = opts.Routes
+	cfg.Source = opts.cloudEventsSource(cfg.Source)
 	cfg.Logger = opts.Logger
 	return kafkasink.New(ctx, cfg)
 }

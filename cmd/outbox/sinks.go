@@ -65,11 +65,12 @@ func registerConnectingSink(scheme string, open sinkOpener) {
 	connectingSchemes[scheme] = true
 }
 
-func openHTTPSink(_ context.Context, raw string, _ sinkOptions) (sink.Sink, error) {
+func openHTTPSink(_ context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
 	cfg, err := httpsink.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Source = opts.cloudEventsSource(cfg.Source)
 	return httpsink.New(cfg)
 }
 

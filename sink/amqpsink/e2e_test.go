@@ -3,6 +3,7 @@ package amqpsink_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -120,5 +121,40 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	t.Logf("%d events, %d repeats after the restart (bound: the events in flight)", n, dups)
 	if dups > 100 {
 		t.Fatalf("%d repeats: more than one batch (--batch 100), the most that can be in flight at the restart", dups)
+	}
+}
+
+// TestE2EBrokerUpAfterRelayStarts starts the relay while nothing listens
+// on the broker's port (a proxy to the shared broker, still closed): it
+// waits, says so at WARN, and delivers the whole backlog once the proxy
+// opens.
+func TestE2EBrokerUpAfterRelayStarts(t *testing.T) {
+	u := brokerURL(t)
+	pu, _ := url.Parse(u)
+	proxy := sinktest.NewProxy(t, pu.Host)
+	pu.Host = proxy.Addr
+	ex := "outbox.e2e." + uniq()
+	t.Cleanup(func() { deleteExchange(u, ex) })
+	b := sinktest.NewBacklog(t, "e2e_amqp", 500, sinktest.Aggregates(8, 4))
+	r := newQueueReader(t, u, ex, "#", true)
+	relay := sinktest.StartCLI(t, b.RelayArgs(pu.String()+"?exchange="+ex+"&reconnect_wait=50ms")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	relay.Await(ctx, t, 20*time.Millisecond, "a WARN that the broker is unreachable", func() bool {
+		return strings.Contains(relay.Log(), "level=WARN") && strings.Contains(relay.Log(), "unreachable")
+	})
+	if err := proxy.Open(); err != nil {
+		t.Fatal(err)
+	}
+	relay.Wait(ctx, t)
+	if got := b.Processed(t); got != len(b.Events) {
+		t.Fatalf("%d of %d events PROCESSED", got, len(b.Events))
+	}
+	ds, err := r.deliveries(ctx, len(b.Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dups := sinktest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" }); dups != 0 {
+		t.Fatalf("%d repeats", dups)
 	}
 }

@@ -163,3 +163,27 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	}
 	checkDelivered(t, readStream(t, js, "OUTBOX"), b, func(typ string) string { return typ + ".events" })
 }
+
+// TestE2EServerUpAfterRelayStarts starts the relay while no NATS server
+// listens: it waits, says so at WARN, and delivers the whole backlog once
+// a private server starts on that port.
+func TestE2EServerUpAfterRelayStarts(t *testing.T) {
+	e := startEmbedded(t)
+	e.stop()
+	b := sinktest.NewBacklog(t, "e2e_nats", 500, sinktest.Aggregates(8, 4))
+	relay := sinktest.StartCLI(t, b.RelayArgs(e.URL+"?reconnect_wait=50ms")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	relay.Await(ctx, t, 20*time.Millisecond, "a WARN that NATS is unreachable", func() bool {
+		return strings.Contains(relay.Log(), "level=WARN") && strings.Contains(relay.Log(), "unreachable")
+	})
+	if err := e.restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay.Wait(ctx, t)
+	if got := b.Processed(t); got != len(b.Events) {
+		t.Fatalf("%d of %d events PROCESSED", got, len(b.Events))
+	}
+	_, js := jsClient(t, e.URL)
+	checkDelivered(t, readStream(t, js, "OUTBOX"), b, func(typ string) string { return typ + ".events" })
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,48 @@ func TestEndToEndServerRestart(t *testing.T) {
 		t.Fatalf("%d of %d events PROCESSED after the drain", got, n)
 	}
 	t.Logf("server killed mid-drain after %d of %d entries: 0 lost, %d duplicates", before, n, dups)
+}
+
+// TestEndToEndServerUpAfterRelayStarts starts the relay while no Redis
+// listens on its port: it waits, says so at WARN, and delivers the whole
+// backlog once a private redis-server starts there. The URL's limits
+// (rate=, burst=) hold the drain to at most burst + rate*t, and a
+// --route-limit lifts them for merchant events.
+func TestEndToEndServerUpAfterRelayStarts(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	srv.kill()
+	const n, rate, burst = 300, 400.0, 20
+	b := sinktest.NewBacklog(t, "redis_e2e", n, sinktest.Aggregates(8, 4))
+	start := time.Now()
+	relay := sinktest.StartCLI(t, b.RelayArgs(fmt.Sprintf("redis://%s/0?stream=late.{aggregate_type}&rate=%v/s&burst=%d", srv.addr(), rate, burst),
+		"--route-limit", "late.merchant=rate=0")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	relay.Await(ctx, t, 20*time.Millisecond, "a WARN that Redis is unreachable", func() bool {
+		return strings.Contains(relay.Log(), "level=WARN") && strings.Contains(relay.Log(), "unreachable")
+	})
+	if err := srv.restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay.Wait(ctx, t)
+	elapsed := time.Since(start)
+	if !strings.Contains(relay.Log(), "sink limits") {
+		t.Errorf("the relay did not log its limits:\n%s", relay.Log())
+	}
+	if got := b.Processed(t); got != n {
+		t.Fatalf("%d of %d events PROCESSED", got, n)
+	}
+	c := newClient(t, srv.addr(), 0)
+	got, err := readStreams(ctx, c, "late.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dups := sinktest.CheckArrived(t, got, b, func(typ string) string { return "late." + typ }); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+	// The payment events (3 in 4) went at most burst + rate*t.
+	if payments := n * 2 / 3; float64(payments) > burst+rate*elapsed.Seconds() {
+		t.Fatalf("%d payment events in %s: over the limit of %v/s, burst %d", payments, elapsed, rate, burst)
+	}
 }
