@@ -3,10 +3,19 @@
 // implement, and the contract every one of them must keep. The shared
 // conformance suite in sink/sinktest checks that contract.
 //
-// It also holds what the sinks share: routing ([Router]), broker headers,
-// the checks before a message is sent and the not-attempted errors they
-// give ([Precheck], [NotSentError], [Calls]), and the reading of sink URL
-// options ([URLOptions], [RedactURL], [Invalid]).
+// It also holds what the sinks share: routing ([Router]) and the check of
+// the destinations it computes ([DestinationError]), broker headers, the
+// checks before a message is sent and the not-attempted errors they give
+// ([Precheck], [NotSentError], [Calls]), the reading of sink URL options
+// ([URLOptions], [RedactURL], [Invalid]), the CloudEvents mapping
+// ([CloudEventAttributes], [CloudEventJSON], [Format]), and the optional
+// interfaces a sink implements for the relay: [Destinations] (the route of
+// a message) and [Health] (whether the destination is reached).
+//
+// [Limit] wraps any sink so that each route stays within a rate (token
+// bucket with burst) and a number of messages in flight: over the limit,
+// Publish waits (backpressure), and a message whose deadline would pass
+// while it waits is not sent.
 package sink
 
 import (

@@ -62,15 +62,32 @@
 // before sending, because the broker refuses an oversized message by
 // closing the channel, which fails every unconfirmed message on it), an
 // oversized message the broker refused anyway (the sink then lowers its
-// limit to the one the broker named), and a routing key over 255 bytes.
+// limit to the one the broker named), and a routing key over 255 bytes or
+// not valid UTF-8 (it comes from event data; a [sink.DestinationError]
+// names the field and the value, and nothing is sent).
+//
+// # Formats
+//
+// Config.Format (format= in the URL) selects the CloudEvents 1.0 formats
+// of the AMQP binding: cloudevents puts the attributes in headers
+// prefixed cloudEvents: (RabbitMQ carries AMQP 1.0 application
+// properties as these headers) with content-type application/json and
+// the payload as the body; cloudevents-structured sends the event in the
+// JSON format with content-type application/cloudevents+json. See
+// [sink.CloudEventAttributes] for the mapping. The other properties and
+// the outbox headers are there in every format.
 //
 // An event whose Deadline has passed is not sent.
 //
 // # Connection and restarts
 //
-// [New] connects, checks that the exchange exists with a passive declare
-// and declares it (topic, durable) only if it does not, and opens a
-// channel in confirm mode. When the channel or the connection closes (a
+// [New] does not wait for the broker: in the background the sink
+// connects, checks that the exchange exists with a passive declare and
+// declares it (topic, durable) only if it does not, and opens a channel
+// in confirm mode; a failed attempt is logged at WARN and retried. While
+// it is not connected, Publish fails at once, retryably (a call made
+// before the first attempt has finished waits for it); [Sink.Reachable]
+// says whether the broker is reached. When the channel or the connection closes (a
 // broker restart, a network failure, a channel error) the sink dials
 // again on its own, forever, pausing Config.ReconnectWait and up to ten
 // times that between attempts; meanwhile publishes fail at once,

@@ -9,4 +9,7 @@
 // when the Publish context has already ended or its Deadline has passed;
 // the later messages of its aggregate in the same call then report
 // [outbox.ErrNotAttempted], as the [sink.Sink] contract asks.
+//
+// Its route (Destination) is "discard" for every message, and it is
+// always reachable.
 package discard

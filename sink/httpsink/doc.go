@@ -46,8 +46,29 @@
 //
 // The signature follows the Standard Webhooks specification
 // (https://www.standardwebhooks.com): HMAC-SHA256 over
-// "webhook-id.webhook-timestamp.body", keyed by the secret ("whsec_" +
-// base64 of the key, or the raw string).
+// "webhook-id.webhook-timestamp.body", keyed by the secret's key: the
+// secret is the base64 of the key, with or without the "whsec_" prefix,
+// as the official libraries read it. A secret that is not base64 is
+// refused by New with an error that does not quote it.
+//
+// # Formats
+//
+// Config.Format (format= in the URL) selects CloudEvents 1.0 over the
+// HTTP binding: cloudevents (binary mode) adds the attributes as Ce-*
+// headers (Ce-Specversion, Ce-Id, Ce-Source, Ce-Type, Ce-Subject, Ce-Time,
+// Ce-Aggregatetype, Ce-Sequence, Ce-Traceparent; values percent-encoded
+// as the binding asks) with the payload as the body;
+// cloudevents-structured sends the event in the JSON format with
+// Content-Type application/cloudevents+json. The headers above are sent
+// in every format, and the signature covers the body as sent. See
+// [sink.CloudEventAttributes] for the mapping.
+//
+// # Route and health
+//
+// Destination (for the relay's metrics and limits) is the endpoint
+// without credentials and query. Reachable learns from the requests: the
+// endpoint is reached once it answered anything, and known down while
+// requests get no answer.
 //
 // # Order and concurrency
 //

@@ -84,9 +84,39 @@
 // sits behind another in the same batch can still be written up to
 // ProduceTimeout after its deadline when the brokers were unreachable.
 //
-// # Broker restarts
+// # Formats
 //
-// The client reconnects on its own. While no broker answers, Publish
+// Config.Format (format= in the URL) selects another record layout; the
+// key is the aggregate id and the outbox headers and the event's own are
+// there in each:
+//
+//	cloudevents             CloudEvents 1.0, binary mode of the Kafka binding:
+//	                        ce_specversion, ce_id, ce_source, ce_type,
+//	                        ce_subject, ce_time, ce_aggregatetype,
+//	                        ce_sequence, ce_traceparent headers and
+//	                        content-type: application/json; the payload as
+//	                        the value ([sink.CloudEventAttributes])
+//	cloudevents-structured  the CloudEvent in the JSON format as the value,
+//	                        content-type: application/cloudevents+json
+//	debezium                the record of Debezium's outbox event router:
+//	                        header id = the event id (first), the payload as
+//	                        the value, topic outbox.event.<aggregate_type>
+//	                        unless Route or a route override says otherwise
+//
+// # Topic names
+//
+// The topic comes from event data, so the sink checks it before it hands
+// the record over: Kafka's rules (1 to 249 of ASCII letters, digits, '.',
+// '_' and '-', not "." or ".."). A bad one fails the event permanently
+// with a [sink.DestinationError] naming the field and the value; no topic
+// is created, even with AllowAutoTopicCreation.
+//
+// # Broker restarts and a broker down at start
+//
+// [New] does not contact the brokers; in the background the sink asks
+// them for metadata until one answers, logging at WARN while none can be
+// reached, and [Sink.Reachable] says whether they are. The client
+// reconnects on its own. While no broker answers, Publish
 // returns retryable errors after ProduceTimeout and the relay backs off
 // and retries; once a broker is back, delivery resumes. A record that was
 // in flight when the broker went away is either acknowledged after the

@@ -43,12 +43,35 @@
 // cancelled context, and any error not listed below.
 //
 // Permanent, with the reason: a message larger than the server's
-// max_payload, an invalid subject (empty tokens, whitespace, a wildcard),
+// max_payload, an invalid subject (see Subjects below),
 // a message over the stream's max_msg_size or header limit, a full stream
 // with the discard-new policy ("maximum messages/bytes exceeded"), and a
 // subject no stream captures when stream creation is off.
 //
 // An event whose Deadline has passed is not sent.
+//
+// # Subjects
+//
+// The subject comes from event data (the aggregate type, say), so the
+// sink checks it before it looks up or changes any stream: no * or >
+// anywhere (a stream subject with a wildcard would capture more than the
+// event's subject), no token starting with '$' (the server's $SYS and
+// JetStream's $JS subjects), no empty token, no whitespace or control
+// character, valid UTF-8, at most 1024 bytes. A subject that breaks a
+// rule fails its event permanently with a [sink.DestinationError] naming
+// the field and the value; it is never added to a stream. A route with
+// no placeholder is checked once, by New.
+//
+// # Formats
+//
+// Config.Format (format= in the URL) selects the CloudEvents 1.0 formats
+// of the NATS binding: cloudevents puts the attributes in ce-* headers
+// (ce-id, ce-source, ce-type, ce-subject, ce-time, ce-aggregatetype,
+// ce-sequence, ce-traceparent) and content-type: application/json, with
+// the payload as the data; cloudevents-structured sends the event in the
+// JSON format (content-type: application/cloudevents+json). See
+// [sink.CloudEventAttributes] for the mapping. The outbox headers and
+// Nats-Msg-Id are there in every format.
 //
 // # Streams
 //
@@ -69,9 +92,13 @@
 //
 // # Connection and restarts
 //
-// [New] connects and checks that JetStream is enabled; after that the sink
-// reconnects on its own, forever, every Config.ReconnectWait. While it is
-// disconnected, publishes are buffered (Config.ReconnectBufSize) and sent
+// [New] does not wait for the server: it connects in the background,
+// retrying every Config.ReconnectWait, forever, and logs the first
+// failure at WARN. Until the server was reached and JetStream answered
+// (a server without JetStream is reported too), Publish fails every
+// message at once, retryably, with the reason; [Sink.Reachable] says
+// whether the server is reached. Once connected, the sink reconnects on
+// its own. While it is disconnected, publishes are buffered (Config.ReconnectBufSize) and sent
 // once it is back; an event whose PubAck does not come within
 // PublishTimeout, or whose publish was in flight when the connection
 // dropped, fails retryably, and the relay sends it again. A repeat within

@@ -69,9 +69,19 @@
 // send past it, by at most Timeout; with a pooled connection the gap is a
 // few microseconds.
 //
-// # Server restarts
+// # Stream keys
 //
-// The client reconnects on its own: while the server is down, Publish
+// The stream key comes from event data, so the sink checks it before the
+// XADD: non-empty, at most 1024 bytes ([MaxStreamKeyBytes]), valid UTF-8
+// without control characters. A bad one fails the event permanently with
+// a [sink.DestinationError] naming the field and the value; no key is
+// written.
+//
+// # Server restarts and a server down at start
+//
+// [New] does not wait for the server: it pings it in the background until
+// it answers, logging at WARN while it cannot be reached, and
+// [Sink.Reachable] says whether it is. The client reconnects on its own: while the server is down, Publish
 // returns retryable errors and the relay backs off and retries; once it is
 // back, delivery resumes. What the restarted server still holds depends on
 // its persistence (above).

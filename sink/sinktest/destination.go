@@ -133,3 +133,24 @@ func testUnreachable(t *testing.T, h *Harness) {
 		return !ok && err != nil
 	})
 }
+
+// testTraceContext: the event's W3C trace context (traceparent and
+// tracestate) arrives under those names (an HTTP header, a Kafka record
+// header, a NATS or AMQP header, a Redis stream field), unchanged.
+func testTraceContext(t *testing.T, h *Harness) {
+	m := Message("trace", 0)
+	m.Headers = map[string]string{
+		sink.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		sink.HeaderTracestate:  "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
+	}
+	publishOK(t, h, []outbox.Message{m})
+	rs := byID(read(t, h, 1))[m.EventID.String()]
+	if len(rs) == 0 {
+		t.Fatal("the message did not arrive")
+	}
+	for k, v := range m.Headers {
+		if got := lookup(rs[0].Headers, k); got != v {
+			t.Errorf("%s arrived as %q, want %q (headers %v)", k, got, v, rs[0].Headers)
+		}
+	}
+}

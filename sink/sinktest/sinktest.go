@@ -5,10 +5,15 @@
 // A sink declares the features it claims (order per key, broker-side
 // deduplication, surviving a broker restart) and the suite checks exactly
 // those, plus the contract every sink keeps: a published batch is
-// delivered, event id and headers are preserved, a cancelled context
-// returns errors, Close flushes and a publish after it fails, a deadline
-// that passed means nothing is sent, and a partial failure is reported per
-// message.
+// delivered, event id and headers are preserved, the trace context
+// (traceparent, tracestate) arrives, a cancelled context returns errors,
+// Close flushes and a publish after it fails, a deadline that passed means
+// nothing is sent, a partial failure is reported per message, the sink
+// names each message's route (sink.Destinations) and reports its health
+// (sink.Health), a destination computed from bad event data is refused
+// for good (Harness.InvalidAggregateTypes), and a sink whose destination
+// is down at start is made without error and fails retryably
+// (Harness.Unreachable).
 package sinktest
 
 import (
@@ -100,6 +105,7 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) *Harness) {
 		{"PartialFailurePerMessage", testPartial, ""},
 		{"BrokerDedup", testDedup, map[bool]string{true: "", false: "the sink does not claim broker-side deduplication"}[f.BrokerDedup]},
 		{"ReconnectAfterRestart", testRestart, ""},
+		{"TraceContextCarried", testTraceContext, ""},
 		{"DestinationAndHealth", testDestination, ""},
 		{"InvalidDestinationPermanent", testInvalidDestination, ""},
 		{"UnreachableAtStartRetryable", testUnreachable, ""},

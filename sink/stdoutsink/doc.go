@@ -26,4 +26,7 @@
 // time, its lines in the order given. An event past its Deadline is not
 // written; once an event fails, the later events of its aggregate in the
 // same call are not written either and report [outbox.ErrNotAttempted].
+//
+// Its route (Destination) is "stdout" for every event; Reachable is ok
+// unless the last write failed.
 package stdoutsink
