@@ -152,3 +152,12 @@ func CloudEventJSON(m *outbox.Message, source string) ([]byte, error) {
 	b.WriteByte('}')
 	return []byte(b.String()), nil
 }
+
+// CheckFormat validates a sink's Format (one of allowed, or native) and
+// its CloudEvents Source.
+func CheckFormat(sinkName string, f Format, source string, allowed ...Format) error {
+	if _, err := ParseFormat(sinkName, string(f), allowed...); err != nil {
+		return err
+	}
+	return CheckCloudEventsSource(sinkName, source)
+}

@@ -97,3 +97,19 @@ func CheckName(name string, maxBytes int) string {
 	}
 	return ""
 }
+
+// NewCheckedRouter is [NewRouterFor] that also checks, once, every route
+// template without a placeholder: check returns why a destination (a
+// what: "topic", "subject") is refused, or "".
+func NewCheckedRouter(sinkName, what, template string, overrides map[string]string, check func(dest string) string) (*Router, error) {
+	r, err := NewRouterFor(sinkName, template, overrides)
+	if err != nil {
+		return nil, err
+	}
+	for _, dest := range r.Literals() {
+		if reason := check(dest); reason != "" {
+			return nil, Invalid(sinkName, "route %q is not a valid %s: %s", dest, what, reason)
+		}
+	}
+	return r, nil
+}

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -32,6 +33,59 @@ type Reachability struct {
 	ever    bool
 	lastErr error
 	since   time.Time
+
+	// Set by Logging: Failed and Reached log.
+	log      *slog.Logger
+	sinkName string
+	attrs    []any
+	failures int // failed attempts since the last success
+}
+
+// Logging makes Failed and Reached log, as sinkName ("nats sink") with
+// attrs (e.g. "server", "127.0.0.1:4222"), and returns r.
+func (r *Reachability) Logging(log *slog.Logger, sinkName string, attrs ...any) *Reachability {
+	r.log, r.sinkName, r.attrs = log, sinkName, attrs
+	return r
+}
+
+// Failed records a failed attempt to reach the destination (as Down) and
+// logs it at WARN, the first time after a success and every 20th time,
+// with the count: "the destination is unreachable; retrying".
+func (r *Reachability) Failed(err error) {
+	r.Down(err)
+	r.mu.Lock()
+	r.failures++
+	n := r.failures
+	r.mu.Unlock()
+	if r.log != nil && (n == 1 || n%20 == 0) {
+		r.log.Warn(r.sinkName+": the destination is unreachable; retrying in the background",
+			append(append([]any{}, r.attrs...), "attempts", n, "err", err)...)
+	}
+}
+
+// Reached records that the destination answered (as Up) and logs at INFO
+// when that follows failed attempts.
+func (r *Reachability) Reached() {
+	changed, _ := r.Up()
+	r.mu.Lock()
+	n := r.failures
+	r.failures = 0
+	r.mu.Unlock()
+	if r.log != nil && changed && n > 0 {
+		r.log.Info(r.sinkName+": connected", append(append([]any{}, r.attrs...), "failed_attempts", n)...)
+	}
+}
+
+// Pause waits d, or until stop is closed: then it returns false.
+func Pause(stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // NewReachability returns the state of a destination not yet tried.

@@ -85,7 +85,7 @@ func openBackendWaiting(ctx context.Context, dsn, table string, log *slog.Logger
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("the database is unreachable; retrying", "attempt", attempt, "retry_in", wait, "err", err)
 		}
-		if perr := pause(ctx, wait); perr != nil {
+		if perr := sleep(ctx, wait); perr != nil {
 			return nil, fmt.Errorf("gave up waiting for the database: %w (last error: %v)", perr, err)
 		}
 		wait = min(2*wait, lastRetryWait)
@@ -163,17 +163,5 @@ func waitForSink(ctx context.Context, raw string, sk sink.Sink, log *slog.Logger
 			return fmt.Errorf("gave up waiting for the sink: %w", ctx.Err())
 		case <-tick.C:
 		}
-	}
-}
-
-// pause waits d or until ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

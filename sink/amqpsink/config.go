@@ -127,20 +127,8 @@ func (c Config) validate() (*sink.Router, error) {
 	if len(c.Exchange) > 255 {
 		return nil, sink.Invalid(sinkName, "exchange name of %d bytes: the limit is 255", len(c.Exchange))
 	}
-	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
-	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
-		return nil, err
-	}
-	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
-	if err != nil {
-		return nil, err
-	}
-	for _, key := range r.Literals() {
-		if reason := checkRoutingKey(key); reason != "" {
-			return nil, sink.Invalid(sinkName, "route %q is not a routing key: %s", key, reason)
-		}
-	}
-	return r, nil
+	return sink.NewCheckedRouter(sinkName, "routing key", c.Route, c.RouteOverrides, checkRoutingKey)
 }

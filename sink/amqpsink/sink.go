@@ -67,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		shownURL: sink.RedactURL(cfg.URL),
 		router:   router,
 		slots:    make(chan struct{}, maxInFlight),
-		health:   sink.NewReachability(),
+		health:   sink.NewReachability().Logging(cfg.Logger, sinkName, "broker", sink.RedactURL(cfg.URL)),
 		tried:    make(chan struct{}),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
@@ -93,33 +93,23 @@ func (s *Sink) connectLoop() {
 		wait := s.cfg.ReconnectWait
 		for attempt := 1; ss == nil; attempt++ {
 			if lost || attempt > 1 {
-				t := time.NewTimer(wait)
-				select {
-				case <-s.stop:
-					t.Stop()
+				if !sink.Pause(s.stop, wait) {
 					return
-				case <-t.C:
 				}
 				wait = min(2*wait, 10*s.cfg.ReconnectWait)
 			}
 			next, err := s.dial(s.life)
 			if err != nil {
 				s.lastErr.Store(&err)
-				s.health.Down(err)
+				s.health.Failed(err)
 				firstDone()
-				if attempt == 1 || attempt%20 == 0 {
-					log.Warn("amqp sink: the broker is unreachable; retrying in the background", "broker", s.shownURL, "attempt", attempt, "err", err)
-				}
 				continue
 			}
 			ss = next
 			s.lastErr.Store(nil)
 			s.cur.Store(ss)
-			s.health.Up()
+			s.health.Reached()
 			firstDone()
-			if lost || attempt > 1 {
-				log.Info("amqp sink: connected", "broker", s.shownURL, "attempts", attempt)
-			}
 		}
 		select {
 		case <-s.stop:

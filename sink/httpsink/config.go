@@ -149,10 +149,7 @@ func (c Config) validate() (*url.URL, error) {
 			return nil, bad("the value of header %q contains a control character or invalid UTF-8", k)
 		}
 	}
-	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
-		return nil, err
-	}
-	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
+	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
 	if _, err := signingKey(c.SigningSecret); err != nil {

@@ -169,23 +169,15 @@ func (c Config) validate() (*sink.Router, error) {
 	case strings.ContainsFunc(c.ClientID, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return nil, invalid("ClientID contains a control character")
 	}
-	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured, sink.FormatDebezium); err != nil {
+	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured, sink.FormatDebezium); err != nil {
 		return nil, err
 	}
-	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
-		return nil, err
-	}
-	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
-	if err != nil {
-		return nil, err
-	}
-	// A template without placeholders names one topic: check it now.
-	for _, t := range r.Literals() {
+	return sink.NewCheckedRouter(sinkName, "topic", c.Route, c.RouteOverrides, func(t string) string {
 		if err := checkTopic(t); err != nil {
-			return nil, invalid("route %q is not a topic name: %v", t, err)
+			return err.Error()
 		}
-	}
-	return r, nil
+		return ""
+	})
 }
 
 // checkTopic applies Kafka's rules for topic names: 1 to 249 characters

@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,7 +29,6 @@ type Sink struct {
 	cl     *kgo.Client
 
 	health   *sink.Reachability
-	failures atomic.Int64       // failed connection attempts since the last success
 	stopPing context.CancelFunc // ends the first-contact probe
 	pingDone chan struct{}
 
@@ -55,7 +53,8 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, router: router, health: sink.NewReachability(), pingDone: make(chan struct{})}
+	s := &Sink{cfg: cfg, router: router, pingDone: make(chan struct{}),
+		health: sink.NewReachability().Logging(cfg.Logger, sinkName, "brokers", cfg.Brokers)}
 	opts := []kgo.Opt{
 		kgo.WithHooks(connectHook{s}),
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -96,25 +95,14 @@ type connectHook struct{ s *Sink }
 
 func (h connectHook) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err == nil {
-		h.s.up()
+		h.s.health.Reached()
 		return
 	}
 	if errors.Is(err, context.Canceled) {
 		return // the client gave up a dial it no longer needed
 	}
 	addr := net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
-	h.s.health.Down(fmt.Errorf("kafka sink: broker %s: %w", addr, err))
-	if n := h.s.failures.Add(1); n == 1 || n%20 == 0 {
-		h.s.cfg.Logger.Warn("kafka sink: a broker is unreachable; retrying in the background", "broker", addr, "attempts", n, "err", err)
-	}
-}
-
-// up records that a broker answered, logging when it follows failures.
-func (s *Sink) up() {
-	changed, _ := s.health.Up()
-	if n := s.failures.Swap(0); changed && n > 0 {
-		s.cfg.Logger.Info("kafka sink: connected to the brokers", "brokers", s.cfg.Brokers, "failed_attempts", n)
-	}
+	h.s.health.Failed(fmt.Errorf("kafka sink: broker %s: %w", addr, err))
 }
 
 // probe asks the brokers for metadata until one answers, so that the
@@ -127,15 +115,11 @@ func (s *Sink) probe(ctx context.Context) {
 		err := s.cl.Ping(pctx)
 		cancel()
 		if err == nil {
-			s.up()
+			s.health.Reached()
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sink.Pause(ctx.Done(), wait) {
 			return
-		case <-t.C:
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
@@ -264,7 +248,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	c.mu.Unlock()
 	for i := range msgs {
 		if produced[i] && resolved[i] && raw[i] == nil {
-			s.up() // a broker acknowledged: it is reachable
+			s.health.Reached() // a broker acknowledged: it is reachable
 			break
 		}
 	}

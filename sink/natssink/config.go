@@ -135,22 +135,15 @@ func (c Config) validate() (*sink.Router, error) {
 			return nil, sink.Invalid(sinkName, "stream subject %q: %v", s, err)
 		}
 	}
-	if _, err := sink.ParseFormat(sinkName, string(c.Format), sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
-	if err := sink.CheckCloudEventsSource(sinkName, c.Source); err != nil {
-		return nil, err
-	}
-	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
-	if err != nil {
-		return nil, err
-	}
-	for _, subject := range r.Literals() {
-		if err := checkPublishSubject(subject); err != nil {
-			return nil, sink.Invalid(sinkName, "route %q is not a subject the sink publishes to: %v", subject, err)
+	return sink.NewCheckedRouter(sinkName, "subject", c.Route, c.RouteOverrides, func(s string) string {
+		if err := checkPublishSubject(s); err != nil {
+			return err.Error()
 		}
-	}
-	return r, nil
+		return ""
+	})
 }
 
 func validStreamName(s string) bool {

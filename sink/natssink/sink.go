@@ -39,7 +39,6 @@ type Sink struct {
 	connected chan struct{}
 	stop      chan struct{}
 	watchDone chan struct{}
-	failures  atomic.Int64 // failed connection attempts since the last success
 
 	// known holds the subject patterns of the streams in use; streamMu
 	// serializes looking subjects up and creating streams.
@@ -75,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	s := &Sink{
 		cfg: cfg, router: router, server: sink.RedactURL(cfg.URL),
 		closed: make(chan struct{}), slots: make(chan struct{}, maxInFlight),
-		health:    sink.NewReachability(),
+		health:    sink.NewReachability().Logging(cfg.Logger, sinkName, "server", sink.RedactURL(cfg.URL)),
 		connected: make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		watchDone: make(chan struct{}),
@@ -135,15 +134,8 @@ func (s *Sink) signalConnected() {
 	}
 }
 
-// connectFailed records a failed connection attempt: WARN on the first,
-// then on every 20th.
-func (s *Sink) connectFailed(err error) {
-	n := s.failures.Add(1)
-	s.health.Down(fmt.Errorf("nats sink: %s: %w", s.server, err))
-	if n == 1 || n%20 == 0 {
-		s.cfg.Logger.Warn("nats sink: NATS is unreachable; retrying in the background", "server", s.server, "attempts", n, "err", err)
-	}
-}
+// connectFailed records a failed connection attempt.
+func (s *Sink) connectFailed(err error) { s.health.Failed(fmt.Errorf("nats sink: %s: %w", s.server, err)) }
 
 // watch checks JetStream whenever the connection is (re)established,
 // retrying with a growing pause while it does not answer, until Close.
@@ -163,12 +155,8 @@ func (s *Sink) watch() {
 			if err == nil {
 				break
 			}
-			t := time.NewTimer(wait)
-			select {
-			case <-s.stop:
-				t.Stop()
+			if !sink.Pause(s.stop, wait) {
 				return
-			case <-t.C:
 			}
 			wait = min(2*wait, 10*s.cfg.ReconnectWait)
 		}
@@ -181,7 +169,7 @@ func (s *Sink) watch() {
 func (s *Sink) ready(ctx context.Context) error {
 	if s.jsReady.Load() {
 		if s.nc.IsConnected() {
-			s.up()
+			s.health.Reached()
 		}
 		return nil
 	}
@@ -201,23 +189,12 @@ func (s *Sink) ready(ctx context.Context) error {
 		} else {
 			err = fmt.Errorf("nats sink: %s: JetStream did not answer: %w", s.server, err)
 		}
-		if s.health.Down(err) || s.failures.Add(1)%20 == 0 {
-			s.cfg.Logger.Warn("nats sink: connected, but JetStream does not answer; retrying", "server", s.server, "err", err)
-		}
+		s.health.Failed(err)
 		return outbox.Retryable(err, 0)
 	}
 	s.jsReady.Store(true)
-	s.up()
+	s.health.Reached()
 	return nil
-}
-
-// up records that the server answers, logging when it is the first time
-// after failed attempts.
-func (s *Sink) up() {
-	changed, first := s.health.Up()
-	if n := s.failures.Swap(0); changed && first && n > 0 {
-		s.cfg.Logger.Info("nats sink: connected", "server", s.server, "failed_attempts", n)
-	}
 }
 
 // notConnected is the error of a publish before the server was reached.

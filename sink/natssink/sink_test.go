@@ -161,14 +161,16 @@ func TestStreamLimitsArePermanent(t *testing.T) {
 	full, small := "F"+id, "S"+id
 	t.Cleanup(func() { deleteStream(t, url, full); deleteStream(t, url, small) })
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: full, Subjects: []string{"f" + id + ".>"}, MaxMsgs: 2, Discard: jetstream.DiscardNew}); err != nil {
+	// Three tokens at least, so that no stream another test left on a
+	// two-token pattern (*.events) overlaps them.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: full, Subjects: []string{"f" + id + ".x.>"}, MaxMsgs: 2, Discard: jetstream.DiscardNew}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: small, Subjects: []string{"s" + id + ".>"}, MaxMsgSize: 512}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: small, Subjects: []string{"s" + id + ".x.>"}, MaxMsgSize: 512}); err != nil {
 		t.Fatal(err)
 	}
 
-	s := newSink(t, natssink.Config{URL: url, Route: "f" + id + ".{aggregate_type}", NoCreateStream: true})
+	s := newSink(t, natssink.Config{URL: url, Route: "f" + id + ".x.{aggregate_type}", NoCreateStream: true})
 	res := publish(t, s, sinktest.Message("k", 0), sinktest.Message("k", 1), sinktest.Message("k", 2), sinktest.Message("k", 3))
 	if res[0] != nil || res[1] != nil {
 		t.Fatalf("first two events: %v, %v", res[0], res[1])
@@ -183,7 +185,7 @@ func TestStreamLimitsArePermanent(t *testing.T) {
 		t.Fatalf("stream %s holds %d messages, want 2", full, n)
 	}
 
-	s2 := newSink(t, natssink.Config{URL: url, Route: "s" + id + ".{aggregate_type}", NoCreateStream: true})
+	s2 := newSink(t, natssink.Config{URL: url, Route: "s" + id + ".x.{aggregate_type}", NoCreateStream: true})
 	big := sinktest.Message("k", 0)
 	big.Payload = bigPayload(1024)
 	res = publish(t, s2, big, sinktest.Message("k", 1), sinktest.Message("other", 0))

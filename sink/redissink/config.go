@@ -135,14 +135,5 @@ func (c Config) validate() (*sink.Router, error) {
 	case c.DialTimeout < 0:
 		return nil, invalid("DialTimeout %s is negative: use a positive duration, or 0 for the default %s", c.DialTimeout, DefaultDialTimeout)
 	}
-	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
-	if err != nil {
-		return nil, err
-	}
-	for _, key := range r.Literals() {
-		if reason := checkStream(key); reason != "" {
-			return nil, invalid("route %q is not a stream key: %s", key, reason)
-		}
-	}
-	return r, nil
+	return sink.NewCheckedRouter(sinkName, "stream key", c.Route, c.RouteOverrides, checkStream)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +34,6 @@ type Sink struct {
 	rdb    *redis.Client
 
 	health    *sink.Reachability
-	failures  atomic.Int64 // failed attempts since the last success
 	stopProbe context.CancelFunc
 	probeDone chan struct{}
 
@@ -70,7 +68,7 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 	if cfg.TLS != nil {
 		opts.TLSConfig = cfg.TLS.Clone()
 	}
-	s := &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts), health: sink.NewReachability(), probeDone: make(chan struct{})}
+	s := &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts), health: sink.NewReachability().Logging(cfg.Logger, sinkName, "server", cfg.Addr), probeDone: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopProbe = cancel
 	go s.probe(ctx)
@@ -90,16 +88,12 @@ func (s *Sink) probe(ctx context.Context) {
 		}
 		var reply redis.Error
 		if err == nil || errors.As(err, &reply) && !isAuthReply(err) {
-			s.up() // any answer but a refused login: the server is there
+			s.health.Reached() // any answer but a refused login: the server is there
 			return
 		}
-		s.down(err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		s.health.Failed(fmt.Errorf("redis sink: %s: %w", s.cfg.Addr, err))
+		if !sink.Pause(ctx.Done(), wait) {
 			return
-		case <-t.C:
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
@@ -108,22 +102,6 @@ func (s *Sink) probe(ctx context.Context) {
 func isAuthReply(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") || strings.Contains(msg, "invalid password")
-}
-
-// up records that the server answered, logging when it follows failures.
-func (s *Sink) up() {
-	changed, _ := s.health.Up()
-	if n := s.failures.Swap(0); changed && n > 0 {
-		s.cfg.Logger.Info("redis sink: connected", "server", s.cfg.Addr, "failed_attempts", n)
-	}
-}
-
-// down records a failed contact: WARN on the first, then every 20th.
-func (s *Sink) down(err error) {
-	s.health.Down(fmt.Errorf("redis sink: %s: %w", s.cfg.Addr, err))
-	if n := s.failures.Add(1); n == 1 || n%20 == 0 {
-		s.cfg.Logger.Warn("redis sink: the server is unreachable; retrying in the background", "server", s.cfg.Addr, "attempts", n, "err", err)
-	}
 }
 
 // Reachable implements [sink.Health]: ok once the server answered, until
@@ -245,12 +223,12 @@ func (s *Sink) observe(execErr error, cmds []*redis.StringCmd) {
 			continue
 		}
 		if err := c.Err(); err == nil && c.Val() != "" || errors.As(err, &reply) && !isAuthReply(err) {
-			s.up()
+			s.health.Reached()
 			return
 		}
 	}
 	if execErr != nil && !errors.Is(execErr, redis.ErrClosed) && !errors.Is(execErr, context.Canceled) {
-		s.down(execErr)
+		s.health.Failed(fmt.Errorf("redis sink: %s: %w", s.cfg.Addr, execErr))
 	}
 }
 
