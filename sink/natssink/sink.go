@@ -135,7 +135,9 @@ func (s *Sink) signalConnected() {
 }
 
 // connectFailed records a failed connection attempt.
-func (s *Sink) connectFailed(err error) { s.health.Failed(fmt.Errorf("nats sink: %s: %w", s.server, err)) }
+func (s *Sink) connectFailed(err error) {
+	s.health.Failed(fmt.Errorf("nats sink: %s: %w", s.server, err))
+}
 
 // watch checks JetStream whenever the connection is (re)established,
 // retrying with a growing pause while it does not answer, until Close.
