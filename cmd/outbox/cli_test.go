@@ -120,7 +120,7 @@ func TestCLISecretsNeverPrinted(t *testing.T) {
 		{"status", "--db", "postgres://app:" + pw + "@[bad"},
 		{"status", "--db", "host=127.0.0.1 port=1 user=app password=" + pw},
 		{"status", "--db", "mongodb://app:" + pw + "@127.0.0.1/db"},
-		{"relay", "--db", "postgres://app:" + pw + "@127.0.0.1:1/db", "--sink", "http://u:" + pw + "@127.0.0.1:1/x", "--drain"},
+		{"relay", "--db", "postgres://app:" + pw + "@127.0.0.1:1/db", "--sink", "http://u:" + pw + "@127.0.0.1:1/x", "--drain", "--start-wait", "1s"},
 	}
 	for _, args := range cases {
 		out, errOut, code := cli(t, "", args...)

@@ -31,6 +31,7 @@ type RelayCmd struct {
 	StopTimeout   time.Duration `help:"On SIGINT/SIGTERM, how long to keep publishing the batch in flight before releasing the rest." default:"10s" env:"OUTBOX_STOP_TIMEOUT"`
 	RelayID       string        `help:"Name of this relay in the audit trail (default: host-pid-random)." env:"OUTBOX_RELAY_ID"`
 	Drain         bool          `help:"Exit 0 once no event can move without an operator." env:"OUTBOX_DRAIN"`
+	StartWait     time.Duration `help:"How long to wait at start for a database or broker that cannot be reached, then exit 1 (0: as long as it takes)." default:"0" env:"OUTBOX_START_WAIT"`
 	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
 }
 
@@ -59,7 +60,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 			g.logger.Warn("closing the sink", "err", err)
 		}
 	}()
-	b, err := openBackendWaiting(ctx, g.DB, g.Table, g.logger)
+	b, err := openBackendWaiting(ctx, g.DB, g.Table, c.StartWait, g.logger)
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	} else if cur < latest {
 		return fmt.Errorf("table %s is at schema version %d of %d: run `outbox migrate` first", g.Table, cur, latest)
 	}
-	if err := waitForSink(ctx, c.Sink, sk, g.logger); err != nil {
+	if err := waitForSink(ctx, c.Sink, sk, c.StartWait, g.logger); err != nil {
 		return err
 	}
 	r, err := relay.New(relay.Config{

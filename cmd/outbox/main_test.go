@@ -138,7 +138,7 @@ func TestCLIMySQLSecretsNeverPrinted(t *testing.T) {
 		{"status", "--db", "app:" + pw + "@tcp(127.0.0.1:1)/db"},
 		{"status", "--db", "mysql://app:" + pw + "@[bad"},
 		{"status", "--db", "app:" + pw + "@tcp(127.0.0.1:1/db"},
-		{"relay", "--db", "app:" + pw + "@tcp(127.0.0.1:1)/db?timeout=1s", "--sink", "discard://", "--drain"},
+		{"relay", "--db", "app:" + pw + "@tcp(127.0.0.1:1)/db?timeout=1s", "--sink", "discard://", "--drain", "--start-wait", "1s"},
 	}
 	if cfg, err := mysql.ParseConfig(os.Getenv(testenv.MySQL.Var)); err == nil || os.Getenv(testenv.MySQL.Var) == "" {
 		addr := "127.0.0.1:3306"

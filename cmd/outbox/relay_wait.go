@@ -67,8 +67,8 @@ func openSinkLimited(ctx context.Context, raw string, routeLimits []string, opts
 }
 
 // openBackendWaiting opens the database, waiting with backoff while it
-// cannot be reached.
-func openBackendWaiting(ctx context.Context, dsn, table string, log *slog.Logger) (*backend, error) {
+// cannot be reached, for at most limit (0: no limit).
+func openBackendWaiting(ctx context.Context, dsn, table string, limit time.Duration, log *slog.Logger) (*backend, error) {
 	wait := firstRetryWait
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
@@ -81,6 +81,9 @@ func openBackendWaiting(ctx context.Context, dsn, table string, log *slog.Logger
 		}
 		if !dbUnreachable(err) || ctx.Err() != nil {
 			return nil, err
+		}
+		if limit > 0 && time.Since(start)+wait > limit {
+			return nil, fmt.Errorf("the database is still unreachable after --start-wait %s: %w", limit, err)
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("the database is unreachable; retrying", "attempt", attempt, "retry_in", wait, "err", err)
@@ -133,7 +136,7 @@ func dbUnreachable(err error) bool {
 // it has reached its destination once, so that a relay started while the
 // broker is down spends no retries on it; it logs at WARN while waiting
 // and at INFO once through.
-func waitForSink(ctx context.Context, raw string, sk sink.Sink, log *slog.Logger) error {
+func waitForSink(ctx context.Context, raw string, sk sink.Sink, limit time.Duration, log *slog.Logger) error {
 	u, err := url.Parse(raw)
 	h, ok := sk.(sink.Health)
 	if err != nil || !ok || !connectingSchemes[strings.ToLower(u.Scheme)] {
@@ -150,6 +153,9 @@ func waitForSink(ctx context.Context, raw string, sk sink.Sink, log *slog.Logger
 				log.Info("sink reachable: relay starting", "sink", redactURL(raw), "waited", time.Since(start).Round(time.Millisecond))
 			}
 			return nil
+		}
+		if limit > 0 && time.Since(start) > limit {
+			return fmt.Errorf("the sink's destination is still unreachable after --start-wait %s: %v", limit, lastErr)
 		}
 		if lastErr != nil && time.Since(warned) > 30*time.Second {
 			log.Warn("the sink's destination is unreachable; waiting for it before claiming events", "sink", redactURL(raw), "err", lastErr)
