@@ -69,7 +69,7 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 	n, heldAt := 6000, int64(30)
 	if testenv.Short() {
 		// A batch of 100 is about one produce request: hold an early one.
-		n, heldAt = 1000, 3
+		n, heldAt = 1000, 10
 	}
 	b := sinktest.NewBacklog(t, "kafka_e2e", n, sinktest.DefaultAggregates())
 	topics := []string{"payment.events", "merchant.events"}
