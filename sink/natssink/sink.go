@@ -85,6 +85,10 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
+		// Keep trying after the server refused the credentials twice:
+		// they may be fixed on the server, and the sink must not end up
+		// closed for good while the relay runs.
+		nats.IgnoreAuthErrorAbort(),
 		nats.ReconnectWait(cfg.ReconnectWait),
 		nats.ReconnectJitter(cfg.ReconnectWait/4, cfg.ReconnectWait/4),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

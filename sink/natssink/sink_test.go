@@ -319,3 +319,32 @@ func TestCloseWaitsThenRefuses(t *testing.T) {
 		t.Fatalf("Publish after Close: %v", res[0])
 	}
 }
+
+// Credentials the server refuses: the sink keeps trying (it does not end
+// up closed), publishes fail retryably, and the password never shows;
+// once the server takes them (here: it no longer asks), the sink connects.
+func TestRefusedCredentialsKeepRetrying(t *testing.T) {
+	e := startEmbedded(t)
+	e.stop()
+	e.opts.Username, e.opts.Password = "relay", "right-pass"
+	if err := e.start(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, natssink.Config{URL: strings.Replace(e.URL, "nats://", "nats://relay:wrong-pass-7@", 1), ReconnectWait: 20 * time.Millisecond})
+	sinktest.Eventually(t, 10*time.Second, "two refusals of the credentials", func() bool {
+		_, err, _ := s.Reachable()
+		return err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization")
+	})
+	for range 3 {
+		res := publish(t, s, sinktest.Message("a", 0))
+		if res[0] == nil || outbox.IsPermanent(res[0]) || errors.Is(res[0], outbox.ErrClosed) || strings.Contains(res[0].Error(), "wrong-pass-7") {
+			t.Fatalf("publish with refused credentials: %v; want retryable, not closed, without the password", res[0])
+		}
+	}
+	e.stop()
+	e.opts.Username, e.opts.Password = "", ""
+	if err := e.restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.Eventually(t, 30*time.Second, "the sink to connect once the server takes it", func() bool { ok, _, _ := s.Reachable(); return ok })
+}
