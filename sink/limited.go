@@ -108,7 +108,8 @@ type bucket struct {
 	tokens   float64
 	last     time.Time
 	inflight int
-	released chan struct{} // closed (and replaced) when a slot is freed
+	waiters  int           // wait calls that need a slot freed
+	released chan struct{} // closed (and replaced) when a slot is freed and someone waits
 }
 
 // maxIdleRoutes bounds the routes kept: past it, routes that are idle and
@@ -169,8 +170,10 @@ func (b *bucket) take(now time.Time) (ok bool, wait time.Duration) {
 
 func (b *bucket) release() {
 	b.inflight--
-	close(b.released)
-	b.released = make(chan struct{})
+	if b.waiters > 0 {
+		close(b.released)
+		b.released = make(chan struct{})
+	}
 }
 
 // Publish sends msgs through the wrapped sink, each once its route has a
@@ -190,6 +193,10 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	}
 
 	res := make([]error, len(msgs))
+	keys := make([]string, len(msgs))
+	for i := range msgs {
+		keys[i] = msgs[i].OrderingKey()
+	}
 	failed := map[string]int{} // ordering key -> its message that did not succeed
 	pending := make([]int, len(msgs))
 	for i := range pending {
@@ -199,11 +206,11 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		// A round: every message that can go now, in order, skipping a
 		// key from its first message that cannot.
 		var round, later []int
-		held := map[string]bool{}
+		var held map[string]bool // keys stopped at a message that must wait
 		l.mu.Lock()
 		now := l.now()
 		for _, i := range pending {
-			k := msgs[i].OrderingKey()
+			k := keys[i]
 			if f, ok := failed[k]; ok {
 				res[i] = l.pre.Behind(&msgs[i], &msgs[f], nil)
 				continue
@@ -212,6 +219,9 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 				if ok, _ := l.takeFor(buckets[i], now); ok {
 					round = append(round, i)
 					continue
+				}
+				if held == nil {
+					held = map[string]bool{}
 				}
 				held[k] = true
 			}
@@ -226,7 +236,7 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			i := later[0]
 			if err := l.wait(ctx, buckets[i], &msgs[i]); err != nil {
 				res[i] = err
-				failed[msgs[i].OrderingKey()] = i
+				failed[keys[i]] = i
 				pending = later[1:]
 				continue
 			}
@@ -247,7 +257,7 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			} else {
 				res[i] = fmt.Errorf("sink limits: the wrapped sink returned %d results for %d messages", len(out), len(sub))
 			}
-			if k := msgs[i].OrderingKey(); res[i] != nil {
+			if k := keys[i]; res[i] != nil {
 				if _, ok := failed[k]; !ok {
 					failed[k] = i
 				}
@@ -271,28 +281,38 @@ func (l *Limited) takeFor(b *bucket, now time.Time) (bool, time.Duration) {
 // unless ctx ends or m's deadline would pass first.
 func (l *Limited) wait(ctx context.Context, b *bucket, m *outbox.Message) error {
 	for {
+		// Take, or register as a waiter for a slot, in one step, so that a
+		// slot freed in between is not missed.
 		l.mu.Lock()
 		now := l.now()
 		ok, d := l.takeFor(b, now)
 		var released chan struct{}
-		if b != nil {
+		if !ok && d == 0 {
 			released = b.released
+			b.waiters++
 		}
 		l.mu.Unlock()
 		if ok {
 			return nil
 		}
-		if err := ctx.Err(); err != nil {
-			return l.pre.NotSent(m, ReasonContextEnded, err)
+		err := ctx.Err()
+		if err == nil && !m.Deadline.IsZero() && !now.Add(d).Before(m.Deadline) {
+			err = context.DeadlineExceeded
 		}
-		if !m.Deadline.IsZero() && !now.Add(d).Before(m.Deadline) {
-			return l.pre.NotSent(m, "the route's rate limit would hold it past its deadline "+m.Deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
+		if err == nil {
+			err = sleep(ctx, d, released, m.Deadline)
 		}
-		if err := sleep(ctx, d, released, m.Deadline); err != nil {
-			if ctx.Err() != nil {
-				return l.pre.NotSent(m, ReasonContextEnded, err)
-			}
-			return l.pre.NotSent(m, "the route's in-flight limit held it past its deadline "+m.Deadline.Format(time.RFC3339Nano), err)
+		if released != nil {
+			l.mu.Lock()
+			b.waiters--
+			l.mu.Unlock()
+		}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return l.pre.NotSent(m, ReasonContextEnded, ctx.Err())
+		default:
+			return l.pre.NotSent(m, "the route's limits would hold it past its deadline "+m.Deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
 		}
 	}
 }

@@ -210,3 +210,50 @@ func TestParseLimits(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// gated blocks every Publish until its gate opens.
+type gated struct {
+	routed
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gated) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.routed.Publish(ctx, msgs)
+}
+
+// A message that waits for a free slot (max_in_flight) past its deadline
+// is not sent; once a slot frees, a waiting message without a deadline
+// goes (the wake-up is not lost).
+func TestLimitedInFlightWait(t *testing.T) {
+	g := &gated{entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	l, _ := Limit(g, LimitConfig{Default: Limits{MaxInFlight: 1}})
+	first := make(chan []error, 1)
+	go func() { first <- l.Publish(context.Background(), []outbox.Message{routedMsg("a", "x", 0)}) }()
+	<-g.entered // the only slot is taken
+	late := routedMsg("a", "y", 0)
+	late.Deadline = time.Now().Add(30 * time.Millisecond)
+	res := l.Publish(context.Background(), []outbox.Message{late})
+	if !errors.Is(res[0], outbox.ErrNotAttempted) || !errors.Is(res[0], context.DeadlineExceeded) {
+		t.Fatalf("a message whose deadline passes while it waits for a slot: %v", res[0])
+	}
+	second := make(chan []error, 1)
+	go func() { second <- l.Publish(context.Background(), []outbox.Message{routedMsg("a", "z", 0)}) }()
+	close(g.gate)
+	if r := <-first; r[0] != nil {
+		t.Fatal(r[0])
+	}
+	select {
+	case r := <-second:
+		if r[0] != nil {
+			t.Fatal(r[0])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a message waiting for a slot was not woken when the slot was freed")
+	}
+	if len(g.sent) != 2 {
+		t.Fatalf("%d messages sent, want 2", len(g.sent))
+	}
+}
