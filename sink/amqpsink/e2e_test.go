@@ -84,7 +84,10 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	r := newQueueReader(t, u, ex, "#", true)
 	_, ch := dialT(t, u)
 
-	relay := sinktest.StartCLI(t, b.RelayArgs(u+"?exchange="+ex+"&publish_timeout=2s&reconnect_wait=100ms",
+	// The rate limit stretches the drain over about 20 s, so that the
+	// restart (rabbitmqctl takes seconds to start) lands in the middle of
+	// it on a fast machine too.
+	relay := sinktest.StartCLI(t, b.RelayArgs(fmt.Sprintf("%s?exchange=%s&publish_timeout=2s&reconnect_wait=100ms&rate=%d/s&burst=100", u, ex, n/20),
 		"--batch", "100", "--backoff-min", "10ms", "--backoff-max", "500ms", "--max-retries", "1000")...)
 
 	// Wait until a tenth of the backlog is queued, then restart.
