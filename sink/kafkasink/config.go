@@ -146,23 +146,11 @@ func (c Config) validate() (*sink.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A template without placeholders names one topic: check it now.
-	for _, t := range append([]string{c.Route}, overrideValues(c.RouteOverrides)...) {
-		if !strings.Contains(t, "{") {
-			if err := checkTopic(t); err != nil {
-				return nil, invalid("route %q: %v", t, err)
-			}
-		}
+	// A template whose own text makes an invalid topic is refused now.
+	if err := r.CheckRoutes(sinkName, checkTopic); err != nil {
+		return nil, err
 	}
 	return r, nil
-}
-
-func overrideValues(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
 }
 
 // checkTopic applies Kafka's rules for topic names: 1 to 249 characters

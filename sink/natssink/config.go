@@ -122,7 +122,15 @@ func (c Config) validate() (*sink.Router, error) {
 			return nil, sink.Invalid(sinkName, "stream subject %q: %v", s, err)
 		}
 	}
-	return sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	r, err := sink.NewRouterFor(sinkName, c.Route, c.RouteOverrides)
+	if err != nil {
+		return nil, err
+	}
+	// A template whose own text makes an invalid subject is refused now.
+	if err := r.CheckRoutes(sinkName, checkPublishSubject); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func validStreamName(s string) bool {
