@@ -104,4 +104,3 @@ func FuzzPrepare(f *testing.F) {
 		}
 	})
 }
-

@@ -279,7 +279,7 @@ func TestRedactSecretsWhereTheyStand(t *testing.T) {
 	}
 	for raw, want := range map[string]string{
 		"amqp://guest:guest@h:5672/?exchange=outbox&routing_key=%7Baggregate_type%7D.events": "amqp://guest:xxxxx@h:5672/?exchange=outbox&routing_key=%7Baggregate_type%7D.events",
-		"https://h/x?sign_secret_env=GW&token=abc": "https://h/x?sign_secret_env=GW&token=xxxxx",
+		"https://h/x?sign_secret_env=GW&token=abc":                                           "https://h/x?sign_secret_env=GW&token=xxxxx",
 	} {
 		if got := redactURL(raw); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", raw, got, want)
