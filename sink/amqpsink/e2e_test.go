@@ -40,6 +40,7 @@ func arrived(t *testing.T, ds []amqp.Delivery) []sinktest.Received {
 // an exchange of this test: payment events with routing key
 // payment.events, merchant events on the override merchant.audit.
 func TestE2EDrain(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.e2e." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -67,12 +68,13 @@ func TestE2EDrain(t *testing.T) {
 	}
 }
 
-// TestE2ERestartDuringDrain stops and starts the broker while a relay
-// drains a large backlog into a durable queue: nothing is lost, order
-// holds once repeats are dropped, and the drain completes with exit 0.
+// TestE2ERestartDuringDrain stops and starts a private broker node while
+// a relay drains a large backlog into a durable queue: nothing is lost,
+// order holds once repeats are dropped, and the drain completes with exit 0.
 func TestE2ERestartDuringDrain(t *testing.T) {
-	u := brokerURL(t)
-	rabbitmqctl(t, u, "status") // skip now if the broker cannot be restarted
+	t.Parallel()
+	node := startRabbitNode(t)
+	u := node.URL
 	n := 20000
 	if testenv.Short() {
 		n = 5000
@@ -99,7 +101,7 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	if relay.Exited() {
 		t.Fatalf("the relay exited (%v) before the restart:\n%s", relay.Err(), relay.Log())
 	}
-	if err := restartBroker(ctx, t, u); err != nil {
+	if err := node.restart(ctx, t); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.connect(); err != nil {

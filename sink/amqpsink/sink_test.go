@@ -91,6 +91,7 @@ func readN(t *testing.T, r *queueReader, n int) []amqp.Delivery {
 
 // The message carries the event as the package documents it.
 func TestMessageProperties(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -131,6 +132,7 @@ func TestMessageProperties(t *testing.T) {
 // The exchange is declared (topic, durable) only when it is absent; an
 // existing exchange is used as it is.
 func TestExchangeDeclaredIfAbsent(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -157,6 +159,7 @@ func TestExchangeDeclaredIfAbsent(t *testing.T) {
 // sink reports it retryable, never delivered, and does not send the later
 // events of its aggregate; other aggregates are delivered.
 func TestUnroutableIsRetryable(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -191,6 +194,7 @@ func TestUnroutableIsRetryable(t *testing.T) {
 // sink reports the event retryable, does not send the next one of its
 // aggregate, and the queue holds nothing out of order.
 func TestNackIsRetryable(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -219,16 +223,12 @@ func TestNackIsRetryable(t *testing.T) {
 // The broker refuses a message over its max_message_size by closing the
 // channel: the sink reports that event permanently failed, learns the
 // limit, refuses the next oversized event without sending it, and
-// reconnects for the rest.
+// reconnects for the rest. The limit is set (1 MiB) on a private node,
+// never on the shared broker.
 func TestBrokerRefusesOversized(t *testing.T) {
-	u := brokerURL(t)
+	t.Parallel()
 	const limit = 1 << 20
-	orig := strings.TrimSpace(rabbitmqctl(t, u, "eval", "{ok, N} = application:get_env(rabbit, max_message_size), N."))
-	if _, err := strconv.Atoi(orig); err != nil {
-		t.Fatalf("read the broker's max_message_size: %q", orig)
-	}
-	rabbitmqctl(t, u, "eval", "application:set_env(rabbit, max_message_size, "+strconv.Itoa(limit)+").")
-	t.Cleanup(func() { rabbitmqctl(t, u, "eval", "application:set_env(rabbit, max_message_size, "+orig+").") })
+	u := startRabbitNode(t, "max_message_size = "+strconv.Itoa(limit)).URL
 
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -272,9 +272,12 @@ func TestBrokerRefusesOversized(t *testing.T) {
 }
 
 // When the broker drops the connection, publishes fail retryably and the
-// sink reconnects on its own.
+// sink reconnects on its own. The connection is closed from the broker's
+// side with rabbitmqctl, on a private node.
 func TestReconnectAfterConnectionClosed(t *testing.T) {
-	u := brokerURL(t)
+	t.Parallel()
+	node := startRabbitNode(t)
+	u := node.URL
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
 	name := "outbox-test-" + uniq()
@@ -283,7 +286,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	mustPublish(t, s, sinktest.Message("a", 0))
 
 	// Close the sink's connection from the broker side.
-	out := rabbitmqctl(t, u, "list_connections", "--silent", "pid", "client_properties")
+	out := node.rabbitmqctl(t, "list_connections", "--silent", "pid", "client_properties")
 	var pid string
 	for line := range strings.Lines(out) {
 		if strings.Contains(line, name) {
@@ -293,7 +296,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	if pid == "" {
 		t.Fatalf("connection %s not listed:\n%s", name, out)
 	}
-	rabbitmqctl(t, u, "close_connection", pid, "test: closing the sink's connection")
+	node.rabbitmqctl(t, "close_connection", pid, "test: closing the sink's connection")
 
 	sawFailure := false
 	deadline := time.Now().Add(30 * time.Second)
@@ -324,6 +327,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 }
 
 func TestNewFailsClearly(t *testing.T) {
+	t.Parallel()
 	_, err := amqpsink.New(context.Background(), amqpsink.Config{URL: "amqp://bob:s3cret@127.0.0.1:1/", ConnectTimeout: time.Second, Logger: quiet})
 	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "bob:xxxxx@") {
 		t.Fatalf("New with no broker: %v; want an error naming the broker without its password", err)
@@ -339,6 +343,7 @@ func TestNewFailsClearly(t *testing.T) {
 }
 
 func TestCloseWaitsThenRefuses(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })

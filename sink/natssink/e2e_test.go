@@ -80,7 +80,7 @@ func TestE2EDrainSharedServer(t *testing.T) {
 	b := sinktest.NewBacklog(t, "e2e_nats", 2000, sinktest.Aggregates(30, 10))
 	stream := "E" + id
 	t.Cleanup(func() { deleteStream(t, url, stream) })
-	sinkURL := fmt.Sprintf("%s?subject=e%s.{aggregate_type}.events&stream=%s&stream_subjects=e%s.>", url, id, stream, id)
+	sinkURL := fmt.Sprintf("%s?subject=e%s.{aggregate_type}.events&stream=%s&stream_subjects=e%s.*.*", url, id, stream, id)
 	sinktest.RunCLI(t, "", b.RelayArgs(sinkURL, "--route", "merchant=e"+id+".merchant.audit")...)
 	if n := b.Processed(t); n != len(b.Events) {
 		t.Fatalf("%d of %d events PROCESSED after the drain", n, len(b.Events))

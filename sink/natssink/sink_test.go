@@ -135,7 +135,7 @@ func TestInvalidSubjectIsPermanent(t *testing.T) {
 	id := uniq()
 	stream := "I" + id
 	t.Cleanup(func() { deleteStream(t, url, stream) })
-	s := newSink(t, natssink.Config{URL: url, Route: "i" + id + ".{aggregate_id}", Stream: stream, StreamSubjects: []string{"i" + id + ".>"}})
+	s := newSink(t, natssink.Config{URL: url, Route: "i" + id + ".x.{aggregate_id}", Stream: stream, StreamSubjects: []string{"i" + id + ".x.>"}})
 	for _, bad := range []string{"has space", "wild.*", "trailing.", "a..b"} {
 		res := publish(t, s, sinktest.Message(bad, 0), sinktest.Message(bad, 1), sinktest.Message("good", 0))
 		if !outbox.IsPermanent(res[0]) || !strings.Contains(res[0].Error(), "invalid subject") {
@@ -160,10 +160,13 @@ func TestStreamLimitsArePermanent(t *testing.T) {
 	full, small := "F"+id, "S"+id
 	t.Cleanup(func() { deleteStream(t, url, full); deleteStream(t, url, small) })
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: full, Subjects: []string{"f" + id + ".>"}, MaxMsgs: 2, Discard: jetstream.DiscardNew}); err != nil {
+	// Exact subjects of this test: a stream on "f<id>.>" would overlap a
+	// stream left on the shared server on *.events (f<id>.events), and
+	// JetStream refuses overlapping streams.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: full, Subjects: []string{"f" + id + ".payment"}, MaxMsgs: 2, Discard: jetstream.DiscardNew}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: small, Subjects: []string{"s" + id + ".>"}, MaxMsgSize: 512}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: small, Subjects: []string{"s" + id + ".payment"}, MaxMsgSize: 512}); err != nil {
 		t.Fatal(err)
 	}
 

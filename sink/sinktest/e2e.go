@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -237,7 +236,7 @@ func DefaultAggregates() []string { return Aggregates(12, 4) }
 // the test PostgreSQL (testenv.Postgres) with the CLI and enqueues n
 // events round-robin over aggregates (type/id), each payload carrying the
 // event's aggregate and its per-aggregate sequence. The tables are dropped
-// when a test that passed ends, and kept for inspection otherwise.
+// when the test ends, pass or fail.
 func NewBacklog(t testing.TB, prefix string, n int, aggregates []string) *Backlog {
 	t.Helper()
 	b := &Backlog{DSN: testenv.Postgres.Addr(t), Table: storetest.TableName(prefix)}
@@ -265,25 +264,34 @@ func NewBacklog(t testing.TB, prefix string, n int, aggregates []string) *Backlo
 	return b
 }
 
-// drop drops the backlog's tables unless the test failed.
+// drop drops the backlog's tables, also when the test failed (its log
+// says what was in them), so that the shared database does not fill up.
 func (b *Backlog) drop(t testing.TB) {
-	if t.Failed() {
-		t.Logf("kept table %s for inspection", b.Table)
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, b.DSN)
 	if err != nil {
-		t.Logf("drop %s: %v", b.Table, err)
+		t.Errorf("drop %s: %v", b.Table, err)
 		return
 	}
 	defer conn.Close(ctx)
-	names, _ := store.TablesFor(b.Table)
-	for _, n := range []string{names.Attempts, names.DeadLetters, names.Outbox, names.Migrations} {
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("drop %s: %v", n, err)
+	if t.Failed() {
+		var counts []string
+		rows, err := conn.Query(ctx, "SELECT status, count(*) FROM "+pgx.Identifier{b.Table}.Sanitize()+" GROUP BY status ORDER BY status")
+		if err == nil {
+			for rows.Next() {
+				var st string
+				var n int64
+				if rows.Scan(&st, &n) == nil {
+					counts = append(counts, fmt.Sprintf("%s=%d", st, n))
+				}
+			}
+			rows.Close()
 		}
+		t.Logf("table %s held %s when the test failed", b.Table, strings.Join(counts, " "))
+	}
+	if _, err := conn.Exec(ctx, storetest.DropPostgresTables(b.Table)); err != nil {
+		t.Errorf("drop %s: %v", b.Table, err)
 	}
 }
 

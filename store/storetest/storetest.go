@@ -121,3 +121,22 @@ func countStatus(t testing.TB, s store.Store, status outbox.Status) int64 {
 	}
 	return st.Counts[status]
 }
+
+// DropPostgresTables returns one PostgreSQL statement that drops every
+// table of the outbox named table in the current schema: the outbox
+// table and every table whose name starts with table + "_" (dead
+// letters, attempts, the migration versions that a MigrateDown keeps,
+// and whatever tables later migrations add). Harnesses run it at cleanup,
+// also when the test failed, so that shared databases do not fill up.
+// table must be a valid outbox table name (store.ValidateTable), which is
+// why it may be written into the statement.
+func DropPostgresTables(table string) string {
+	if err := store.ValidateTable(table); err != nil {
+		panic(err) // a harness's own table name: a bug in the test
+	}
+	return `DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT tablename FROM pg_tables
+           WHERE schemaname = current_schema() AND (tablename = '` + table + `' OR starts_with(tablename, '` + table + `_'))
+  LOOP EXECUTE 'DROP TABLE IF EXISTS ' || quote_ident(r.tablename) || ' CASCADE'; END LOOP;
+END $$`
+}
