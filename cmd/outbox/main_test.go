@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/store/mysql"
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("OUTBOX_TEST_EXEC_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // backendCase is one database the CLI tests run against.

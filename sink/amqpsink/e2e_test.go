@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/goleak"
+
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -17,10 +19,13 @@ import (
 // PostgreSQL, `outbox relay --drain --sink amqp://...`, then read the
 // messages back from a queue bound to the test's own exchange.
 
+// TestMain removes the CLI the tests built, and fails the package's tests
+// if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sinktest.RemoveCLI()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		sinktest.RemoveCLI()
+		os.Exit(code)
+	}))
 }
 
 // arrived converts deliveries for sinktest.CheckArrived, checking that

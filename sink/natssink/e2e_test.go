@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/sinktest"
@@ -19,10 +21,13 @@ import (
 // PostgreSQL, `outbox relay --drain --sink nats://...`, then read the
 // stream back with a consumer of their own.
 
+// TestMain removes the CLI the tests built, and fails the package's tests
+// if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sinktest.RemoveCLI()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		sinktest.RemoveCLI()
+		os.Exit(code)
+	}))
 }
 
 // readStream returns every message in a stream, in stream order, and

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -314,6 +315,47 @@ func (b *Backlog) Processed(t testing.TB) int {
 	}
 	n, _ := st["PROCESSED"].(float64)
 	return int(n)
+}
+
+// Outcomes counts the backlog's audit rows by outcome (DELIVERED, RETRY,
+// RELEASED, ...), and how many events have a RETRY row and ended PROCESSED:
+// they failed to publish at least once and were delivered later.
+func (b *Backlog) Outcomes(t testing.TB) (byOutcome map[string]int, retriedThenDelivered int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.DSN)
+	if err != nil {
+		t.Fatalf("outcomes of %s: %v", b.Table, err)
+	}
+	defer conn.Close(ctx)
+	names, err := store.TablesFor(b.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, outbox := pgx.Identifier{names.Attempts}.Sanitize(), pgx.Identifier{names.Outbox}.Sanitize()
+	rows, err := conn.Query(ctx, "SELECT outcome, count(*) FROM "+attempts+" GROUP BY outcome")
+	if err != nil {
+		t.Fatalf("outcomes of %s: %v", b.Table, err)
+	}
+	byOutcome = map[string]int{}
+	for rows.Next() {
+		var o string
+		var n int
+		if err := rows.Scan(&o, &n); err != nil {
+			t.Fatal(err)
+		}
+		byOutcome[o] = n
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatalf("outcomes of %s: %v", b.Table, rows.Err())
+	}
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+outbox+" o WHERE o.status = 'PROCESSED' AND EXISTS (SELECT 1 FROM "+
+		attempts+" a WHERE a.event_id = o.event_id AND a.outcome = 'RETRY')").Scan(&retriedThenDelivered)
+	if err != nil {
+		t.Fatalf("retried events of %s: %v", b.Table, err)
+	}
+	return byOutcome, retriedThenDelivered
 }
 
 // CheckArrived asserts that every event of b arrived in got, and nothing
