@@ -1,7 +1,6 @@
 package amqpsink_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // rabbitNode is a private RabbitMQ node for a test that must stop or
@@ -34,7 +33,7 @@ type rabbitNode struct {
 	ctl  string // the rabbitmqctl script
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  lockedBuffer
+	log  sinktest.SyncBuffer
 }
 
 // RabbitMQ's own scripts; Debian's /usr/sbin wrappers run them as the
@@ -232,22 +231,4 @@ func freePorts(t testing.TB, n int) []int {
 		ln.Close()
 	}
 	return ports
-}
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

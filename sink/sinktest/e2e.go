@@ -99,7 +99,7 @@ func tail(s string) string {
 type Process struct {
 	args string
 	cmd  *exec.Cmd
-	log  syncBuffer
+	log  SyncBuffer
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -181,20 +181,20 @@ func (p *Process) Wait(ctx context.Context, t testing.TB) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutines of a process
+// SyncBuffer is a bytes.Buffer safe for the writer goroutines of a process
 // and a reader of its own.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

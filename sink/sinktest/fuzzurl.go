@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // URLParser is what a fuzz target of a sink's URL parser checks; see
@@ -16,10 +17,23 @@ type URLParser struct {
 	Sink string
 	// Parse is the sink's ParseURL, its Config returned as any.
 	Parse func(raw string) (any, error)
-	// Check runs the sink's own checks on an accepted Config, such as
-	// routing a message with plain field values and checking that the
-	// broker would take the destination. Nil if there is nothing to check.
+	// Router validates an accepted Config as New would and returns its
+	// router; Destination checks a destination as the broker would. An
+	// accepted route must give PlainMessage a destination the broker
+	// takes. Nil for a sink without routes.
+	Router      func(cfg any) (*sink.Router, error)
+	Destination func(dest string) error
+	// Check runs further checks on an accepted Config; nil for none.
 	Check func(cfg any) error
+}
+
+// FuzzURLs is a sink's URL fuzz target: f.Fuzz over (rest, password)
+// with FuzzURL, seeded with seeds as rest.
+func FuzzURLs(f *testing.F, p URLParser, scheme string, seeds ...string) {
+	for _, rest := range seeds {
+		f.Add(rest, "s3cret-pw")
+	}
+	f.Fuzz(func(t *testing.T, rest, password string) { FuzzURL(t, p, scheme, rest, password) })
 }
 
 // CheckURL checks one URL against the properties every sink's URL parser
@@ -46,6 +60,17 @@ func CheckURL(t *testing.T, p URLParser, raw, secret string) {
 	again, err := p.Parse(raw)
 	if err != nil || !reflect.DeepEqual(cfg, again) {
 		t.Fatalf("ParseURL(%q) is not deterministic: %+v, then %+v (%v)", raw, cfg, again, err)
+	}
+	if p.Router != nil {
+		r, err := p.Router(cfg)
+		if err != nil {
+			t.Fatalf("ParseURL(%q) accepted %+v, which the sink refuses: %v", raw, cfg, err)
+		}
+		if dest := r.Route(PlainMessage()); p.Destination != nil {
+			if err := p.Destination(dest); err != nil {
+				t.Fatalf("ParseURL(%q) accepted a route that gives %q, which the broker refuses: %v", raw, dest, err)
+			}
+		}
 	}
 	if p.Check != nil {
 		if err := p.Check(cfg); err != nil {
