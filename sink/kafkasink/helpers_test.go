@@ -111,7 +111,7 @@ type reader struct {
 	adm    *kadm.Client
 	got    []sinktest.Received
 	recs   []*kgo.Record
-	ids    map[string]bool            // distinct event ids read
+	ids    map[string]bool            // distinct event ids read (records without one count once each)
 	next   map[string]map[int32]int64 // topic -> partition -> next offset to read
 }
 
@@ -139,7 +139,11 @@ func (r *reader) poll(ctx context.Context) error {
 	fs.EachRecord(func(rec *kgo.Record) {
 		got := received(rec)
 		r.got = append(r.got, got)
-		r.ids[got.EventID] = true
+		id := got.EventID
+		if id == "" { // a record the sink did not write: count each one
+			id = fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
+		}
+		r.ids[id] = true
 		r.recs = append(r.recs, rec)
 		if r.next[rec.Topic] == nil {
 			r.next[rec.Topic] = map[int32]int64{}
