@@ -126,16 +126,22 @@ func (e *Event) validate(i int, l Limits) error {
 	if !json.Valid(e.Payload) {
 		return bad("payload", "is not valid JSON: %s", jsonSyntaxError(e.Payload))
 	}
-	if bytes.Contains(e.Payload, []byte(`\u0000`)) {
-		return bad("payload", `contains the escape \u0000, which the databases cannot store in JSON columns`)
+	if problem := payloadTextProblem(e.Payload); problem != "" {
+		return bad("payload", "%s", problem)
 	}
 	size := 2
 	for k, v := range e.Headers {
+		if !utf8.ValidString(k) {
+			return bad("headers", "key %q is not valid UTF-8; header names are ASCII letters, digits and - _ .", k)
+		}
 		if !isToken(k) {
 			return bad("headers", "key %q is not a valid header name (use letters, digits and - _ .)", k)
 		}
-		if !utf8.ValidString(v) || hasControl(v) {
-			return bad("headers", "value of %q contains a control character or invalid UTF-8", k)
+		if !utf8.ValidString(v) {
+			return bad("headers", "value of %q is not valid UTF-8: encode it as UTF-8", k)
+		}
+		if hasControl(v) {
+			return bad("headers", "value of %q contains a control character; use printable text", k)
 		}
 		size += len(k) + len(v) + 6
 	}

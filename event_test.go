@@ -31,6 +31,14 @@ func TestValidate(t *testing.T) {
 		{"invalid JSON", func(e *outbox.Event) { e.Payload = json.RawMessage(`{"a":}`) }, "payload"},
 		{"trailing garbage", func(e *outbox.Event) { e.Payload = json.RawMessage(`{} x`) }, "payload"},
 		{"NUL escape", func(e *outbox.Event) { e.Payload = json.RawMessage(`{"a":"\u0000"}`) }, "payload"},
+		{"payload not UTF-8", func(e *outbox.Event) { e.Payload = json.RawMessage("{\"a\":\"\xff\"}") }, "payload"},
+		{"payload key not UTF-8", func(e *outbox.Event) { e.Payload = json.RawMessage("{\"\xc3\":1}") }, "payload"},
+		{"payload lone high surrogate", func(e *outbox.Event) { e.Payload = json.RawMessage(`{"a":"\ud800"}`) }, "payload"},
+		{"payload lone low surrogate", func(e *outbox.Event) { e.Payload = json.RawMessage(`["\uDC00x"]`) }, "payload"},
+		{"aggregate type not UTF-8", func(e *outbox.Event) { e.AggregateType = "pay\xe9" }, "aggregate_type"},
+		{"event type not UTF-8", func(e *outbox.Event) { e.EventType = "\xed\xa0\x80" }, "event_type"},
+		{"header key not UTF-8", func(e *outbox.Event) { e.Headers = map[string]string{"x-\xff": "v"} }, "headers"},
+		{"header value not UTF-8", func(e *outbox.Event) { e.Headers = map[string]string{"x-trace": "a\xffb"} }, "headers"},
 		{"bad header name", func(e *outbox.Event) { e.Headers = map[string]string{"bad name": "x"} }, "headers"},
 		{"header injection", func(e *outbox.Event) { e.Headers = map[string]string{"X": "a\r\nb"} }, "headers"},
 		{"negative ttl", func(e *outbox.Event) { e.TTL = -time.Second }, "ttl"},
@@ -49,6 +57,30 @@ func TestValidate(t *testing.T) {
 	e := valid()
 	if err := e.Validate(outbox.Limits{}); err != nil {
 		t.Fatalf("valid event: %v", err)
+	}
+	// Text that only looks like a bad escape, and escapes that are fine.
+	for _, p := range []string{`{"a":"\\u0000"}`, `{"a":"\\ud800"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ufffd é 日本"}`, `"\\\"\\u0000"`} {
+		e.Payload = json.RawMessage(p)
+		if err := e.Validate(outbox.Limits{}); err != nil {
+			t.Errorf("payload %s: %v", p, err)
+		}
+	}
+}
+
+// Invalid UTF-8 and lone surrogates are refused with a reason that says
+// what is wrong, and Prepare writes nothing: it returns no events.
+func TestPrepareRefusesInvalidText(t *testing.T) {
+	bad := valid()
+	bad.Payload = json.RawMessage("{\"note\":\"caf\xe9\"}")
+	out, err := outbox.Prepare(outbox.Limits{}, []outbox.Event{valid(), bad})
+	var ie *outbox.InvalidEventError
+	if !errors.As(err, &ie) || ie.Index != 1 || ie.Field != "payload" || !strings.Contains(ie.Reason, "UTF-8") || out != nil {
+		t.Fatalf("Prepare = %v, %v; want event #1's payload refused as not UTF-8 and no events", out, err)
+	}
+	bad = valid()
+	bad.Payload = json.RawMessage(`{"a":"\udbff"}`)
+	if err := bad.Validate(outbox.Limits{}); err == nil || !strings.Contains(err.Error(), "surrogate") {
+		t.Fatalf("lone surrogate: %v", err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/txoutbox/outbox/benchkit"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
@@ -26,7 +28,7 @@ func TestMain(m *testing.M) {
 	if dsn := os.Getenv(relayChildEnv); dsn != "" {
 		os.Exit(relayChild(dsn))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func relayChild(dsn string) int {

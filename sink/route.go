@@ -21,6 +21,8 @@ const DefaultRoute = "{aggregate_type}.events"
 type Router struct {
 	main      compiled
 	overrides map[string]compiled
+	source    string            // the template as given (or DefaultRoute)
+	sources   map[string]string // the overrides as given
 }
 
 // compiled is a template split into literal text and placeholders, so that
@@ -43,13 +45,13 @@ func compile(t string) compiled {
 		if i > 0 {
 			out = append(out, part{lit: t[:i]})
 		}
-		for f, p := range placeholders {
-			if strings.HasPrefix(t[i:], p) {
-				out = append(out, part{field: f + 1})
-				t = t[i+len(p):]
-				break
-			}
+		p := placeholderAt(t[i:])
+		if p == "" { // checkTemplate refuses such a template; never loop on it
+			out = append(out, part{lit: t[i:]})
+			break
 		}
+		out = append(out, part{field: slices.Index(placeholders, p) + 1})
+		t = t[i+len(p):]
 	}
 	return out
 }
@@ -79,7 +81,8 @@ func newRouter(invalid func(format string, args ...any) error, template string, 
 	if err := checkTemplate(invalid, template); err != nil {
 		return nil, err
 	}
-	r := &Router{main: compile(template), overrides: make(map[string]compiled, len(overrides))}
+	r := &Router{main: compile(template), overrides: make(map[string]compiled, len(overrides)),
+		source: template, sources: make(map[string]string, len(overrides))}
 	for k, v := range overrides {
 		if k == "" {
 			return nil, invalid("route override with an empty aggregate type")
@@ -88,22 +91,70 @@ func newRouter(invalid func(format string, args ...any) error, template string, 
 			return nil, err
 		}
 		r.overrides[k] = compile(v)
+		r.sources[k] = v
 	}
 	return r, nil
 }
 
+// CheckRoutes routes a message with plain field values (aggregate type
+// "payment", or an override's own type; aggregate id "x"; event type "E")
+// through the template and through every override, and returns a
+// configuration error of the sink named sinkName for the first destination
+// that check refuses. A template whose own text makes every destination
+// invalid ("payment events" as a NATS subject, "{aggregate_type} events" as
+// a Kafka topic) is thus refused when the sink starts, not on every event.
+func (r *Router) CheckRoutes(sinkName string, check func(dest string) error) error {
+	try := func(template, aggType string) error {
+		m := outbox.Message{AggregateType: aggType, AggregateID: "x", EventType: "E"}
+		dest := r.Route(&m)
+		if err := check(dest); err != nil {
+			return Invalid(sinkName, "route template %q gives destinations such as %q, which the broker refuses: %v", template, dest, err)
+		}
+		return nil
+	}
+	if err := try(r.source, "payment"); err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.sources)) {
+		if err := try(r.sources[k], k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTemplate reads t from left to right as compile does: every '{'
+// must open one of the placeholders, and no '}' may stand outside one.
+// (Removing the placeholders and looking for braces is not enough:
+// "{event_{aggregate_type}type}" has none left once "{aggregate_type}" and
+// then "{event_type}" are removed.)
 func checkTemplate(invalid func(format string, args ...any) error, t string) error {
 	if strings.TrimSpace(t) == "" {
 		return invalid("empty route template")
 	}
-	rest := t
-	for _, p := range placeholders {
-		rest = strings.ReplaceAll(rest, p, "")
-	}
-	if strings.ContainsAny(rest, "{}") {
-		return invalid("route template %q has an unknown placeholder: use %s", t, strings.Join(placeholders, ", "))
+	for rest := t; rest != ""; {
+		i := strings.IndexAny(rest, "{}")
+		if i < 0 {
+			break
+		}
+		p := placeholderAt(rest[i:])
+		if p == "" {
+			return invalid("route template %q has an unknown placeholder or a stray brace at %q: use %s",
+				t, rest[i:min(len(rest), i+20)], strings.Join(placeholders, ", "))
+		}
+		rest = rest[i+len(p):]
 	}
 	return nil
+}
+
+// placeholderAt returns the placeholder s starts with, or "".
+func placeholderAt(s string) string {
+	for _, p := range placeholders {
+		if strings.HasPrefix(s, p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // template returns the compiled template that routes m.

@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/txoutbox/outbox"
 )
@@ -85,6 +89,16 @@ func TestCLIBadInput(t *testing.T) {
 				{"small limit", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{"k":"0123456789"}}` + "\n", []string{"--max-payload-bytes", "8"}, "limit is 8 bytes"},
 				{"bad ttl", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{},"ttl":"soon"}` + "\n", nil, "ttl"},
 				{"empty input", "\n\n", nil, "no events on stdin"},
+				// Invalid UTF-8 anywhere, and lone surrogate escapes, which a
+				// JSON decoder would turn into U+FFFD (merging aggregates).
+				{"aggregate id not UTF-8", good + "{\"aggregate_type\":\"payment\",\"aggregate_id\":\"tx-\xff\",\"event_type\":\"E\",\"payload\":{}}\n", nil, "line 2: aggregate_id: is not valid UTF-8"},
+				{"aggregate id lone surrogate", `{"aggregate_type":"payment","aggregate_id":"tx-\udc00","event_type":"E","payload":{}}` + "\n", nil, "line 1: aggregate_id: holds a \\u escape of a lone UTF-16 surrogate"},
+				{"aggregate type not UTF-8", "{\"aggregate_type\":\"pay\xe9\",\"aggregate_id\":\"x\",\"event_type\":\"E\",\"payload\":{}}\n", nil, "aggregate_type: is not valid UTF-8"},
+				{"event type not UTF-8", "{\"aggregate_type\":\"p\",\"aggregate_id\":\"x\",\"event_type\":\"\xc3(\",\"payload\":{}}\n", nil, "event_type: is not valid UTF-8"},
+				{"payload not UTF-8", "{\"aggregate_type\":\"p\",\"aggregate_id\":\"x\",\"event_type\":\"E\",\"payload\":{\"note\":\"caf\xe9\"}}\n", nil, "payload: is not valid UTF-8"},
+				{"payload lone surrogate", `{"aggregate_type":"p","aggregate_id":"x","event_type":"E","payload":{"a":"\ud800"}}` + "\n", nil, "payload: contains the escape \\ud800"},
+				{"header key not UTF-8", "{\"aggregate_type\":\"p\",\"aggregate_id\":\"x\",\"event_type\":\"E\",\"payload\":{},\"headers\":{\"x-\xff\":\"v\"}}\n", nil, "headers: a key is not valid UTF-8"},
+				{"header value not UTF-8", "{\"aggregate_type\":\"p\",\"aggregate_id\":\"x\",\"event_type\":\"E\",\"payload\":{},\"headers\":{\"trace\":\"\xff\"}}\n", nil, `headers: value of "trace" is not valid UTF-8`},
 			}
 			for _, tc := range cases {
 				args := append([]string{"enqueue", "--db", dsn, "--table", table}, tc.args...)
@@ -167,5 +181,117 @@ func TestRedactDriverDSN(t *testing.T) {
 	s.addURL("app:Pa55w0rd!x@tcp(127.0.0.1:3306)/pay?parseTime=true")
 	if got := s.redact("dial app:Pa55w0rd!x@tcp(127.0.0.1:3306)/pay failed"); strings.Contains(got, "Pa55w0rd") {
 		t.Fatalf("driver DSN password not redacted: %s", got)
+	}
+}
+
+// One environment variable names one flag: walking the whole command tree,
+// no OUTBOX_* variable sets two flags (a default variable per flag once
+// gave OUTBOX_STATUS to migrate --status, events list --status and events
+// purge --status, and OUTBOX_JSON, OUTBOX_TTL alike).
+func TestEnvVarsNameOneFlagEach(t *testing.T) {
+	parser, err := newParser(&CLI{}, io.Discard, io.Discard, func(int) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		for _, f := range n.Flags {
+			for _, env := range f.Envs {
+				if env == "-" { // kong's "no variable"
+					continue
+				}
+				where := strings.TrimSpace(n.FullPath() + " --" + f.Name)
+				if prev, dup := owner[env]; dup {
+					t.Errorf("%s sets both %s and %s", env, prev, where)
+				}
+				owner[env] = where
+				if !strings.HasPrefix(env, "OUTBOX_") || strings.HasPrefix(env, "OUTBOX_TEST_") {
+					t.Errorf("%s (for %s) is not an OUTBOX_* setting", env, where)
+				}
+			}
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(parser.Model.Node)
+	for _, env := range []string{"OUTBOX_DB", "OUTBOX_TABLE", "OUTBOX_LOG_LEVEL", "OUTBOX_LOG_FORMAT", "OUTBOX_SINK", "OUTBOX_BATCH", "OUTBOX_DRAIN", "OUTBOX_ON_FAILURE"} {
+		if owner[env] == "" {
+			t.Errorf("%s sets no flag", env)
+		}
+	}
+	for _, env := range []string{"OUTBOX_STATUS", "OUTBOX_JSON", "OUTBOX_TTL", "OUTBOX_DOWN", "OUTBOX_YES"} {
+		if owner[env] != "" {
+			t.Errorf("%s sets %s; it must set nothing", env, owner[env])
+		}
+	}
+}
+
+// A variable meant for one command does not change another:
+// OUTBOX_STATUS=true leaves `outbox migrate` a migration, and OUTBOX_JSON
+// leaves `outbox status` printing text.
+func TestEnvVarsOfOtherCommandsIgnored(t *testing.T) {
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "outbox.db")
+	t.Setenv("OUTBOX_STATUS", "true")
+	t.Setenv("OUTBOX_JSON", "true")
+	t.Setenv("OUTBOX_TTL", "1s")
+	out := mustCLI(t, "", "migrate", "--db", dsn)
+	if !strings.Contains(out, "applied") {
+		t.Fatalf("migrate with OUTBOX_STATUS=true printed %q, want the migrations applied", out)
+	}
+	st := mustCLI(t, "", "status", "--db", dsn)
+	if json.Valid([]byte(st)) {
+		t.Fatalf("status with OUTBOX_JSON=true printed JSON: %s", st)
+	}
+	// The tables exist: an enqueue and a JSON status work.
+	mustCLI(t, eventLines(1, 1, ""), "enqueue", "--db", dsn)
+	if n := count(statusJSON(t, dsn, "outbox_events"), "PENDING"); n != 1 {
+		t.Fatalf("after migrate and enqueue: %d PENDING, want 1", n)
+	}
+}
+
+// Redaction masks a secret where it stands as one, not every occurrence
+// of its text: with the password "postgres", backend=postgres stays, and
+// the option routing_key is a routing template, not a key.
+func TestRedactSecretsWhereTheyStand(t *testing.T) {
+	s := &secrets{}
+	s.addURL("postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable")
+	s.addURL("amqp://guest:gu3st-Pw@127.0.0.1:5672/?exchange=outbox&routing_key={aggregate_type}.events")
+	s.addURL("postgres://app:p@ss/w0rd#1@db:5432/pay") // does not parse as a URL
+	cases := []struct{ in, want string }{
+		{"relay configured backend=postgres table=outbox_events", "relay configured backend=postgres table=outbox_events"},
+		{`dial postgres://postgres:postgres@127.0.0.1:5432/test failed`, `dial postgres://postgres:xxxxx@127.0.0.1:5432/test failed`},
+		{"sink=amqp://guest:gu3st-Pw@127.0.0.1:5672/?exchange=outbox&routing_key=payment.events",
+			"sink=amqp://guest:xxxxx@127.0.0.1:5672/?exchange=outbox&routing_key=payment.events"},
+		{"connect postgres://app:p@ss/w0rd#1@db:5432/pay: refused", "connect postgres://app:xxxxx@db:5432/pay: refused"},
+		{"host=db user=app password=s3cret-kv dbname=pay", "host=db user=app password=xxxxx dbname=pay"},
+		{"host=db password='with space' dbname=pay", "host=db password=xxxxx dbname=pay"},
+		{`POST https://hooks.example/x?token=t0k3n&sign_secret_env=GATEWAY_SECRET failed`, `POST https://hooks.example/x?token=xxxxx&sign_secret_env=GATEWAY_SECRET failed`},
+		{"amqp keyfile=/etc/outbox/client.pem heartbeat=10s", "amqp keyfile=/etc/outbox/client.pem heartbeat=10s"},
+		{"dial app:Pa55w0rd!x@tcp(127.0.0.1:3306)/pay failed", "dial app:xxxxx@tcp(127.0.0.1:3306)/pay failed"},
+		{"redis://:r3dis-pw@127.0.0.1:6379/0 down", "redis://:xxxxx@127.0.0.1:6379/0 down"},
+	}
+	for _, c := range cases {
+		if got := s.redact(c.in); got != c.want {
+			t.Errorf("redact(%q)\n = %q\nwant %q", c.in, got, c.want)
+		}
+	}
+	for raw, want := range map[string]string{
+		"amqp://guest:guest@h:5672/?exchange=outbox&routing_key=%7Baggregate_type%7D.events": "amqp://guest:xxxxx@h:5672/?exchange=outbox&routing_key=%7Baggregate_type%7D.events",
+		"https://h/x?sign_secret_env=GW&token=abc":                                           "https://h/x?sign_secret_env=GW&token=xxxxx",
+	} {
+		if got := redactURL(raw); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	// Through the logger, in both formats.
+	for _, format := range []string{"text", "json"} {
+		var b strings.Builder
+		newLogger(&b, "info", format, s).Info("relay configured", "backend", "postgres",
+			"err", "dial postgres://postgres:postgres@127.0.0.1:5432/test: refused")
+		if out := b.String(); strings.Contains(out, ":postgres@") || !strings.Contains(out, "postgres") || !strings.Contains(out, "xxxxx") {
+			t.Errorf("%s log line: %s", format, out)
+		}
 	}
 }

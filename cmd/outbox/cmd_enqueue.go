@@ -16,22 +16,26 @@ import (
 // EnqueueCmd reads JSON events, one per line, and enqueues them in one
 // transaction.
 type EnqueueCmd struct {
-	MaxPayloadBytes int  `help:"Largest payload accepted, in bytes." default:"1048576" env:"OUTBOX_MAX_PAYLOAD_BYTES"`
+	MaxPayloadBytes int  `help:"Largest payload accepted, in bytes." default:"1048576" env:"OUTBOX_ENQUEUE_MAX_PAYLOAD_BYTES"`
 	JSON            bool `name:"json" help:"Print the ids as one JSON array."`
 }
 
-// eventLine is one input line.
+// eventLine is one input line, each field kept as the raw JSON the
+// producer wrote: a JSON decoder replaces invalid UTF-8 and lone surrogate
+// escapes with U+FFFD, which would silently change an id (and could merge
+// two aggregates). The fields are read by the helpers of enqueue_text.go,
+// which refuse such text instead.
 type eventLine struct {
-	EventID       string            `json:"event_id"`
-	AggregateType string            `json:"aggregate_type"`
-	AggregateID   string            `json:"aggregate_id"`
-	EventType     string            `json:"event_type"`
-	Payload       json.RawMessage   `json:"payload"`
-	Headers       map[string]string `json:"headers"`
-	TTL           string            `json:"ttl"`
-	ExpiresAt     *time.Time        `json:"expires_at"`
-	Delay         string            `json:"delay"`
-	AvailableAt   *time.Time        `json:"available_at"`
+	EventID       json.RawMessage `json:"event_id"`
+	AggregateType json.RawMessage `json:"aggregate_type"`
+	AggregateID   json.RawMessage `json:"aggregate_id"`
+	EventType     json.RawMessage `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	Headers       json.RawMessage `json:"headers"`
+	TTL           json.RawMessage `json:"ttl"`
+	ExpiresAt     json.RawMessage `json:"expires_at"`
+	Delay         json.RawMessage `json:"delay"`
+	AvailableAt   json.RawMessage `json:"available_at"`
 }
 
 // Run reads stdin and enqueues.
@@ -60,7 +64,7 @@ func (c *EnqueueCmd) Run(ctx context.Context, g *Globals) error {
 			if ie.Index >= 0 && ie.Index < len(lines) {
 				line = lines[ie.Index]
 			}
-			return fmt.Errorf("line %d: %s: %s; nothing was enqueued", line, ie.Field, ie.Reason)
+			return badLine(line, ie.Index, err)
 		}
 		return fmt.Errorf("enqueue: %w; nothing was enqueued", err)
 	}
@@ -85,22 +89,18 @@ func readEvents(r io.Reader, limits outbox.Limits) ([]outbox.Event, []int, error
 	for n := 1; ; n++ {
 		line, err := readLine(br, maxLine)
 		if errors.Is(err, errLineTooLong) {
-			return nil, nil, fmt.Errorf("line %d is longer than %d bytes (payload limit %d); nothing was enqueued", n, maxLine, limits.MaxPayloadBytes)
+			return nil, nil, badLine(n, len(events), lineProblem("", "is longer than %d bytes (payload limit %d)", maxLine, limits.MaxPayloadBytes))
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, nil, fmt.Errorf("read stdin: %w", err)
 		}
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			ev, perr := parseEventLine(trimmed)
-			if perr != nil {
-				return nil, nil, fmt.Errorf("line %d: %v; nothing was enqueued", n, perr)
+			ev, err := parseEventLine(trimmed)
+			if err == nil {
+				err = ev.Validate(limits)
 			}
-			if verr := ev.Validate(limits); verr != nil {
-				var ie *outbox.InvalidEventError
-				if errors.As(verr, &ie) {
-					return nil, nil, fmt.Errorf("line %d: %s: %s; nothing was enqueued", n, ie.Field, ie.Reason)
-				}
-				return nil, nil, fmt.Errorf("line %d: %v; nothing was enqueued", n, verr)
+			if err != nil {
+				return nil, nil, badLine(n, len(events), err)
 			}
 			events = append(events, ev)
 			lines = append(lines, n)
@@ -129,53 +129,68 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
+// parseEventLine reads one line into an event. Its errors are
+// *outbox.InvalidEventError (Field "" for a line that is no JSON event).
 func parseEventLine(line []byte) (outbox.Event, error) {
 	var l eventLine
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return outbox.Event{}, fmt.Errorf("not a valid JSON event: %v", err)
+		return outbox.Event{}, lineProblem("", "is not a valid JSON event: %v", err)
 	}
 	if dec.More() {
-		return outbox.Event{}, fmt.Errorf("more than one JSON value on the line")
+		return outbox.Event{}, lineProblem("", "holds more than one JSON value: put one event per line")
 	}
-	ev := outbox.Event{
-		AggregateType: l.AggregateType,
-		AggregateID:   l.AggregateID,
-		EventType:     l.EventType,
-		Payload:       l.Payload,
-		Headers:       l.Headers,
-	}
-	if l.EventID != "" {
-		id, err := outbox.ParseEventID(l.EventID)
-		if err != nil {
-			return ev, fmt.Errorf("event_id: %v", err)
-		}
-		ev.ID = id
-	}
+	var ev outbox.Event
 	var err error
+	texts := []struct {
+		field string
+		raw   json.RawMessage
+		dst   *string
+	}{
+		{"aggregate_type", l.AggregateType, &ev.AggregateType},
+		{"aggregate_id", l.AggregateID, &ev.AggregateID},
+		{"event_type", l.EventType, &ev.EventType},
+	}
+	for _, f := range texts {
+		if *f.dst, err = jsonText(f.field, f.raw); err != nil {
+			return ev, err
+		}
+	}
+	ev.Payload = l.Payload
+	if ev.Headers, err = jsonHeaders(l.Headers); err != nil {
+		return ev, err
+	}
+	if id, err := jsonText("event_id", l.EventID); err != nil {
+		return ev, err
+	} else if id != "" {
+		if ev.ID, err = outbox.ParseEventID(id); err != nil {
+			return ev, lineProblem("event_id", "%v", err)
+		}
+	}
 	if ev.TTL, err = parseDuration("ttl", l.TTL); err != nil {
 		return ev, err
 	}
 	if ev.Delay, err = parseDuration("delay", l.Delay); err != nil {
 		return ev, err
 	}
-	if l.ExpiresAt != nil {
-		ev.ExpiresAt = *l.ExpiresAt
+	if ev.ExpiresAt, err = jsonTime("expires_at", l.ExpiresAt); err != nil {
+		return ev, err
 	}
-	if l.AvailableAt != nil {
-		ev.AvailableAt = *l.AvailableAt
+	if ev.AvailableAt, err = jsonTime("available_at", l.AvailableAt); err != nil {
+		return ev, err
 	}
 	return ev, nil
 }
 
-func parseDuration(field, s string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
+func parseDuration(field string, raw json.RawMessage) (time.Duration, error) {
+	s, err := jsonText(field, raw)
+	if err != nil || s == "" {
+		return 0, err
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a duration; use a form like \"66s\" or \"5m\"", field, s)
+		return 0, lineProblem(field, "%q is not a duration; use a form like \"66s\" or \"5m\"", s)
 	}
 	return d, nil
 }

@@ -186,7 +186,7 @@ func actorName(flag string) string {
 // EventsRetryCmd requeues a FAILED or EXPIRED event.
 type EventsRetryCmd struct {
 	EventID string        `arg:"" help:"The event id (UUID)."`
-	Actor   string        `help:"Who is acting, for the audit trail (default: the OS user)." env:"OUTBOX_ACTOR"`
+	Actor   string        `help:"Who is acting, for the audit trail (default: the OS user)."`
 	Reason  string        `help:"Why, for the audit trail."`
 	TTL     time.Duration `help:"A new deadline, from now. Without it, a deadline that has passed is removed."`
 }
@@ -201,7 +201,7 @@ func (c *EventsRetryCmd) Run(ctx context.Context, g *Globals) error {
 // EventsSkipCmd skips a FAILED event.
 type EventsSkipCmd struct {
 	EventID string `arg:"" help:"The event id (UUID)."`
-	Actor   string `help:"Who is acting, for the audit trail (default: the OS user)." env:"OUTBOX_ACTOR"`
+	Actor   string `help:"Who is acting, for the audit trail (default: the OS user)."`
 	Reason  string `help:"Why, for the audit trail."`
 }
 

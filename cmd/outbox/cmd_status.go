@@ -14,7 +14,7 @@ import (
 // aggregates held back by a FAILED event.
 type StatusCmd struct {
 	JSON      bool   `name:"json" help:"Print one JSON object keyed by status name."`
-	OnFailure string `help:"The relays' failure policy (block or continue), to report blocked aggregates." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
+	OnFailure string `help:"The relays' failure policy (block or continue), to report blocked aggregates." default:"block" enum:"block,continue"`
 }
 
 // Run prints the status.

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/testenv"
 )
 
 // runDemo runs `outbox demo --short --json` in-process (relay-2 is this
@@ -100,7 +99,7 @@ func TestDemoShortSQLite(t *testing.T) {
 // own fresh tables, dropped at the end.
 func TestDemoShortPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := testenv.Postgres.Addr(t)
+	dsn := postgresDSN(t) // a schema of its own, dropped whatever the demo leaves
 	out, sum := runDemo(t, "--db", dsn, "--quiet")
 	checkDemoSummary(t, out, sum)
 	table, _ := sum["table"].(string)
@@ -132,7 +131,7 @@ func TestDemoShortPostgres(t *testing.T) {
 // own fresh tables, dropped at the end.
 func TestDemoShortMySQL(t *testing.T) {
 	t.Parallel()
-	dsn := testenv.MySQL.Addr(t)
+	dsn := mysqlDSN(t) // a database of its own, dropped whatever the demo leaves
 	out, sum := runDemo(t, "--db", dsn, "--quiet")
 	checkDemoSummary(t, out, sum)
 	table, _ := sum["table"].(string)

@@ -1,8 +1,8 @@
 // Command outbox runs the transactional outbox relay and operates the
 // outbox: migrate, enqueue, relay, status and events.
 //
-// Every flag can also be set with an OUTBOX_* environment variable (shown in
-// --help). Errors are one line on stderr with a non-zero exit code; a DSN's
+// The global flags and the relay's settings can also be set with OUTBOX_*
+// environment variables (shown in --help). Errors are one line on stderr with a non-zero exit code; a DSN's
 // password never appears in output.
 package main
 
@@ -86,16 +86,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		sec.addURL(os.Getenv(v))
 	}
 	exitCode := -1
-	parser, err := kong.New(&cli,
-		kong.Name("outbox"),
-		kong.Description("A transactional outbox: enqueue events in your database transaction; the relay delivers them at least once, in order per aggregate."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { exitCode = code }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		// Every flag can also be set as OUTBOX_<FLAG> (e.g. --poll-interval as
-		// OUTBOX_POLL_INTERVAL), except the confirmations of destructive commands.
-		kong.DefaultEnvars("OUTBOX"),
-	)
+	parser, err := newParser(&cli, stdout, stderr, func(code int) { exitCode = code })
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox: %v\n", err)
 		return 1
@@ -128,6 +119,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newParser builds the command line parser. Environment variables are
+// declared flag by flag (env:"..."), one variable for one flag: the global
+// flags and the relay's settings as OUTBOX_<FLAG> (OUTBOX_DB, OUTBOX_SINK,
+// OUTBOX_BATCH, ...), the flags of demo, bench and enqueue as
+// OUTBOX_<COMMAND>_<FLAG>; the flags of the other commands have none. (A
+// default OUTBOX_<FLAG> for every flag gave OUTBOX_STATUS to three flags,
+// and OUTBOX_STATUS=true turned `outbox migrate` into a status check.)
+func newParser(cli *CLI, stdout, stderr io.Writer, exit func(int)) (*kong.Kong, error) {
+	return kong.New(cli,
+		kong.Name("outbox"),
+		kong.Description("A transactional outbox: enqueue events in your database transaction; the relay delivers them at least once, in order per aggregate."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(exit),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
 }
 
 func oneLine(s string) string {

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -23,7 +26,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("OUTBOX_TEST_EXEC_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // backendCase is one database the CLI tests run against.
@@ -34,10 +37,46 @@ type backendCase struct {
 
 func backends() []backendCase {
 	return []backendCase{
-		{"postgres", func(t *testing.T) string { return testenv.Postgres.Addr(t) }},
+		{"postgres", postgresDSN},
 		{"mysql", mysqlDSN},
 		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "outbox.db") }},
 	}
+}
+
+// postgresDSN gives the test a schema of its own in the PostgreSQL
+// database (the DSN's search_path), dropped with everything in it when the
+// test ends, pass or fail.
+func postgresDSN(t *testing.T) string {
+	dsn := testenv.Postgres.Addr(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	schema := pgx.Identifier{newTable()}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create a schema for the test: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("drop the test schema: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop the test schema: %v", err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("%s is not a URL: %v", testenv.Postgres.Var, err)
+	}
+	q := u.Query()
+	q.Set("search_path", strings.Trim(schema, `"`))
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // mysqlDSN gives the test a database of its own on the MySQL/MariaDB server,

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +18,10 @@ import (
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
-// The tests of this package share one RabbitMQ broker, which some of them
-// restart or reconfigure: none of them calls t.Parallel.
+// The tests share the RabbitMQ broker of OUTBOX_TEST_AMQP, on exchanges
+// and queues of their own, and never change it: a test that stops,
+// restarts or reconfigures a broker, or closes connections from the
+// broker's side, does so on a private node (rabbitnode_test.go).
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -34,49 +34,8 @@ func uniq() string {
 // brokerURL returns the broker (OUTBOX_TEST_AMQP), or skips.
 func brokerURL(t testing.TB) string { return testenv.AMQP.Addr(t) }
 
-// rabbitmqctl runs the control tool of the broker at u; the test skips
-// (fails under CI=true) when the tool is missing or the broker is not on
-// this machine.
-func rabbitmqctl(t testing.TB, u string, args ...string) string {
-	t.Helper()
-	if pu, err := url.Parse(u); err != nil || (pu.Hostname() != "127.0.0.1" && pu.Hostname() != "localhost") {
-		skipOrFail(t, "the broker is not on this machine, so rabbitmqctl cannot control it")
-	}
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		skipOrFail(t, "rabbitmqctl is not installed")
-	}
-	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func skipOrFail(t testing.TB, msg string) {
-	t.Helper()
-	if testenv.InCI() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// restartBroker stops and starts the RabbitMQ application of the broker
-// at u and returns once it accepts connections again. Should the test end
-// in between, the application is started at cleanup.
-func restartBroker(ctx context.Context, t testing.TB, u string) error {
-	rabbitmqctl(t, u, "status") // skips before stopping anything if it cannot control the broker
-	started := false
-	t.Cleanup(func() {
-		if !started {
-			_ = exec.Command("rabbitmqctl", "start_app").Run()
-		}
-	})
-	rabbitmqctl(t, u, "stop_app")
-	rabbitmqctl(t, u, "start_app")
-	started = true
-	return waitForBroker(ctx, u)
-}
-
+// waitForBroker returns once the broker at u accepts an AMQP connection,
+// or ctx ends.
 func waitForBroker(ctx context.Context, u string) error {
 	for {
 		c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
@@ -86,11 +45,14 @@ func waitForBroker(ctx context.Context, u string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the broker did not come back: %w", err)
+			return fmt.Errorf("the broker at %s does not accept connections: %w", sinkURLForLog(u), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
+
+// sinkURLForLog drops the password of a test broker URL.
+func sinkURLForLog(u string) string { return sink.RedactURL(u) }
 
 // dialT opens a connection and channel for the test, closed at cleanup.
 func dialT(t testing.TB, u string) (*amqp.Connection, *amqp.Channel) {

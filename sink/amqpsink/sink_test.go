@@ -92,6 +92,7 @@ func readN(t *testing.T, r *queueReader, n int) []amqp.Delivery {
 
 // The message carries the event as the package documents it.
 func TestMessageProperties(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -132,6 +133,7 @@ func TestMessageProperties(t *testing.T) {
 // The exchange is declared (topic, durable) only when it is absent; an
 // existing exchange is used as it is.
 func TestExchangeDeclaredIfAbsent(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -159,6 +161,7 @@ func TestExchangeDeclaredIfAbsent(t *testing.T) {
 // sink reports it retryable, never delivered, and does not send the later
 // events of its aggregate; other aggregates are delivered.
 func TestUnroutableIsRetryable(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -193,6 +196,7 @@ func TestUnroutableIsRetryable(t *testing.T) {
 // sink reports the event retryable, does not send the next one of its
 // aggregate, and the queue holds nothing out of order.
 func TestNackIsRetryable(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -221,16 +225,12 @@ func TestNackIsRetryable(t *testing.T) {
 // The broker refuses a message over its max_message_size by closing the
 // channel: the sink reports that event permanently failed, learns the
 // limit, refuses the next oversized event without sending it, and
-// reconnects for the rest.
+// reconnects for the rest. The limit is set (1 MiB) on a private node,
+// never on the shared broker.
 func TestBrokerRefusesOversized(t *testing.T) {
-	u := brokerURL(t)
+	t.Parallel()
 	const limit = 1 << 20
-	orig := strings.TrimSpace(rabbitmqctl(t, u, "eval", "{ok, N} = application:get_env(rabbit, max_message_size), N."))
-	if _, err := strconv.Atoi(orig); err != nil {
-		t.Fatalf("read the broker's max_message_size: %q", orig)
-	}
-	rabbitmqctl(t, u, "eval", "application:set_env(rabbit, max_message_size, "+strconv.Itoa(limit)+").")
-	t.Cleanup(func() { rabbitmqctl(t, u, "eval", "application:set_env(rabbit, max_message_size, "+orig+").") })
+	u := startRabbitNode(t, "max_message_size = "+strconv.Itoa(limit)).URL
 
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
@@ -274,9 +274,12 @@ func TestBrokerRefusesOversized(t *testing.T) {
 }
 
 // When the broker drops the connection, publishes fail retryably and the
-// sink reconnects on its own.
+// sink reconnects on its own. The connection is closed from the broker's
+// side with rabbitmqctl, on a private node.
 func TestReconnectAfterConnectionClosed(t *testing.T) {
-	u := brokerURL(t)
+	t.Parallel()
+	node := startRabbitNode(t)
+	u := node.URL
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
 	name := "outbox-test-" + uniq()
@@ -285,7 +288,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	mustPublish(t, s, sinktest.Message("a", 0))
 
 	// Close the sink's connection from the broker side.
-	out := rabbitmqctl(t, u, "list_connections", "--silent", "pid", "client_properties")
+	out := node.rabbitmqctl(t, "list_connections", "--silent", "pid", "client_properties")
 	var pid string
 	for line := range strings.Lines(out) {
 		if strings.Contains(line, name) {
@@ -295,7 +298,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	if pid == "" {
 		t.Fatalf("connection %s not listed:\n%s", name, out)
 	}
-	rabbitmqctl(t, u, "close_connection", pid, "test: closing the sink's connection")
+	node.rabbitmqctl(t, "close_connection", pid, "test: closing the sink's connection")
 
 	sawFailure := false
 	deadline := time.Now().Add(30 * time.Second)
@@ -414,6 +417,7 @@ func TestInvalidRoutingKeyIsPermanent(t *testing.T) {
 }
 
 func TestCloseWaitsThenRefuses(t *testing.T) {
+	t.Parallel()
 	u := brokerURL(t)
 	ex := "outbox.test." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })

@@ -172,12 +172,20 @@ func (c Config) validate() (*sink.Router, error) {
 	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured, sink.FormatDebezium); err != nil {
 		return nil, err
 	}
-	return sink.NewCheckedRouter(sinkName, "topic", c.Route, c.RouteOverrides, func(t string) string {
+	r, err := sink.NewCheckedRouter(sinkName, "topic", c.Route, c.RouteOverrides, func(t string) string {
 		if err := checkTopic(t); err != nil {
 			return err.Error()
 		}
 		return ""
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A template whose own text makes an invalid topic is refused now.
+	if err := r.CheckRoutes(sinkName, checkTopic); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // checkTopic applies Kafka's rules for topic names: 1 to 249 characters

@@ -138,12 +138,20 @@ func (c Config) validate() (*sink.Router, error) {
 	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
-	return sink.NewCheckedRouter(sinkName, "subject", c.Route, c.RouteOverrides, func(s string) string {
+	r, err := sink.NewCheckedRouter(sinkName, "subject", c.Route, c.RouteOverrides, func(s string) string {
 		if err := checkPublishSubject(s); err != nil {
 			return err.Error()
 		}
 		return ""
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A template whose own text makes an invalid subject is refused now.
+	if err := r.CheckRoutes(sinkName, checkPublishSubject); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func validStreamName(s string) bool {

@@ -22,7 +22,7 @@ func harness(t *testing.T, url string, restart func(context.Context) error) *sin
 		URL:            url,
 		Route:          "t" + id + ".{aggregate_type}.events",
 		Stream:         stream,
-		StreamSubjects: []string{"t" + id + ".>"},
+		StreamSubjects: []string{"t" + id + ".*.events"}, // three tokens: no overlap with a stream left on *.events
 		PublishTimeout: 5 * time.Second,
 		ReconnectWait:  50 * time.Millisecond,
 		Logger:         quiet,

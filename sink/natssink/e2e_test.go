@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/sinktest"
@@ -19,10 +21,13 @@ import (
 // PostgreSQL, `outbox relay --drain --sink nats://...`, then read the
 // stream back with a consumer of their own.
 
+// TestMain removes the CLI the tests built, and fails the package's tests
+// if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sinktest.RemoveCLI()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		sinktest.RemoveCLI()
+		os.Exit(code)
+	}))
 }
 
 // readStream returns every message in a stream, in stream order, and
@@ -80,7 +85,7 @@ func TestE2EDrainSharedServer(t *testing.T) {
 	b := sinktest.NewBacklog(t, "e2e_nats", 2000, sinktest.Aggregates(30, 10))
 	stream := "E" + id
 	t.Cleanup(func() { deleteStream(t, url, stream) })
-	sinkURL := fmt.Sprintf("%s?subject=e%s.{aggregate_type}.events&stream=%s&stream_subjects=e%s.>", url, id, stream, id)
+	sinkURL := fmt.Sprintf("%s?subject=e%s.{aggregate_type}.events&stream=%s&stream_subjects=e%s.*.*", url, id, stream, id)
 	sinktest.RunCLI(t, "", b.RelayArgs(sinkURL, "--route", "merchant=e"+id+".merchant.audit")...)
 	if n := b.Processed(t); n != len(b.Events) {
 		t.Fatalf("%d of %d events PROCESSED after the drain", n, len(b.Events))

@@ -46,6 +46,11 @@ func TestParseURL(t *testing.T) {
 		{"nats://h?create_stream=perhaps", "create_stream"},
 		{"nats://h?stream=A&stream=B", "given 2 times"},
 		{"nats://bob:s3cret@h?oops=1", "bob:xxxxx@h"},
+		// Templates whose own text makes every subject invalid.
+		{"nats://h?subject=payment%20events", `gives destinations such as "payment events"`},
+		{"nats://h?subject={aggregate_type}..events", "empty token"},
+		{"nats://h?subject={aggregate_type}.*", "wildcard"},
+		{"nats://h?subject={event_{aggregate_type}type}", "stray brace"},
 	}
 	for _, tc := range bad {
 		_, err := natssink.ParseURL(tc.raw)

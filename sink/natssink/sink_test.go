@@ -136,7 +136,7 @@ func TestInvalidSubjectIsPermanent(t *testing.T) {
 	id := uniq()
 	stream := "I" + id
 	t.Cleanup(func() { deleteStream(t, url, stream) })
-	s := newSink(t, natssink.Config{URL: url, Route: "i" + id + ".{aggregate_id}", Stream: stream, StreamSubjects: []string{"i" + id + ".>"}})
+	s := newSink(t, natssink.Config{URL: url, Route: "i" + id + ".x.{aggregate_id}", Stream: stream, StreamSubjects: []string{"i" + id + ".x.>"}})
 	for _, bad := range []string{"has space", "wild.*", "trailing.", "a..b"} {
 		res := publish(t, s, sinktest.Message(bad, 0), sinktest.Message(bad, 1), sinktest.Message("good", 0))
 		if !outbox.IsPermanent(res[0]) || !strings.Contains(res[0].Error(), "invalid subject") {

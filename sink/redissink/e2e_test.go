@@ -11,14 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
+// TestMain removes the CLI the tests built, and fails the package's tests
+// if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sinktest.RemoveCLI()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		sinktest.RemoveCLI()
+		os.Exit(code)
+	}))
 }
 
 // TestEndToEnd: `outbox relay --drain` delivers 2000 events of payment and

@@ -99,7 +99,7 @@ func tail(s string) string {
 type Process struct {
 	args string
 	cmd  *exec.Cmd
-	log  syncBuffer
+	log  SyncBuffer
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -181,20 +181,20 @@ func (p *Process) Wait(ctx context.Context, t testing.TB) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutines of a process
+// SyncBuffer is a bytes.Buffer safe for the writer goroutines of a process
 // and a reader of its own.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -237,7 +237,7 @@ func DefaultAggregates() []string { return Aggregates(12, 4) }
 // the test PostgreSQL (testenv.Postgres) with the CLI and enqueues n
 // events round-robin over aggregates (type/id), each payload carrying the
 // event's aggregate and its per-aggregate sequence. The tables are dropped
-// when a test that passed ends, and kept for inspection otherwise.
+// when the test ends, pass or fail.
 func NewBacklog(t testing.TB, prefix string, n int, aggregates []string) *Backlog {
 	t.Helper()
 	b := &Backlog{DSN: testenv.Postgres.Addr(t), Table: storetest.TableName(prefix)}
@@ -265,25 +265,34 @@ func NewBacklog(t testing.TB, prefix string, n int, aggregates []string) *Backlo
 	return b
 }
 
-// drop drops the backlog's tables unless the test failed.
+// drop drops the backlog's tables, also when the test failed (its log
+// says what was in them), so that the shared database does not fill up.
 func (b *Backlog) drop(t testing.TB) {
-	if t.Failed() {
-		t.Logf("kept table %s for inspection", b.Table)
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, b.DSN)
 	if err != nil {
-		t.Logf("drop %s: %v", b.Table, err)
+		t.Errorf("drop %s: %v", b.Table, err)
 		return
 	}
 	defer conn.Close(ctx)
-	names, _ := store.TablesFor(b.Table)
-	for _, n := range []string{names.Attempts, names.DeadLetters, names.Outbox, names.Migrations} {
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("drop %s: %v", n, err)
+	if t.Failed() {
+		var counts []string
+		rows, err := conn.Query(ctx, "SELECT status, count(*) FROM "+pgx.Identifier{b.Table}.Sanitize()+" GROUP BY status ORDER BY status")
+		if err == nil {
+			for rows.Next() {
+				var st string
+				var n int64
+				if rows.Scan(&st, &n) == nil {
+					counts = append(counts, fmt.Sprintf("%s=%d", st, n))
+				}
+			}
+			rows.Close()
 		}
+		t.Logf("table %s held %s when the test failed", b.Table, strings.Join(counts, " "))
+	}
+	if _, err := conn.Exec(ctx, storetest.DropPostgresTables(b.Table)); err != nil {
+		t.Errorf("drop %s: %v", b.Table, err)
 	}
 }
 
@@ -306,6 +315,47 @@ func (b *Backlog) Processed(t testing.TB) int {
 	}
 	n, _ := st["PROCESSED"].(float64)
 	return int(n)
+}
+
+// Outcomes counts the backlog's audit rows by outcome (DELIVERED, RETRY,
+// RELEASED, ...), and how many events have a RETRY row and ended PROCESSED:
+// they failed to publish at least once and were delivered later.
+func (b *Backlog) Outcomes(t testing.TB) (byOutcome map[string]int, retriedThenDelivered int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.DSN)
+	if err != nil {
+		t.Fatalf("outcomes of %s: %v", b.Table, err)
+	}
+	defer conn.Close(ctx)
+	names, err := store.TablesFor(b.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, outbox := pgx.Identifier{names.Attempts}.Sanitize(), pgx.Identifier{names.Outbox}.Sanitize()
+	rows, err := conn.Query(ctx, "SELECT outcome, count(*) FROM "+attempts+" GROUP BY outcome")
+	if err != nil {
+		t.Fatalf("outcomes of %s: %v", b.Table, err)
+	}
+	byOutcome = map[string]int{}
+	for rows.Next() {
+		var o string
+		var n int
+		if err := rows.Scan(&o, &n); err != nil {
+			t.Fatal(err)
+		}
+		byOutcome[o] = n
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatalf("outcomes of %s: %v", b.Table, rows.Err())
+	}
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+outbox+" o WHERE o.status = 'PROCESSED' AND EXISTS (SELECT 1 FROM "+
+		attempts+" a WHERE a.event_id = o.event_id AND a.outcome = 'RETRY')").Scan(&retriedThenDelivered)
+	if err != nil {
+		t.Fatalf("retried events of %s: %v", b.Table, err)
+	}
+	return byOutcome, retriedThenDelivered
 }
 
 // CheckArrived asserts that every event of b arrived in got, and nothing

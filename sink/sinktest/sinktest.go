@@ -115,18 +115,30 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) *Harness) {
 			if tc.skip != "" {
 				t.Skip(tc.skip)
 			}
-			h := newHarness(t)
-			if h.Timeout == 0 {
-				h.Timeout = 30 * time.Second
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = h.Sink.Close(ctx)
-			})
-			tc.fn(t, h)
+			runOne(t, tc.fn, newHarness)
 		})
 	}
+}
+
+// RunRestart runs only the restart test (ReconnectAfterRestart), for a
+// sink whose restartable broker costs too much to start for every test of
+// Run: run the suite with Harness.Restart nil on a shared broker, and this
+// on a private one that the harness restarts.
+func RunRestart(t *testing.T, newHarness func(t *testing.T) *Harness) {
+	t.Run("ReconnectAfterRestart", func(t *testing.T) { runOne(t, testRestart, newHarness) })
+}
+
+func runOne(t *testing.T, fn func(*testing.T, *Harness), newHarness func(t *testing.T) *Harness) {
+	h := newHarness(t)
+	if h.Timeout == 0 {
+		h.Timeout = 30 * time.Second
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = h.Sink.Close(ctx)
+	})
+	fn(t, h)
 }
 
 var seq atomic.Int64

@@ -63,7 +63,9 @@ func newStore(t testing.TB, db *sql.DB, cfg mysql.Config) *mysql.Store {
 		if err := s.MigrateDown(ctx); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+s.Tables().Migrations+"`"); err != nil {
+		// What MigrateDown keeps (the migration versions), or left
+		// behind after a failure.
+		if err := storetest.DropMySQLTables(ctx, db, cfg.Table); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

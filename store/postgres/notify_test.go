@@ -30,7 +30,12 @@ func newTable(t *testing.T, cfg postgres.Config) (*postgres.Store, string) {
 	if _, err := s.MigrateUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.MigrateDown(context.Background()) })
+	t.Cleanup(func() {
+		_ = s.MigrateDown(context.Background())
+		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(cfg.Table)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	return s, cfg.Table
 }
 

@@ -54,6 +54,11 @@ func newHarness(t *testing.T) *storetest.Harness {
 		if err := s.MigrateDown(context.Background()); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
+		// What MigrateDown keeps (the migration versions), or left
+		// behind after a failure.
+		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 	})
 	return &storetest.Harness{
 		Store: s,

@@ -16,6 +16,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/sqlite"
+	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // TestSameDecisionsAsPostgres runs random sequences of enqueues, claims,
@@ -57,6 +58,9 @@ func differential(t *testing.T, pool *pgxpool.Pool, seed uint64, steps int) {
 	}
 	t.Cleanup(func() {
 		if err := pg.MigrateDown(ctx); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		if _, err := pool.Exec(ctx, storetest.DropPostgresTables(table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

@@ -17,6 +17,8 @@ type Delivery struct {
 	Key     string
 	Attempt int
 	Sink    string
+	// Deadline is the deadline the relay passed with the message.
+	Deadline time.Time
 }
 
 // Recorder is a sink for tests: it records every delivery and can inject
@@ -27,6 +29,10 @@ type Recorder struct {
 	// Fail, when set, decides a message's fate before it is recorded: a
 	// non-nil error means the delivery failed and nothing is recorded.
 	Fail func(m outbox.Message) error
+	// IgnoreDeadline makes the recorder deliver a message past its
+	// Deadline, as a careless sink would, so that a test sees what the
+	// relay itself sends.
+	IgnoreDeadline bool
 
 	mu         sync.Mutex
 	deliveries []Delivery
@@ -68,7 +74,7 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			out[i] = ctx.Err()
 			failed[m.OrderingKey()] = true
 			continue
-		case !m.Deadline.IsZero() && !time.Now().Before(m.Deadline):
+		case !r.IgnoreDeadline && !m.Deadline.IsZero() && !time.Now().Before(m.Deadline):
 			out[i] = fmt.Errorf("deadline passed: %w", context.DeadlineExceeded)
 			failed[m.OrderingKey()] = true
 			continue
@@ -80,7 +86,7 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) []error {
 				continue
 			}
 		}
-		d := Delivery{ID: m.ID, EventID: m.EventID, Key: m.OrderingKey(), Attempt: m.Attempt, Sink: r.Name}
+		d := Delivery{ID: m.ID, EventID: m.EventID, Key: m.OrderingKey(), Attempt: m.Attempt, Sink: r.Name, Deadline: m.Deadline}
 		r.mu.Lock()
 		r.deliveries = append(r.deliveries, d)
 		r.mu.Unlock()

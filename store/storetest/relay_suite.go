@@ -31,6 +31,7 @@ func RunRelay(t *testing.T, newHarness Factory) {
 		{"MaxRetriesFailsWithDeadLetterAndAlarm", testMaxRetries},
 		{"PermanentErrorFailsAtOnce", testPermanent},
 		{"ExpiredNeverSent", testExpiredNeverSent},
+		{"RelayNeverSendsExpiredEvenToACarelessSink", testRelayChecksDeadline},
 		{"OrderUnderRandomFailuresTwoRelays", testOrderUnderFailures},
 		{"PipelinedDrainWithSlowFlakySink", testPipelinedDrain},
 		{"PausedRelayIsFenced", testPausedRelayFenced},
@@ -358,13 +359,21 @@ func testExpiredNeverSent(t *testing.T, h *Harness) {
 	past := ev("qr-old", 1)
 	past.ExpiresAt = time.Now().Add(-time.Minute)
 	soon := ev("qr-soon", 1)
-	soon.TTL = 300 * time.Millisecond
+	const ttl = time.Second
+	soon.TTL = ttl
 	ids := enqueue(t, h, past, soon)
-	// The gateway is down until both deadlines have passed.
+	// The gateway is down until both deadlines have passed (soon's is at
+	// most ttl after the enqueue returned) and up after it: the sink then
+	// delivers whatever the relay still sends without a deadline that
+	// passed (it refuses a message past its Deadline, as every sink does).
+	upAt := time.Now().Add(ttl)
 	var sends atomic.Int64
 	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
 		sends.Add(1)
-		return outbox.Retryable(fmt.Errorf("gateway down"), 0)
+		if time.Now().Before(upAt) {
+			return outbox.Retryable(fmt.Errorf("gateway down"), 0)
+		}
+		return nil
 	}}
 	cfg := testConfig(h, rec, "expirer")
 	cfg.MaxRetries = 1000
@@ -385,9 +394,60 @@ func testExpiredNeverSent(t *testing.T, h *Harness) {
 	if len(rec.Deliveries()) != 0 {
 		t.Fatalf("an expired event was delivered: %+v", rec.Deliveries())
 	}
+	if sends.Load() == 0 { // a machine too busy to claim it within the TTL
+		t.Logf("the live event was never tried before its deadline")
+	}
 	r, _ := h.Store.GetEvent(ctx, ids[0])
 	if atts, _ := h.Store.Attempts(ctx, ids[0]); len(atts) != 1 {
 		t.Fatalf("the event already past its deadline had %d attempt rows (%s), want only the expiry", len(atts), r.LastError)
+	}
+}
+
+// noSweep is the harness's store with a sweeper that never expires (or
+// does) anything: the relay's own check at claim time is then all that
+// keeps an expired event from being sent.
+type noSweep struct{ store.Store }
+
+func (noSweep) Sweep(context.Context, store.SweepRequest) (store.SweepResult, error) {
+	return store.SweepResult{}, nil
+}
+
+// The relay itself never sends an event that was past its deadline when
+// claimed, even to a sink that would deliver it (one that ignores the
+// Deadline it is given), and it gives the sink the event's deadline.
+func testRelayChecksDeadline(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	past := ev("qr-old", 1)
+	past.ExpiresAt = time.Now().Add(-time.Minute)
+	late := ev("qr-late", 1) // due only after its deadline
+	late.TTL, late.Delay = 200*time.Millisecond, 500*time.Millisecond
+	live := ev("qr-live", 1)
+	live.TTL = time.Hour
+	before := time.Now()
+	ids := enqueue(t, h, past, late, live)
+	after := time.Now()
+	rec := &Recorder{Name: "careless", IgnoreDeadline: true}
+	cfg := testConfig(h, rec, "deadline-checker")
+	cfg.Store = noSweep{h.Store}
+	drain(t, newRelay(t, cfg), time.Minute)
+	for i, want := range []outbox.Status{outbox.StatusExpired, outbox.StatusExpired, outbox.StatusProcessed} {
+		r, err := h.Store.GetEvent(ctx, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != want {
+			t.Errorf("%s: %s, want %s", r.AggregateID, r.Status, want)
+		}
+	}
+	ds := rec.Deliveries()
+	if len(ds) != 1 || ds[0].EventID != ids[2] {
+		t.Fatalf("the sink received %+v, want only the live event: the relay sent an event past its deadline", ds)
+	}
+	// The deadline reaches the sink (on the relay's clock, converted from
+	// the database's): an hour after the enqueue, give or take the clocks.
+	lo, hi := before.Add(time.Hour-5*time.Second), after.Add(time.Hour+5*time.Second)
+	if d := ds[0].Deadline; d.Before(lo) || d.After(hi) {
+		t.Fatalf("the live event reached the sink with deadline %v, want about %v", d, after.Add(time.Hour))
 	}
 }
 

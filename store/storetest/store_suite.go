@@ -154,6 +154,17 @@ func testBadInput(t *testing.T, h *Harness) {
 		{"missing event type", outbox.Event{AggregateType: "payment", AggregateID: "x", Payload: []byte(`{}`)}, "event_type"},
 		{"header injection", outbox.Event{AggregateType: "payment", AggregateID: "x", EventType: "E", Payload: []byte(`{}`),
 			Headers: map[string]string{"X-Trace": "a\r\nSet-Cookie: x"}}, "headers"},
+		// Invalid UTF-8 anywhere: PostgreSQL and MariaDB used to refuse such
+		// a payload with a raw database error, and SQLite to store it.
+		{"payload not UTF-8", outbox.Event{AggregateType: "payment", AggregateID: "x", EventType: "E", Payload: []byte("{\"note\":\"caf\xe9\"}")}, "payload"},
+		{"payload lone surrogate", outbox.Event{AggregateType: "payment", AggregateID: "x", EventType: "E", Payload: []byte(`{"a":"\ud800"}`)}, "payload"},
+		{"aggregate id not UTF-8", outbox.Event{AggregateType: "payment", AggregateID: "tx-\xff", EventType: "E", Payload: []byte(`{}`)}, "aggregate_id"},
+		{"aggregate type not UTF-8", outbox.Event{AggregateType: "pay\xc3", AggregateID: "x", EventType: "E", Payload: []byte(`{}`)}, "aggregate_type"},
+		{"event type not UTF-8", outbox.Event{AggregateType: "payment", AggregateID: "x", EventType: "E\xa0", Payload: []byte(`{}`)}, "event_type"},
+		{"header key not UTF-8", outbox.Event{AggregateType: "payment", AggregateID: "x", EventType: "E", Payload: []byte(`{}`),
+			Headers: map[string]string{"x-\xff": "v"}}, "headers"},
+		{"header value not UTF-8", outbox.Event{AggregateType: "payment", AggregateID: "x", EventType: "E", Payload: []byte(`{}`),
+			Headers: map[string]string{"X-Trace": "\xff"}}, "headers"},
 	}
 	for _, tc := range cases {
 		tx, err := h.Begin(ctx)

@@ -7,7 +7,9 @@ package storetest
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,4 +122,55 @@ func countStatus(t testing.TB, s store.Store, status outbox.Status) int64 {
 		t.Fatalf("stats: %v", err)
 	}
 	return st.Counts[status]
+}
+
+// DropPostgresTables returns one PostgreSQL statement that drops every
+// table of the outbox named table in the current schema: the outbox
+// table and every table whose name starts with table + "_" (dead
+// letters, attempts, the migration versions that a MigrateDown keeps,
+// and whatever tables later migrations add). Harnesses run it at cleanup,
+// also when the test failed, so that shared databases do not fill up.
+// table must be a valid outbox table name (store.ValidateTable), which is
+// why it may be written into the statement.
+func DropPostgresTables(table string) string {
+	if err := store.ValidateTable(table); err != nil {
+		panic(err) // a harness's own table name: a bug in the test
+	}
+	return `DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT tablename FROM pg_tables
+           WHERE schemaname = current_schema() AND (tablename = '` + table + `' OR starts_with(tablename, '` + table + `_'))
+  LOOP EXECUTE 'DROP TABLE IF EXISTS ' || quote_ident(r.tablename) || ' CASCADE'; END LOOP;
+END $$`
+}
+
+// DropMySQLTables drops every table of the outbox named table in db's
+// current database, as DropPostgresTables does on PostgreSQL.
+func DropMySQLTables(ctx context.Context, db *sql.DB, table string) error {
+	if err := store.ValidateTable(table); err != nil {
+		return err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = DATABASE() AND (table_name = ? OR table_name LIKE ?)`,
+		table, strings.ReplaceAll(table, "_", `\_`)+`\_%`)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, n)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+n+"`"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
