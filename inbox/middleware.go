@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+
+	"github.com/txoutbox/outbox"
 )
 
 // DefaultMaxResponseBytes is the default MiddlewareConfig.MaxResponseBytes.
@@ -67,10 +69,11 @@ type MiddlewareConfig struct {
 // before the commit.
 func (ib *Inbox) Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if err := checkConsumer(cfg.Consumer); err != nil {
-		return nil, fmt.Errorf("inbox: MiddlewareConfig.Consumer: %w", err)
+		return nil, fmt.Errorf("%w: inbox: MiddlewareConfig.Consumer: %v", outbox.ErrInvalidConfig, err)
 	}
 	if cfg.MaxResponseBytes < 0 {
-		return nil, fmt.Errorf("inbox: MiddlewareConfig.MaxResponseBytes %d is negative: use 0 for the default (%d)", cfg.MaxResponseBytes, DefaultMaxResponseBytes)
+		return nil, fmt.Errorf("%w: inbox: MiddlewareConfig.MaxResponseBytes %d is negative: use 0 for the default (%d)",
+			outbox.ErrInvalidConfig, cfg.MaxResponseBytes, DefaultMaxResponseBytes)
 	}
 	if cfg.MaxResponseBytes == 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
