@@ -41,8 +41,10 @@ func TestFromDeliveryOfTheSink(t *testing.T) {
 	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	defer ch.ExchangeDelete(exchange, false, false) // before the connection closes
-	q, err := ch.QueueDeclare("", false, true, true, false, nil) // server-named, exclusive, deleted with the connection
+	// Deleted before the connection closes (defers run last first).
+	defer ch.ExchangeDelete(exchange, false, false)
+	// A server-named exclusive queue, deleted with the connection.
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
