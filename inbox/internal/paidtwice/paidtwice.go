@@ -1,0 +1,365 @@
+// Package paidtwice is the end-to-end test of the inbox, shared by its
+// HTTP and Kafka versions: the real `outbox relay` delivers a PostgreSQL
+// backlog to a consumer that writes one business row (a charge) per event
+// through the inbox, in its own PostgreSQL tables, and the relay is
+// SIGKILLed mid-batch several times, so that events are delivered again.
+// The consumer must end with exactly one charge per event, and the inbox
+// must have counted every repeat it dropped.
+//
+// A kill is made "mid-batch" for sure: the test locks the outbox table
+// (EXCLUSIVE: the relay can neither claim nor record), checks that some
+// event the consumer has already charged is still PROCESSING (delivered,
+// its outcome not recorded), kills the relay, ends the relay's database
+// sessions (a session waiting on the lock would otherwise still record
+// the outcome after the process died) and releases the lock. Each such
+// event is delivered again after its lease: a duplicate the inbox must
+// drop.
+package paidtwice
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the consumer's database/sql driver
+
+	"github.com/txoutbox/outbox/inbox"
+	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/sink/sinktest"
+)
+
+// Fixture is the backlog in the producer's outbox and the consumer's
+// database: its inbox and its charges table (no unique key on event_id,
+// so that a charge made twice is two rows).
+type Fixture struct {
+	t       *testing.T
+	Backlog *sinktest.Backlog
+	N       int
+	DB      *sql.DB // the consumer's
+	Inbox   *inbox.Inbox
+	charges string
+	// unrecorded are the events that were charged and still PROCESSING
+	// when a relay was killed: each is delivered again.
+	unrecorded map[string]bool
+	// Kills counts the relays killed mid-batch.
+	Kills int
+}
+
+// New enqueues n events into an outbox of its own and prepares the
+// consumer's tables; everything is dropped when the test passes.
+func New(t *testing.T, prefix string, n int) *Fixture {
+	t.Helper()
+	f := &Fixture{t: t, N: n, unrecorded: map[string]bool{}}
+	f.Backlog = sinktest.NewBacklog(t, prefix, n, sinktest.DefaultAggregates())
+	db, err := sql.Open("pgx", testenv.Postgres.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(24)
+	t.Cleanup(func() { db.Close() })
+	f.DB = db
+	suffix := make([]byte, 5)
+	_, _ = rand.Read(suffix)
+	f.charges = "charges_" + hex.EncodeToString(suffix)
+	f.Inbox, err = inbox.New(db, inbox.Config{Table: "inbox_" + hex.EncodeToString(suffix), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := f.Inbox.MigrateUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+f.charges+` (id BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, amount BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept the consumer's tables %s and %s for inspection", f.charges, f.Inbox.Tables().Inbox)
+			return
+		}
+		tb := f.Inbox.Tables()
+		for _, name := range []string{f.charges, tb.Sequences, tb.Inbox, tb.Migrations} {
+			_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`)
+		}
+	})
+	return f
+}
+
+// Charge is the consumer's business effect: one charge row for the event,
+// in the consumer's transaction.
+func (f *Fixture) Charge(ctx context.Context, tx *sql.Tx, eventID string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+f.charges+` (event_id, amount) VALUES ($1, 1000)`, eventID)
+	return err
+}
+
+// Charged returns the number of charge rows.
+func (f *Fixture) Charged(ctx context.Context) (int, error) {
+	var n int
+	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM `+f.charges).Scan(&n)
+	return n, err
+}
+
+// RelayFlags are the relay settings of every run: short leases and sweeps
+// so that a killed relay's batch is delivered again within a second, and
+// batches of 100 so that a kill lands inside one.
+func RelayFlags() []string {
+	return []string{"--lease", "1s", "--sweep-interval", "100ms", "--batch", "100", "--backoff-min", "10ms", "--backoff-max", "100ms"}
+}
+
+// Run starts the relay into sinkURL, kills it mid-batch `kills` times
+// (each time after more events were recorded), and then runs it with
+// --drain until everything is PROCESSED.
+func (f *Fixture) Run(ctx context.Context, sinkURL string, kills int) {
+	t := f.t
+	t.Helper()
+	for i := range kills {
+		threshold := (i + 1) * f.N / (kills + 2)
+		f.killMidBatch(ctx, sinkURL, threshold)
+	}
+	relay := sinktest.StartCLI(t, f.Backlog.RelayArgs(sinkURL, RelayFlags()...)...)
+	relay.Wait(ctx, t)
+	if got := f.Backlog.Processed(t); got != f.N {
+		t.Fatalf("%d of %d events PROCESSED after the drain", got, f.N)
+	}
+}
+
+// killMidBatch starts a relay, waits until it has recorded at least
+// threshold events as PROCESSED, and SIGKILLs it at a moment when some
+// events it delivered are charged but not yet recorded.
+func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, threshold int) {
+	t := f.t
+	t.Helper()
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	appName := "paidtwice_relay_" + hex.EncodeToString(suffix)
+	dsn, err := withApplicationName(f.Backlog.DSN, appName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := f.Backlog.RelayArgs(sinkURL, append(RelayFlags(), "--db", dsn)...)
+	args = slicesWithout(args, "--drain") // it runs until killed
+	cmd := exec.Command(sinktest.BuildCLI(t), args...)
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	killed := false
+	defer func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			killed = true
+			t.Fatalf("the relay exited (%v) before it was killed:\n%s", err, log.String())
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for kill %d: %v\n%s", f.Kills+1, ctx.Err(), log.String())
+		case <-tick.C:
+		}
+		var processed int
+		if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSED'`).Scan(&processed); err != nil {
+			t.Fatal(err)
+		}
+		if processed < threshold {
+			continue
+		}
+		pending, err := f.lockAndKill(ctx, cmd, exited, appName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pending) > 0 {
+			killed = true
+			f.Kills++
+			for _, id := range pending {
+				f.unrecorded[id] = true
+			}
+			t.Logf("kill %d: SIGKILLed the relay with %d charged events not yet recorded (%d PROCESSED so far)", f.Kills, len(pending), processed)
+			return
+		}
+	}
+}
+
+// lockAndKill locks the outbox table, so that the relay can no longer
+// claim or record, while the batches it has in flight still reach the
+// consumer. Once some events the consumer charged are still PROCESSING
+// (and no earlier kill left them behind), it kills the relay and ends its
+// sessions before the lock is released, and returns those events. With
+// nothing in flight it returns none: nothing was killed, try again.
+func (f *Fixture) lockAndKill(ctx context.Context, cmd *exec.Cmd, exited <-chan error, appName string) ([]string, error) {
+	tx, err := f.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	outboxTable := `"` + f.Backlog.Table + `"`
+	if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE `+outboxTable+` IN EXCLUSIVE MODE`); err != nil {
+		return nil, fmt.Errorf("lock the outbox: %w", err)
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	var pending []string
+	for len(pending) == 0 {
+		rows, err := tx.QueryContext(ctx, `SELECT o.event_id::text, EXISTS (SELECT 1 FROM `+f.charges+` c WHERE c.event_id = o.event_id::text)
+			FROM `+outboxTable+` o WHERE o.status = 'PROCESSING'`)
+		if err != nil {
+			return nil, err
+		}
+		inFlight := 0
+		for rows.Next() {
+			var (
+				id      string
+				charged bool
+			)
+			if err := rows.Scan(&id, &charged); err != nil {
+				return nil, err
+			}
+			if f.unrecorded[id] {
+				continue
+			}
+			inFlight++
+			if charged {
+				pending = append(pending, id)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if inFlight == 0 {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		return nil, err
+	}
+	<-exited
+	// The relay's sessions may be waiting on the lock with a statement that
+	// would record outcomes: end them all, and wait until they are gone.
+	if _, err := tx.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, appName); err != nil {
+		return nil, err
+	}
+	for {
+		var left int // read outside tx: a transaction sees one snapshot of pg_stat_activity
+		if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&left); err != nil {
+			return nil, err
+		}
+		if left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the killed relay's sessions did not end: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return pending, tx.Commit()
+}
+
+// Check asserts the outcome: exactly one charge per event and for every
+// event, and the inbox dropped exactly the repeats (deliveries − events),
+// at least one per event the kills left unrecorded. It logs the figures.
+func (f *Fixture) Check(ctx context.Context, via string, deliveries int64) {
+	t := f.t
+	t.Helper()
+	var rows, distinct, twice, unknown int
+	if err := f.DB.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT event_id) FROM `+f.charges).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT event_id FROM `+f.charges+` GROUP BY event_id HAVING count(*) > 1) d`).Scan(&twice); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM `+f.charges+` c
+		WHERE NOT EXISTS (SELECT 1 FROM "`+f.Backlog.Table+`" o WHERE o.event_id::text = c.event_id)`).Scan(&unknown); err != nil {
+		t.Fatal(err)
+	}
+	st := f.Inbox.Stats()
+	t.Logf("paid twice, over %s: %d events, %d relays killed mid-batch leaving %d charged events unrecorded; delivered %d, duplicates delivered %d, charges %d, duplicates dropped by the inbox %d (inbox stats %+v)",
+		via, f.N, f.Kills, len(f.unrecorded), deliveries, deliveries-int64(f.N), rows, st.Duplicates, st)
+	switch {
+	case twice != 0:
+		t.Fatalf("%d events were charged more than once", twice)
+	case unknown != 0:
+		t.Fatalf("%d charges for events that were never enqueued", unknown)
+	case rows != f.N || distinct != f.N:
+		t.Fatalf("%d charges for %d distinct events, want one for each of the %d events", rows, distinct, f.N)
+	case f.Kills == 0:
+		t.Fatal("the relay was never killed mid-batch")
+	case st.Duplicates != deliveries-int64(f.N):
+		t.Fatalf("the inbox dropped %d duplicates, but %d deliveries of %d events make %d", st.Duplicates, deliveries, f.N, deliveries-int64(f.N))
+	case st.Duplicates < int64(len(f.unrecorded)):
+		t.Fatalf("the inbox dropped %d duplicates, fewer than the %d charged events the kills left unrecorded", st.Duplicates, len(f.unrecorded))
+	case st.Processed != int64(f.N) || st.Failed != 0:
+		t.Fatalf("inbox stats %+v: want %d processed, none failed", st, f.N)
+	}
+}
+
+func withApplicationName(dsn, name string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("the test PostgreSQL DSN must be a URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func slicesWithout(args []string, drop string) []string {
+	out := args[:0:0]
+	for _, a := range args {
+		if a != drop {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// lockedBuffer is a bytes.Buffer for a process's output, safe to read
+// while the process writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.b.String()
+	if len(s) > 8000 {
+		s = "..." + s[len(s)-8000:]
+	}
+	return strings.TrimSpace(s)
+}
