@@ -68,16 +68,17 @@ type Config struct {
 // DefaultRetention is how long an event id is kept by default: 30 days.
 //
 // An id must be kept for as long as the same event can arrive again. The
-// relay redelivers by itself for at most about an hour: 5 retries with
-// backoff capped at 5 minutes, plus a 2 minute lease per attempt when a
-// relay dies mid-delivery, plus the time a sink outage holds delivery
-// back. What reaches further is an operator: a dead-lettered (FAILED)
-// event may have been received once already (the consumer committed, the
-// answer was lost), and an operator may requeue it days later, after a
-// weekend or an incident review; a PROCESSED event's row is kept 7 days by
-// default (relay --retention). 30 days covers a month-end and an incident
-// that waits for the next sprint, for a few dozen bytes per event.
-// Shorter only if requeueing is forbidden after that long.
+// relay redelivers by itself for well under an hour: at most 5 retries
+// (--max-retries) with backoff capped at 5 minutes (--backoff-max), so 25
+// minutes at the very most, plus a 2 minute lease (--lease) each time a
+// relay dies mid-delivery, plus however long the relay holds delivery back
+// while a sink is down. What reaches much further is an operator: a
+// dead-lettered (FAILED) event may have been received already (the
+// consumer committed, its answer was lost), and an operator may requeue it
+// (outbox events retry) days later, after a weekend or an incident review.
+// 30 days covers a month-end and an incident that waits for the next sprint, for a few
+// dozen bytes per event. Choose less only if requeueing is forbidden after
+// that long; choose more if a relay's retry settings are much longer.
 const DefaultRetention = 30 * 24 * time.Hour
 
 // DefaultCleanupBatch is the default Config.CleanupBatch.

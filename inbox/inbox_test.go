@@ -372,3 +372,66 @@ func TestMigrateUpDownUp(t *testing.T) {
 		}
 	})
 }
+
+// At REPEATABLE READ, PostgreSQL ends the waiting second delivery with a
+// serialization failure (it cannot see the row that conflicts); its retry
+// reports Duplicate. MySQL reports Duplicate at READ COMMITTED as at its
+// default REPEATABLE READ (TestConcurrentDelivery).
+func TestConcurrentDeliveryIsolation(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		level := map[inbox.Dialect]sql.IsolationLevel{inbox.PostgreSQL: sql.LevelRepeatableRead, inbox.MySQL: sql.LevelReadCommitted}[b.dialect]
+		if level == 0 {
+			t.Skip("SQLite has one isolation level")
+		}
+		ib := newInbox(t, b, inbox.Config{})
+		ctx := context.Background()
+		first, err := b.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Rollback()
+		if _, err := ib.Handle(ctx, first, "billing", "evt-1", func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		second, err := b.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Rollback()
+		// The snapshot of a REPEATABLE READ transaction starts at its first
+		// statement: before the first commits.
+		if _, err := second.ExecContext(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		type outcome struct {
+			res inbox.Result
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			res, err := ib.Handle(ctx, second, "billing", "evt-1", func(context.Context) error { return errors.New("fn ran twice") })
+			done <- outcome{res, err}
+		}()
+		waitBlocked(t, b, ib.Tables().Inbox)
+		if err := first.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if b.dialect == inbox.PostgreSQL {
+			if o.err == nil || !strings.Contains(o.err.Error(), "40001") {
+				t.Fatalf("REPEATABLE READ: %s, %v; want a serialization failure (40001)", o.res, o.err)
+			}
+			_ = second.Rollback()
+			retry, err := b.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer retry.Rollback()
+			o.res, o.err = ib.Handle(ctx, retry, "billing", "evt-1", func(context.Context) error { return errors.New("fn ran twice") })
+		}
+		if o.err != nil || o.res != inbox.Duplicate {
+			t.Fatalf("%s: %s, %v; want duplicate", level, o.res, o.err)
+		}
+	})
+}
