@@ -17,7 +17,6 @@
 package paidtwice
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -26,9 +25,6 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os/exec"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,32 +144,17 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, threshold in
 		t.Fatal(err)
 	}
 	args := f.Backlog.RelayArgs(sinkURL, append(RelayFlags(), "--db", dsn)...)
-	args = slicesWithout(args, "--drain") // it runs until killed
-	cmd := exec.Command(sinktest.BuildCLI(t), args...)
-	var log lockedBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	relay := sinktest.StartCLI(t, slicesWithout(args, "--drain")...) // it runs until killed
 
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		if relay.Exited() {
+			t.Fatalf("the relay exited (%v) before it was killed:\n%s", relay.Err(), relay.Log())
+		}
 		select {
-		case err := <-exited:
-			killed = true
-			t.Fatalf("the relay exited (%v) before it was killed:\n%s", err, log.String())
 		case <-ctx.Done():
-			t.Fatalf("gave up waiting for kill %d: %v\n%s", f.Kills+1, ctx.Err(), log.String())
+			t.Fatalf("gave up waiting for kill %d: %v\n%s", f.Kills+1, ctx.Err(), relay.Log())
 		case <-tick.C:
 		}
 		var processed int
@@ -183,12 +164,11 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, threshold in
 		if processed < threshold {
 			continue
 		}
-		pending, err := f.lockAndKill(ctx, cmd, exited, appName)
+		pending, err := f.lockAndKill(ctx, relay, appName)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(pending) > 0 {
-			killed = true
 			f.Kills++
 			for _, id := range pending {
 				f.unrecorded[id] = true
@@ -205,7 +185,7 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, threshold in
 // (and no earlier kill left them behind), it kills the relay and ends its
 // sessions before the lock is released, and returns those events. With
 // nothing in flight it returns none: nothing was killed, try again.
-func (f *Fixture) lockAndKill(ctx context.Context, cmd *exec.Cmd, exited <-chan error, appName string) ([]string, error) {
+func (f *Fixture) lockAndKill(ctx context.Context, relay *sinktest.Process, appName string) ([]string, error) {
 	tx, err := f.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -256,10 +236,7 @@ func (f *Fixture) lockAndKill(ctx context.Context, cmd *exec.Cmd, exited <-chan 
 		case <-tick.C:
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		return nil, err
-	}
-	<-exited
+	relay.Kill()
 	// The relay's sessions may be waiting on the lock with a statement that
 	// would record outcomes: end them all, and wait until they are gone.
 	if _, err := tx.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, appName); err != nil {
@@ -339,27 +316,4 @@ func slicesWithout(args []string, drop string) []string {
 		}
 	}
 	return out
-}
-
-// lockedBuffer is a bytes.Buffer for a process's output, safe to read
-// while the process writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.b.String()
-	if len(s) > 8000 {
-		s = "..." + s[len(s)-8000:]
-	}
-	return strings.TrimSpace(s)
 }
