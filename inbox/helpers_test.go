@@ -249,7 +249,7 @@ func waitBlocked(t testing.TB, b backend, table string) {
 		// runs no other statement on table while it waits here, so a
 		// statement still running on it is the one that waits.
 		q = `SELECT count(*) FROM information_schema.processlist
-			WHERE command = 'Query' AND info LIKE CONCAT('%', ?, '%') AND info NOT LIKE '%processlist%'`
+			WHERE command IN ('Query', 'Execute') AND info LIKE CONCAT('%', ?, '%') AND info NOT LIKE '%processlist%'`
 	default:
 		return
 	}
