@@ -6,10 +6,12 @@
 // The consumer must end with exactly one charge per event, and the inbox
 // must have counted every repeat it dropped.
 //
-// A kill is made "mid-batch" for sure: the test locks the outbox table
-// (EXCLUSIVE: the relay can neither claim nor record), checks that some
-// event the consumer has already charged is still PROCESSING (delivered,
-// its outcome not recorded), kills the relay, ends the relay's database
+// A kill is made "mid-batch" for sure: the test locks the outbox's audit
+// table (<table>_attempts, EXCLUSIVE). The relay still claims and
+// delivers, but it cannot record an outcome, since recording a batch
+// writes its audit rows in the same statement. Once some event the
+// consumer has charged is still PROCESSING (delivered, its outcome not
+// recorded), the test SIGKILLs the relay, ends the relay's database
 // sessions (a session waiting on the lock would otherwise still record
 // the outcome after the process died) and releases the lock. Each such
 // event is delivered again after its lease: a duplicate the inbox must
@@ -108,20 +110,24 @@ func (f *Fixture) Charged(ctx context.Context) (int, error) {
 
 // RelayFlags are the relay settings of every run: short leases and sweeps
 // so that a killed relay's batch is delivered again within a second, and
-// batches of 100 so that a kill lands inside one.
+// batches of 100.
 func RelayFlags() []string {
 	return []string{"--lease", "1s", "--sweep-interval", "100ms", "--batch", "100", "--backoff-min", "10ms", "--backoff-max", "100ms"}
 }
 
-// Run starts the relay into sinkURL, kills it mid-batch `kills` times
-// (each time after more events were recorded), and then runs it with
-// --drain until everything is PROCESSED.
+// Run starts the relay into sinkURL and kills it mid-batch up to `kills`
+// times, then runs it with --drain until everything is PROCESSED. The
+// first relay is killed in its first batches; each later one once it has
+// recorded some events (the earlier relay's batch is then back with the
+// sweeper), unless it recorded everything first, which ends the kills.
 func (f *Fixture) Run(ctx context.Context, sinkURL string, kills int) {
 	t := f.t
 	t.Helper()
 	for i := range kills {
-		threshold := (i + 1) * f.N / (kills + 2)
-		f.killMidBatch(ctx, sinkURL, threshold)
+		if !f.killMidBatch(ctx, sinkURL, i == 0) {
+			t.Logf("the relay recorded every event before kill %d: %d kills", i+1, f.Kills)
+			break
+		}
 	}
 	relay := sinktest.StartCLI(t, f.Backlog.RelayArgs(sinkURL, RelayFlags()...)...)
 	relay.Wait(ctx, t)
@@ -130,10 +136,12 @@ func (f *Fixture) Run(ctx context.Context, sinkURL string, kills int) {
 	}
 }
 
-// killMidBatch starts a relay, waits until it has recorded at least
-// threshold events as PROCESSED, and SIGKILLs it at a moment when some
-// events it delivered are charged but not yet recorded.
-func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, threshold int) {
+// killMidBatch starts a relay and SIGKILLs it at a moment when some events
+// it delivered are charged but not yet recorded. With lockFirst the audit
+// table is locked before the relay starts; otherwise once the relay has
+// recorded more events. It returns false, without a kill, when the relay
+// recorded every event first.
+func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bool) bool {
 	t := f.t
 	t.Helper()
 	suffix := make([]byte, 4)
@@ -143,120 +151,153 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, threshold in
 	if err != nil {
 		t.Fatal(err)
 	}
+	start, err := f.processed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lock *sql.Tx
+	if lockFirst {
+		if lock, err = f.lockAttempts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer lock.Rollback()
+	}
 	args := f.Backlog.RelayArgs(sinkURL, append(RelayFlags(), "--db", dsn)...)
 	relay := sinktest.StartCLI(t, slicesWithout(args, "--drain")...) // it runs until killed
 
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	for lock == nil {
 		if relay.Exited() {
 			t.Fatalf("the relay exited (%v) before it was killed:\n%s", relay.Err(), relay.Log())
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("gave up waiting for kill %d: %v\n%s", f.Kills+1, ctx.Err(), relay.Log())
+			t.Fatalf("gave up waiting for the relay to record events before kill %d: %v\n%s", f.Kills+1, ctx.Err(), relay.Log())
 		case <-tick.C:
 		}
-		var processed int
-		if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSED'`).Scan(&processed); err != nil {
-			t.Fatal(err)
-		}
-		if processed < threshold {
-			continue
-		}
-		pending, err := f.lockAndKill(ctx, relay, appName)
+		n, err := f.processed(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pending) > 0 {
-			f.Kills++
-			for _, id := range pending {
-				f.unrecorded[id] = true
+		switch {
+		case n == f.N:
+			return false
+		case n > start:
+			if lock, err = f.lockAttempts(ctx); err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("kill %d: SIGKILLed the relay with %d charged events not yet recorded (%d PROCESSED so far)", f.Kills, len(pending), processed)
-			return
+			defer lock.Rollback()
 		}
 	}
+
+	// The relay delivers but cannot record: wait until the consumer has
+	// charged an event that is still PROCESSING.
+	var pending []string
+	for len(pending) == 0 {
+		if relay.Exited() {
+			t.Fatalf("the relay exited (%v) before it was killed:\n%s", relay.Err(), relay.Log())
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for a charged event still PROCESSING (kill %d): %v; does recording an outcome still write %s_attempts in the same statement?\n%s",
+				f.Kills+1, ctx.Err(), f.Backlog.Table, relay.Log())
+		case <-tick.C:
+		}
+		if pending, err = f.chargedUnrecorded(ctx, lock); err != nil {
+			t.Fatal(err)
+		}
+		if len(pending) == 0 {
+			if n, err := f.processed(ctx); err != nil {
+				t.Fatal(err)
+			} else if n == f.N {
+				return false
+			}
+		}
+	}
+	relay.Kill()
+	if err := f.endSessions(ctx, appName); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	f.Kills++
+	for _, id := range pending {
+		f.unrecorded[id] = true
+	}
+	t.Logf("kill %d: SIGKILLed the relay with %d charged events not yet recorded (%d PROCESSED before it started)", f.Kills, len(pending), start)
+	return true
 }
 
-// lockAndKill locks the outbox table, so that the relay can no longer
-// claim or record, while the batches it has in flight still reach the
-// consumer. Once some events the consumer charged are still PROCESSING
-// (and no earlier kill left them behind), it kills the relay and ends its
-// sessions before the lock is released, and returns those events. With
-// nothing in flight it returns none: nothing was killed, try again.
-func (f *Fixture) lockAndKill(ctx context.Context, relay *sinktest.Process, appName string) ([]string, error) {
+func (f *Fixture) processed(ctx context.Context) (int, error) {
+	var n int
+	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSED'`).Scan(&n)
+	return n, err
+}
+
+// lockAttempts begins a transaction that holds the outbox's audit table
+// in EXCLUSIVE mode: reads go on, writes wait.
+func (f *Fixture) lockAttempts(ctx context.Context) (*sql.Tx, error) {
 	tx, err := f.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback()
-	outboxTable := `"` + f.Backlog.Table + `"`
-	if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
+	if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '30s'`); err == nil {
+		_, err = tx.ExecContext(ctx, `LOCK TABLE "`+f.Backlog.Table+`_attempts" IN EXCLUSIVE MODE`)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, fmt.Errorf("lock the audit table: %w", err)
+	}
+	return tx, nil
+}
+
+// chargedUnrecorded returns the events that are PROCESSING and charged,
+// and that no earlier kill left behind.
+func (f *Fixture) chargedUnrecorded(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT o.event_id::text FROM "`+f.Backlog.Table+`" o
+		WHERE o.status = 'PROCESSING' AND EXISTS (SELECT 1 FROM `+f.charges+` c WHERE c.event_id = o.event_id::text)`)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `LOCK TABLE `+outboxTable+` IN EXCLUSIVE MODE`); err != nil {
-		return nil, fmt.Errorf("lock the outbox: %w", err)
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		if !f.unrecorded[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids, rows.Err()
+}
+
+// endSessions terminates the database sessions of the killed relay (one
+// may be waiting on the lock with a statement that would record outcomes)
+// and waits until they are gone.
+func (f *Fixture) endSessions(ctx context.Context, appName string) error {
+	if _, err := f.DB.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, appName); err != nil {
+		return err
 	}
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	var pending []string
-	for len(pending) == 0 {
-		rows, err := tx.QueryContext(ctx, `SELECT o.event_id::text, EXISTS (SELECT 1 FROM `+f.charges+` c WHERE c.event_id = o.event_id::text)
-			FROM `+outboxTable+` o WHERE o.status = 'PROCESSING'`)
-		if err != nil {
-			return nil, err
-		}
-		inFlight := 0
-		for rows.Next() {
-			var (
-				id      string
-				charged bool
-			)
-			if err := rows.Scan(&id, &charged); err != nil {
-				return nil, err
-			}
-			if f.unrecorded[id] {
-				continue
-			}
-			inFlight++
-			if charged {
-				pending = append(pending, id)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		if inFlight == 0 {
-			return nil, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-	}
-	relay.Kill()
-	// The relay's sessions may be waiting on the lock with a statement that
-	// would record outcomes: end them all, and wait until they are gone.
-	if _, err := tx.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, appName); err != nil {
-		return nil, err
-	}
 	for {
-		var left int // read outside tx: a transaction sees one snapshot of pg_stat_activity
+		var left int
 		if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&left); err != nil {
-			return nil, err
+			return err
 		}
 		if left == 0 {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("the killed relay's sessions did not end: %w", ctx.Err())
+			return fmt.Errorf("the killed relay's sessions did not end: %w", ctx.Err())
 		case <-tick.C:
 		}
 	}
-	return pending, tx.Commit()
 }
 
 // Check asserts the outcome: exactly one charge per event and for every
