@@ -159,9 +159,6 @@ func (ib *Inbox) Tables() Tables { return ib.tables }
 // Dialect returns the inbox's SQL dialect.
 func (ib *Inbox) Dialect() Dialect { return ib.cfg.Dialect }
 
-// DB returns the *sql.DB the inbox was made with.
-func (ib *Inbox) DB() *sql.DB { return ib.db }
-
 // Handle runs fn exactly once per (consumer, eventID), in the caller's
 // transaction tx: it records the pair in tx and then runs fn; for a pair
 // already recorded it returns Duplicate without running fn. fn must do
@@ -240,7 +237,8 @@ type Stats struct {
 	// Processed counts fn runs that returned nil. A caller's transaction
 	// that then failed to commit is counted here too.
 	Processed int64
-	// Failed counts fn runs that returned an error.
+	// Failed counts fn runs that returned an error (for the middleware:
+	// also the responses it rolled back, 5xx, 408 and 429).
 	Failed int64
 	// Duplicates counts messages whose id was already recorded: deliveries
 	// that would have been handled twice without the inbox.
@@ -297,6 +295,6 @@ func (s sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) Row
 	return s.tx.QueryRowContext(ctx, query, args...)
 }
 
-// errNoRows is what a Row returns for no row, for both database/sql and
-// pgx (whose ErrNoRows wraps sql.ErrNoRows).
+// isNoRows reports whether a Row found no row, for both database/sql and
+// pgx (whose ErrNoRows matches sql.ErrNoRows).
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -59,7 +59,9 @@ type MiddlewareConfig struct {
 //     A panic rolls the transaction back.
 //   - A request with an id already recorded does not run the handler: it
 //     gets the first response's status, Content-Type and body again, with
-//     the header Idempotent-Replayed: true.
+//     the header Idempotent-Replayed: true (an empty 200 if the id was
+//     recorded by Handle, with no response stored, under the same consumer
+//     name).
 //   - A request that arrives while the first with its id is still running
 //     waits on the first's row lock (on SQLite, the write lock), then
 //     replays the first's response once it committed, or runs the handler

@@ -308,3 +308,21 @@ func TestMiddlewareConfig(t *testing.T) {
 		t.Fatal("negative MaxResponseBytes accepted")
 	}
 }
+
+// An id recorded by Handle (no response stored) under the middleware's
+// consumer name is a duplicate all the same: an empty 200, replayed.
+func TestMiddlewareIDRecordedByHandle(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ib := newInbox(t, b, inbox.Config{})
+		e := newEffects(t, b)
+		handle(t, ib, e, "payments-api", inbox.Message{EventID: "evt-1"})
+		s := newChargeServer(t, ib, e, inbox.MiddlewareConfig{})
+		if got := post(t, s.URL, map[string]string{"Idempotency-Key": "evt-1"}); got != (answer{status: http.StatusOK, replayed: "true"}) {
+			t.Fatalf("answer %+v, want an empty 200, replayed", got)
+		}
+		if s.ran.Load() != 0 || e.count(t, "evt-1") != 1 {
+			t.Fatalf("handler ran %d times, %d effects; want 0 and 1", s.ran.Load(), e.count(t, "evt-1"))
+		}
+	})
+}
