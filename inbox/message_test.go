@@ -22,6 +22,7 @@ func TestHeaderNamesMatchTheSinks(t *testing.T) {
 		{inbox.HeaderEventID, sink.HeaderEventID},
 		{inbox.HeaderAggregateType, sink.HeaderAggregateType},
 		{inbox.HeaderAggregateID, sink.HeaderAggregateID},
+		{inbox.HeaderAggregateSeq, sink.HeaderAggregateSeq},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("inbox reads %q, the sinks write %q", c[0], c[1])
