@@ -33,19 +33,27 @@ type Runner struct {
 // prepares a goose provider on db. dialect is a goose dialect
 // (database.DialectPostgres, DialectMySQL, DialectSQLite3).
 func New(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, t store.Tables) (*Runner, error) {
-	rendered, err := render(fsys, dir, t)
+	return NewNamed(db, dialect, fsys, dir, t, t.Migrations, "outbox-migrate:"+t.Outbox)
+}
+
+// NewNamed is New for tables other than an outbox's: names is rendered
+// into the migrations, versionTable keeps the applied versions, and
+// lockKey (on PostgreSQL) names the advisory lock that keeps two runs
+// apart.
+func NewNamed(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, names any, versionTable, lockKey string) (*Runner, error) {
+	rendered, err := render(fsys, dir, names)
 	if err != nil {
 		return nil, err
 	}
-	st, err := database.NewStore(dialect, t.Migrations)
+	st, err := database.NewStore(dialect, versionTable)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	opts := []goose.ProviderOption{goose.WithStore(st), goose.WithDisableGlobalRegistry(true)}
 	if dialect == database.DialectPostgres {
 		// A session advisory lock keeps two concurrent "outbox migrate" runs
-		// from interleaving; the lock id is derived from the table name.
-		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(t.Outbox)))
+		// from interleaving; the lock id is derived from lockKey.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(lockKey)))
 		if err != nil {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
@@ -101,7 +109,7 @@ func unwrapPartial(err error) error {
 	return err
 }
 
-func render(fsys fs.FS, dir string, t store.Tables) (fs.FS, error) {
+func render(fsys fs.FS, dir string, data any) (fs.FS, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
@@ -125,7 +133,7 @@ func render(fsys fs.FS, dir string, t store.Tables) (fs.FS, error) {
 			return nil, fmt.Errorf("migrations: parse %s: %w", name, err)
 		}
 		var buf bytes.Buffer
-		if err := tpl.Execute(&buf, t); err != nil {
+		if err := tpl.Execute(&buf, data); err != nil {
 			return nil, fmt.Errorf("migrations: render %s: %w", name, err)
 		}
 		out[name] = &fstest.MapFile{Data: buf.Bytes()}
@@ -133,11 +141,12 @@ func render(fsys fs.FS, dir string, t store.Tables) (fs.FS, error) {
 	return out, nil
 }
 
-func lockID(table string) int64 {
-	// FNV-1a, folded to a positive int64, salted so that it does not collide
-	// with goose's own default lock id.
+func lockID(key string) int64 {
+	// FNV-1a, folded to a positive int64; the keys are salted (New uses
+	// "outbox-migrate:<table>") so that they do not collide with goose's own
+	// default lock id.
 	var h uint64 = 14695981039346656037
-	for _, c := range []byte("outbox-migrate:" + table) {
+	for _, c := range []byte(key) {
 		h ^= uint64(c)
 		h *= 1099511628211
 	}

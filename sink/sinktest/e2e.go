@@ -123,6 +123,13 @@ func StartCLI(t testing.TB, args ...string) *Process {
 	return p
 }
 
+// Kill SIGKILLs the process (the crash a test wants) and waits until it
+// has exited.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // Log returns everything the process printed so far.
 func (p *Process) Log() string { return p.log.String() }
 
