@@ -47,7 +47,7 @@ func TestParseURL(t *testing.T) {
 		{"nats://h?stream=A&stream=B", "given 2 times"},
 		{"nats://bob:s3cret@h?oops=1", "bob:xxxxx@h"},
 		// Templates whose own text makes every subject invalid.
-		{"nats://h?subject=payment%20events", `gives destinations such as "payment events"`},
+		{"nats://h?subject=payment%20events", `"payment events" is not a valid subject`},
 		{"nats://h?subject={aggregate_type}..events", "empty token"},
 		{"nats://h?subject={aggregate_type}.*", "wildcard"},
 		{"nats://h?subject={event_{aggregate_type}type}", "stray brace"},
