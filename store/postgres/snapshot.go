@@ -1,0 +1,144 @@
+package postgres
+
+import (
+	"context"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+var (
+	_ store.Snapshotter = (*Store)(nil)
+	_ store.GaugeLeaser = (*Store)(nil)
+)
+
+// snapshotSQL reads the cheap figures in one statement. Every count names
+// one unfinished status, so that it reads that status's partial index and
+// never the PROCESSED rows; the oldest due PENDING event is the first entry
+// of the claim's (available_at, id) index.
+const snapshotSQL = `
+SELECT now(),
+    (SELECT count(*) FROM {t} WHERE status = 'PENDING'),
+    (SELECT count(*) FROM {t} WHERE status = 'PROCESSING'),
+    (SELECT count(*) FROM {t} WHERE status = 'BLOCKED'),
+    (SELECT count(*) FROM {t} WHERE status = 'FAILED'),
+    COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at)) FROM {t} WHERE status = 'PENDING'), 0)::float8,
+    COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM {t}
+              WHERE status = 'PENDING' AND available_at <= now()), 0)::float8,
+    (SELECT count(*) FROM {dl} WHERE requeued_at IS NULL)`
+
+// finalCountsSQL counts the final statuses: a scan of the whole table.
+const finalCountsSQL = `SELECT status, count(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+
+// Snapshot implements store.Snapshotter: every figure is read in one
+// read-only REPEATABLE READ transaction.
+func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.Snapshot, error) {
+	return s.snapshot(ctx, s.pool, req)
+}
+
+// beginner is what both a pool and a single connection offer.
+type beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotRequest) (store.Snapshot, error) {
+	snap := store.NewSnapshot(req)
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return snap, s.wrap("snapshot", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var oldest, oldestDue float64
+	var pending, processing, blocked, failed int64
+	if err := tx.QueryRow(ctx, render(s.t, snapshotSQL)).Scan(&snap.DBTime, &pending, &processing, &blocked, &failed,
+		&oldest, &oldestDue, &snap.DeadLetters); err != nil {
+		return snap, s.wrap("snapshot", err)
+	}
+	snap.Counts[outbox.StatusPending], snap.Counts[outbox.StatusProcessing] = pending, processing
+	snap.Counts[outbox.StatusBlocked], snap.Counts[outbox.StatusFailed] = blocked, failed
+	snap.OldestPendingAge = time.Duration(oldest * float64(time.Second))
+	snap.OldestDuePendingAge = time.Duration(oldestDue * float64(time.Second))
+	if req.FinalCounts {
+		rows, err := tx.Query(ctx, render(s.t, finalCountsSQL))
+		if err != nil {
+			return snap, s.wrap("snapshot: final counts", err)
+		}
+		err = store.ScanStatusCounts(rows, snap.Counts)
+		rows.Close()
+		if err != nil {
+			return snap, s.wrap("snapshot: final counts", err)
+		}
+	}
+	if req.FailedBlocks {
+		rows, err := tx.Query(ctx, s.q.blockedAg)
+		if err != nil {
+			return snap, s.wrap("snapshot: blocked aggregates", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b store.BlockedAggregate
+			var id [16]byte
+			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &id, &b.Waiting, &snap.BlockedAggregateCount); err != nil {
+				return snap, s.wrap("snapshot: blocked aggregates", err)
+			}
+			b.FailedEventID = outbox.EventID(id)
+			if len(snap.BlockedAggregates) < req.BlockedListLimit() {
+				snap.BlockedAggregates = append(snap.BlockedAggregates, b)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return snap, s.wrap("snapshot: blocked aggregates", err)
+		}
+	}
+	return snap, nil
+}
+
+// TryGaugeLease implements store.GaugeLeaser with a session advisory lock
+// held on a connection of its own (not one of the pool's), so that the
+// lease ends when that session does: when the process exits or its
+// connection breaks. Behind a pooler in transaction mode (PgBouncer) a
+// session lock is not held reliably; point the relays at the server.
+func (s *Store) TryGaugeLease(ctx context.Context) (store.GaugeLease, bool, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, false, s.wrap("gauge lease: connect", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", gaugeLockID(s.t.Outbox)).Scan(&ok); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, false, s.wrap("gauge lease", err)
+	}
+	if !ok {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, false, nil
+	}
+	return &gaugeLease{s: s, conn: conn}, true, nil
+}
+
+type gaugeLease struct {
+	s    *Store
+	conn *pgx.Conn
+}
+
+func (l *gaugeLease) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.Snapshot, error) {
+	return l.s.snapshot(ctx, l.conn, req)
+}
+
+func (l *gaugeLease) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l.conn.Close(ctx) // ends the session, and with it the lock
+}
+
+// gaugeLockID is the advisory lock of one outbox's gauge lease: FNV-1a of
+// a salted name, in the single-bigint key space (the enqueue locks use the
+// two-int one, and the migration lock another salt).
+func gaugeLockID(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("outbox-gauges:" + table))
+	return int64(h.Sum64() >> 1)
+}
