@@ -254,4 +254,3 @@ func enqueueErr(h *Harness, events ...outbox.Event) ([]outbox.EventID, error) {
 	}
 	return ids, tx.Commit(ctx)
 }
-
