@@ -32,6 +32,10 @@ type Observer interface {
 	// relay or the reaper took the rows) or recording kept failing until
 	// the lease ran out. events counts the events concerned.
 	LeaseLost(events int)
+	// SweepDone follows every sweep of this relay's sweeper: how long it
+	// took and what it changed (leases of other relays that ended, events
+	// that expired while waiting).
+	SweepDone(d time.Duration, res store.SweepResult, err error)
 	// StoreError follows every failed store call; op is one of the Op*
 	// constants.
 	StoreError(op string, err error)
@@ -91,7 +95,9 @@ func (NopObserver) PublishDone(string, time.Duration, int) {}
 func (NopObserver) OutcomeRecorded(OutcomeInfo)            {}
 func (NopObserver) CompleteDone(time.Duration, int, error) {}
 func (NopObserver) LeaseLost(int)                          {}
-func (NopObserver) StoreError(string, error)               {}
+func (NopObserver) SweepDone(time.Duration, store.SweepResult, error) {
+}
+func (NopObserver) StoreError(string, error) {}
 
 // PublishTracer is the tracing seam: it wraps every sink call. The tracing
 // subpackage implements it with OpenTelemetry; the relay imports no
@@ -144,6 +150,11 @@ func (h hooks) completed(start time.Time, events int, err error) {
 func (h hooks) storeError(op string, err error) { h.obs.StoreError(op, err) }
 
 func (h hooks) leaseLost(events int) { h.obs.LeaseLost(events) }
+
+// swept follows a sweep that started at start.
+func (h hooks) swept(start time.Time, res store.SweepResult, err error) {
+	h.obs.SweepDone(h.r.now().Sub(start), res, err)
+}
 
 // route returns the route of the batch's i-th event, computed once.
 func (b *batch) route(i int) string {

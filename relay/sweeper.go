@@ -42,7 +42,9 @@ func (r *Relay) sweepLoop(ctx context.Context) {
 }
 
 func (r *Relay) sweepOnce(ctx context.Context) (store.SweepResult, error) {
+	started := r.now()
 	res, err := r.cfg.Store.Sweep(ctx, store.SweepRequest{RelayID: r.cfg.RelayID, FailedBlocks: r.failedBlocks()})
+	r.hooks.swept(started, res, err)
 	r.stats.reaped.Add(res.Reaped)
 	r.stats.sweptExpired.Add(res.Expired)
 	r.stats.blocked.Add(res.Blocked)
