@@ -32,8 +32,9 @@ type Config struct {
 	// GaugeInterval is how often the gauges are refreshed. Default 15s.
 	GaugeInterval time.Duration
 	// FinalCountInterval is how often the PROCESSED, EXPIRED and SKIPPED
-	// counts are refreshed too: they read the whole table. Default 5m;
-	// negative: never (those series are then left out).
+	// counts are refreshed too: they read the whole table. Default 20
+	// gauge intervals (5m with the default GaugeInterval); negative: never
+	// (those series are then left out).
 	FinalCountInterval time.Duration
 	// MaxRoutes bounds the route label: past this many routes, the others
 	// are counted as route "other" (a routing template with
@@ -47,7 +48,6 @@ type Config struct {
 // Defaults.
 const (
 	DefaultGaugeInterval      = 15 * time.Second
-	DefaultFinalCountInterval = 5 * time.Minute
 	DefaultMaxRoutes          = 100
 	// OtherRoute is the route label of routes past Config.MaxRoutes.
 	OtherRoute = "other"
@@ -63,7 +63,7 @@ func (c Config) withDefaults() Config {
 		c.GaugeInterval = DefaultGaugeInterval
 	}
 	if c.FinalCountInterval == 0 {
-		c.FinalCountInterval = DefaultFinalCountInterval
+		c.FinalCountInterval = 20 * c.GaugeInterval
 	}
 	if c.MaxRoutes == 0 {
 		c.MaxRoutes = DefaultMaxRoutes

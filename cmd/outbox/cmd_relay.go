@@ -31,6 +31,8 @@ type RelayCmd struct {
 	RelayID       string        `help:"Name of this relay in the audit trail (default: host-pid-random)." env:"OUTBOX_RELAY_ID"`
 	Drain         bool          `help:"Exit 0 once no event can move without an operator." env:"OUTBOX_DRAIN"`
 	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
+	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty). The endpoints have no authentication." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
+	GaugeInterval time.Duration `help:"With --admin: how often the cluster-wide gauges are refreshed (by one relay at a time)." default:"15s" env:"OUTBOX_GAUGE_INTERVAL"`
 }
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
@@ -46,6 +48,13 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	routes, err := sink.ParseRouteOverrides(c.Route)
 	if err != nil {
 		return err
+	}
+	var admin *adminServer
+	if c.Admin != "" { // bound first: a busy port fails before any other work
+		if admin, err = listenAdmin(c.Admin, g.logger); err != nil {
+			return err
+		}
+		defer admin.close()
 	}
 	sk, err := openSink(ctx, c.Sink, sinkOptions{Routes: routes, Logger: g.logger})
 	if err != nil {
@@ -73,7 +82,26 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	} else if cur < latest {
 		return fmt.Errorf("table %s is at schema version %d of %d: run `outbox migrate` first", g.Table, cur, latest)
 	}
+	if c.RelayID == "" {
+		c.RelayID = relay.NewRelayID()
+	}
+	var observer relay.Observer
+	if admin != nil {
+		m, stopGauges, err := c.startAdminEndpoints(ctx, g, admin, b, sk, policy)
+		if err != nil {
+			return err
+		}
+		defer stopGauges()
+		observer = m
+	}
+	tracer, stopTracing, err := setupTracing(ctx, g.logger, c.Sink)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	r, err := relay.New(relay.Config{
+		Observer:      observer,
+		Tracer:        tracer,
 		Store:         b.store,
 		Sink:          sk,
 		RelayID:       c.RelayID,
