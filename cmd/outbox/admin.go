@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/txoutbox/outbox/metrics"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/store"
 )
 
 // adminServer is the listener of `relay --admin`: a mux the CLI owns, so
@@ -117,4 +120,48 @@ func (c *RelayCmd) startAdminEndpoints(ctx context.Context, g *Globals, admin *a
 		m.RunGauges(gctx)
 	}()
 	return m, func() { cancel(); <-done }, nil
+}
+
+// benchAdmin is what `outbox bench --admin` runs beside each relay: the
+// endpoints of --admin on a loopback port, the gauges refreshed every
+// second, and a scraper reading /metrics every second.
+func benchAdmin(log *slog.Logger) func(ctx context.Context, st store.Store) (relay.Observer, func()) {
+	return func(ctx context.Context, st store.Store) (relay.Observer, func()) {
+		admin, err := listenAdmin("127.0.0.1:0", log)
+		if err != nil {
+			log.Warn("bench: no admin endpoint", "err", err)
+			return nil, func() {}
+		}
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(metrics.Config{Registerer: reg, RelayID: "bench", Version: version, Store: st,
+			GaugeInterval: time.Second, Logger: log})
+		if err != nil {
+			admin.close()
+			log.Warn("bench: no metrics", "err", err)
+			return nil, func() {}
+		}
+		metrics.Mount(admin.mux, metrics.HandlerConfig{Gatherer: reg, Store: st})
+		admin.serve()
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); m.RunGauges(ctx) }()
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if resp, err := http.Get("http://" + admin.ln.Addr().String() + "/metrics"); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+		return m, func() { cancel(); wg.Wait(); admin.close() }
+	}
 }
