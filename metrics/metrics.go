@@ -47,8 +47,8 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultGaugeInterval      = 15 * time.Second
-	DefaultMaxRoutes          = 100
+	DefaultGaugeInterval = 15 * time.Second
+	DefaultMaxRoutes     = 100
 	// OtherRoute is the route label of routes past Config.MaxRoutes.
 	OtherRoute = "other"
 	// SweeperRoute is the route label of events the sweeper expired while

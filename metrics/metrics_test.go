@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/metrics"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
@@ -22,9 +22,8 @@ import (
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
-// sample finds the series name{labels} in reg: a counter's or gauge's
-// value, or a histogram's sample count. ok is false when it is absent.
-func sample(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) (v float64, ok bool) {
+// series returns the samples of name that have the label pairs given.
+func series(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) []*dto.Metric {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
@@ -34,25 +33,44 @@ func sample(t testing.TB, reg prometheus.Gatherer, name string, labels ...string
 	for i := 0; i+1 < len(labels); i += 2 {
 		want[labels[i]] = labels[i+1]
 	}
+	var out []*dto.Metric
 	for _, f := range fams {
 		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if !hasLabels(m, want) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
+			if hasLabels(m, want) {
+				out = append(out, m)
 			}
 		}
 	}
-	return 0, false
+	return out
+}
+
+// value is a counter's or gauge's value, or a histogram's sample count.
+func value(m *dto.Metric) float64 {
+	return m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+}
+
+// sample is the value of the first series name{labels}; ok is false when
+// there is none.
+func sample(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) (v float64, ok bool) {
+	t.Helper()
+	ms := series(t, reg, name, labels...)
+	if len(ms) == 0 {
+		return 0, false
+	}
+	return value(ms[0]), true
+}
+
+// sum adds up the series of name matching labels, over every other label.
+func sum(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	total := 0.0
+	for _, m := range series(t, reg, name, labels...) {
+		total += value(m)
+	}
+	return total
 }
 
 func hasLabels(m *dto.Metric, want map[string]string) bool {
@@ -66,32 +84,6 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 		}
 	}
 	return n == len(want)
-}
-
-// sum adds up the series of name matching labels (counter values or
-// histogram sample counts), over every other label.
-func sum(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	total := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if hasLabels(m, want) {
-				total += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return total
 }
 
 func mustSample(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
@@ -174,8 +166,8 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 			t.Parallel()
 			b := openBackend(t, kind)
 			reg := prometheus.NewRegistry()
-			var logs bytes.Buffer
-			log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+			var logs testenv.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
 			m, err := metrics.New(metrics.Config{Registerer: reg, RelayID: "relay-a", Version: "v-test", Store: b.store,
 				GaugeInterval: 20 * time.Millisecond, Logger: log})
 			if err != nil {
@@ -292,17 +284,6 @@ func checkMargins(t *testing.T, reg prometheus.Gatherer) {
 			}
 		}
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // failingStore fails its first claims, as a database that is down would.

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,43 +11,12 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/store/sqlite"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines returns the log lines that contain every one of words.
-func (l *lockedBuffer) lines(words ...string) []string {
-	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
-		ok := line != ""
-		for _, w := range words {
-			ok = ok && strings.Contains(line, w)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 func TestRouteHealthRateLimitsAndRecovers(t *testing.T) {
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := newRouteHealth(slog.New(slog.NewTextHandler(&logs, nil)), func() time.Time { return now })
 	fail := func(n int, e string) {
@@ -65,7 +33,7 @@ func TestRouteHealthRateLimitsAndRecovers(t *testing.T) {
 	now = now.Add(15 * time.Second)
 	ok()
 
-	warns := logs.lines("level=WARN", "route=payment.events")
+	warns := logs.Lines("level=WARN", "route=payment.events")
 	if len(warns) != 2 {
 		t.Fatalf("WARN lines = %d, want 2 (start, then one after the interval):\n%s", len(warns), logs.String())
 	}
@@ -79,7 +47,7 @@ func TestRouteHealthRateLimitsAndRecovers(t *testing.T) {
 			t.Errorf("second WARN %q lacks %q", warns[1], want)
 		}
 	}
-	infos := logs.lines("level=INFO", "recovered", "route=payment.events")
+	infos := logs.Lines("level=INFO", "recovered", "route=payment.events")
 	if len(infos) != 1 || !strings.Contains(infos[0], "failures=7") || !strings.Contains(infos[0], "down_for=50s") {
 		t.Fatalf("recovery lines = %q", infos)
 	}
@@ -89,16 +57,16 @@ func TestRouteHealthRateLimitsAndRecovers(t *testing.T) {
 	now = now.Add(time.Second)
 	fail(1, "503")
 	ok()
-	if n := len(logs.lines("level=WARN")); n != 2 {
+	if n := len(logs.Lines("level=WARN")); n != 2 {
 		t.Errorf("a failure within the interval after the last WARN was logged (%d WARN lines)", n)
 	}
-	if n := len(logs.lines("recovered")); n != 1 {
+	if n := len(logs.Lines("recovered")); n != 1 {
 		t.Errorf("an unlogged outage's end was logged (%d recovery lines)", n)
 	}
 	// Past the interval, a new outage is logged again.
 	now = now.Add(outageLogEvery)
 	fail(1, "timeout")
-	if n := len(logs.lines("level=WARN", "are failing")); n != 2 {
+	if n := len(logs.Lines("level=WARN", "are failing")); n != 2 {
 		t.Errorf("a new outage after the interval: %d start lines, want 2", n)
 	}
 }
@@ -155,7 +123,7 @@ func TestOutageIsLogged(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	sk := &flakySink{}
 	r, err := New(Config{Store: s, Sink: sk, Logger: slog.New(slog.NewTextHandler(&logs, nil)), MaxRetries: 100,
 		BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond, PollInterval: 5 * time.Millisecond})
@@ -165,7 +133,7 @@ func TestOutageIsLogged(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Drain(context.WithoutCancel(ctx)) }()
 	deadline := time.Now().Add(20 * time.Second)
-	for sk.failures() < 3 || len(logs.lines("level=WARN", "are failing")) == 0 {
+	for sk.failures() < 3 || len(logs.Lines("level=WARN", "are failing")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no WARN after %d failures:\n%s", sk.failures(), logs.String())
 		}
@@ -177,13 +145,13 @@ func TestOutageIsLogged(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	warn := logs.lines("level=WARN", "are failing")[0]
+	warn := logs.Lines("level=WARN", "are failing")[0]
 	for _, want := range []string{"route=default", "connection refused", "failures="} {
 		if !strings.Contains(warn, want) {
 			t.Errorf("WARN %q lacks %q", warn, want)
 		}
 	}
-	if len(logs.lines("level=INFO", "route recovered", "route=default")) != 1 {
+	if len(logs.Lines("level=INFO", "route recovered", "route=default")) != 1 {
 		t.Errorf("no recovery line:\n%s", logs.String())
 	}
 	if strings.Contains(logs.String(), "4111") {

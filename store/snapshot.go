@@ -105,3 +105,20 @@ type GaugeLease interface {
 	// Release gives the lease up and closes its session.
 	Release()
 }
+
+// ScanBlockedAggregates reads the rows of a backend's blocked-aggregates
+// query into snap, listing at most limit of them. scan reads the current
+// row into b and the count of all blocked aggregates into total. The
+// caller closes rows.
+func ScanBlockedAggregates(rows Rows, limit int, snap *Snapshot, scan func(b *BlockedAggregate, total *int64) error) error {
+	for rows.Next() {
+		var b BlockedAggregate
+		if err := scan(&b, &snap.BlockedAggregateCount); err != nil {
+			return err
+		}
+		if len(snap.BlockedAggregates) < limit {
+			snap.BlockedAggregates = append(snap.BlockedAggregates, b)
+		}
+	}
+	return rows.Err()
+}

@@ -79,34 +79,24 @@ func withPassword(t *testing.T, dsn, pw string) string {
 // adminRelay is a relay process started with --admin.
 type adminRelay struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testenv.Buffer
 	addr   string
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startProcess runs the test binary as `outbox <args>` with env added.
-func startProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBuffer) {
+func startProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *testenv.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "OUTBOX_TEST_EXEC_MAIN=1"), env...)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd with its output in a buffer; it is killed when the
+// test ends if it still runs.
+func startCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, *testenv.Buffer) {
+	t.Helper()
+	out := &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +106,7 @@ func startProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncB
 			_, _ = cmd.Process.Wait()
 		}
 	})
-	return cmd, stderr
+	return cmd, out
 }
 
 var adminAddrRE = regexp.MustCompile(`msg="admin endpoint listening" addr=(\S+)`)
@@ -389,8 +379,8 @@ func checkWithPrometheus(t *testing.T, relayAddr string, delivered float64) {
 	}
 	promAddr := ln.Addr().String()
 	ln.Close()
-	cmd, stderr := startProcessBin(t, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
+	cmd, stderr := startCmd(t, exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr))
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_, _ = cmd.Process.Wait()
@@ -426,24 +416,6 @@ func checkWithPrometheus(t *testing.T, relayAddr string, delivered float64) {
 			t.Errorf("dashboard query %s on a real Prometheus: %s, %d series", q, status, len(res))
 		}
 	}
-}
-
-// startProcessBin runs an executable that is not the test binary.
-func startProcessBin(t *testing.T, bin string, args ...string) (*exec.Cmd, *syncBuffer) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	stderr := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_, _ = cmd.Process.Wait()
-		}
-	})
-	return cmd, stderr
 }
 
 func TestRelayAdminBadAddress(t *testing.T) {

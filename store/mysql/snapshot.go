@@ -78,17 +78,11 @@ func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotR
 		if err != nil {
 			return snap, s.wrap("snapshot: blocked aggregates", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var b store.BlockedAggregate
-			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, &snap.BlockedAggregateCount); err != nil {
-				return snap, s.wrap("snapshot: blocked aggregates", err)
-			}
-			if len(snap.BlockedAggregates) < req.BlockedListLimit() {
-				snap.BlockedAggregates = append(snap.BlockedAggregates, b)
-			}
-		}
-		if err := rows.Err(); err != nil {
+		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
+			return rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, total)
+		})
+		rows.Close()
+		if err != nil {
 			return snap, s.wrap("snapshot: blocked aggregates", err)
 		}
 	}

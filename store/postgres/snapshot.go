@@ -78,19 +78,14 @@ func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotReq
 		if err != nil {
 			return snap, s.wrap("snapshot: blocked aggregates", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var b store.BlockedAggregate
+		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
 			var id [16]byte
-			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &id, &b.Waiting, &snap.BlockedAggregateCount); err != nil {
-				return snap, s.wrap("snapshot: blocked aggregates", err)
-			}
+			err := rows.Scan(&b.AggregateType, &b.AggregateID, &id, &b.Waiting, total)
 			b.FailedEventID = outbox.EventID(id)
-			if len(snap.BlockedAggregates) < req.BlockedListLimit() {
-				snap.BlockedAggregates = append(snap.BlockedAggregates, b)
-			}
-		}
-		if err := rows.Err(); err != nil {
+			return err
+		})
+		rows.Close()
+		if err != nil {
 			return snap, s.wrap("snapshot: blocked aggregates", err)
 		}
 	}

@@ -69,16 +69,9 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var b store.BlockedAggregate
-			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, &snap.BlockedAggregateCount); err != nil {
-				return err
-			}
-			if len(snap.BlockedAggregates) < req.BlockedListLimit() {
-				snap.BlockedAggregates = append(snap.BlockedAggregates, b)
-			}
-		}
-		return rows.Err()
+		return store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
+			return rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, total)
+		})
 	})
 	if err != nil {
 		return snap, s.wrap("snapshot", err)
