@@ -129,7 +129,7 @@ func (g *gauges) refresh(ctx context.Context) {
 	req := store.SnapshotRequest{FailedBlocks: g.cfg.OnFailure == relay.BlockAggregate}
 	now := time.Now()
 	if g.cfg.FinalCountInterval >= 0 && (g.lastFinal.IsZero() || now.Sub(g.lastFinal) >= g.cfg.FinalCountInterval) {
-		req.FinalCounts = true
+		req.Full = true
 	}
 	snap, err := snapshot(ctx, req)
 	if err != nil {
@@ -138,7 +138,7 @@ func (g *gauges) refresh(ctx context.Context) {
 	}
 	g.mu.Lock()
 	g.snap = &snap
-	if snap.FinalCounts {
+	if snap.Full {
 		g.finals, g.lastFinal = snap.Counts, now
 	}
 	g.mu.Unlock()

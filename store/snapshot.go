@@ -23,12 +23,15 @@ type SnapshotRequest struct {
 	// FAILED event and events after it are blocked aggregates. Without it,
 	// no aggregate is blocked.
 	FailedBlocks bool
-	// FinalCounts also counts the PROCESSED, EXPIRED and SKIPPED events.
-	// These rows pile up until retention deletes them, and counting them
-	// reads the whole table (about 0.2 to 0.4 s per million rows); the
-	// other figures read only the unfinished rows through their partial
-	// indexes. Without it, Counts holds no entry for those statuses.
-	FinalCounts bool
+	// Full also reads the figures whose cost grows with the table: the
+	// counts of PROCESSED, EXPIRED and SKIPPED events (rows that pile up
+	// until retention deletes them: a scan of the table, about 0.8 s per
+	// million rows on a busy 2-core machine) and OldestPendingAge (a visit
+	// of every PENDING row). The other figures read the partial indexes of
+	// the unfinished statuses and the first entry of the due index. Without
+	// it, Counts holds no entry for the final statuses and
+	// OldestPendingAge is 0.
+	Full bool
 	// BlockedLimit lists up to this many blocked aggregates (at most 100);
 	// 0 only counts them.
 	BlockedLimit int
@@ -39,12 +42,12 @@ type Snapshot struct {
 	// DBTime is the database clock at the snapshot.
 	DBTime time.Time
 	// Counts by status: every unfinished status always; the final ones
-	// (PROCESSED, EXPIRED, SKIPPED) only with SnapshotRequest.FinalCounts.
+	// (PROCESSED, EXPIRED, SKIPPED) only with SnapshotRequest.Full.
 	Counts map[outbox.Status]int64
-	// FinalCounts tells whether Counts holds the final statuses.
-	FinalCounts bool
+	// Full tells whether the snapshot read the figures of SnapshotRequest.Full.
+	Full bool
 	// OldestPendingAge is the time since the oldest PENDING event was
-	// created; 0 when nothing is pending.
+	// created (with SnapshotRequest.Full); 0 when nothing is pending.
 	OldestPendingAge time.Duration
 	// OldestDuePendingAge is the time since the oldest due PENDING event
 	// became due (its available_at): events delayed on purpose or waiting
@@ -63,17 +66,17 @@ type Snapshot struct {
 // UnfinishedStatuses are the statuses a snapshot always counts.
 var UnfinishedStatuses = []outbox.Status{outbox.StatusPending, outbox.StatusProcessing, outbox.StatusBlocked, outbox.StatusFailed}
 
-// FinalStatuses are the statuses counted only with SnapshotRequest.FinalCounts.
+// FinalStatuses are the statuses counted only with SnapshotRequest.Full.
 var FinalStatuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired, outbox.StatusSkipped}
 
 // NewSnapshot returns a Snapshot whose Counts hold 0 for every status the
 // request counts.
 func NewSnapshot(req SnapshotRequest) Snapshot {
-	s := Snapshot{Counts: make(map[outbox.Status]int64, len(outbox.Statuses)), FinalCounts: req.FinalCounts}
+	s := Snapshot{Counts: make(map[outbox.Status]int64, len(outbox.Statuses)), Full: req.Full}
 	for _, st := range UnfinishedStatuses {
 		s.Counts[st] = 0
 	}
-	if req.FinalCounts {
+	if req.Full {
 		for _, st := range FinalStatuses {
 			s.Counts[st] = 0
 		}

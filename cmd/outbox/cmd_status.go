@@ -84,7 +84,7 @@ func readStatus(ctx context.Context, st store.Store, failedBlocks bool) (store.S
 		stats, err := st.Stats(ctx, failedBlocks)
 		return stats, 0, err
 	}
-	snap, err := sn.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: failedBlocks, FinalCounts: true, BlockedLimit: 100})
+	snap, err := sn.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: failedBlocks, Full: true, BlockedLimit: 100})
 	if err != nil {
 		return store.Stats{}, 0, err
 	}

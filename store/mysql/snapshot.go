@@ -25,12 +25,15 @@ SELECT UTC_TIMESTAMP(6),
     (SELECT COUNT(*) FROM {t} WHERE status = 'PROCESSING'),
     (SELECT COUNT(*) FROM {t} WHERE status = 'BLOCKED'),
     (SELECT COUNT(*) FROM {t} WHERE status = 'FAILED'),
-    (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) FROM {t} WHERE status = 'PENDING'),
     (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) FROM {t}
       WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)),
     (SELECT COUNT(*) FROM {dl} WHERE requeued_at IS NULL)`
 
 const finalCountsSQL = `SELECT status, COUNT(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+
+// oldestPendingSQL visits every PENDING row for its created_at; ? is the
+// snapshot's clock.
+const oldestPendingSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), ?) FROM {t} WHERE status = 'PENDING'`
 
 // Snapshot implements store.Snapshotter: every figure is read in one
 // read-only REPEATABLE READ transaction (one InnoDB read view).
@@ -54,15 +57,18 @@ func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotR
 	var pending, processing, blocked, failed int64
 	var oldest, oldestDue sql.NullInt64
 	if err := tx.QueryRowContext(ctx, render(s.t, snapshotSQL)).Scan(&now, &pending, &processing, &blocked, &failed,
-		&oldest, &oldestDue, &snap.DeadLetters); err != nil {
+		&oldestDue, &snap.DeadLetters); err != nil {
 		return snap, s.wrap("snapshot", err)
 	}
 	snap.DBTime = now.Time
 	snap.Counts[outbox.StatusPending], snap.Counts[outbox.StatusProcessing] = pending, processing
 	snap.Counts[outbox.StatusBlocked], snap.Counts[outbox.StatusFailed] = blocked, failed
-	snap.OldestPendingAge = max(time.Duration(oldest.Int64)*time.Microsecond, 0)
 	snap.OldestDuePendingAge = max(time.Duration(oldestDue.Int64)*time.Microsecond, 0)
-	if req.FinalCounts {
+	if req.Full {
+		if err := tx.QueryRowContext(ctx, render(s.t, oldestPendingSQL), formatTime(now.Time)).Scan(&oldest); err != nil {
+			return snap, s.wrap("snapshot: oldest pending", err)
+		}
+		snap.OldestPendingAge = max(time.Duration(oldest.Int64)*time.Microsecond, 0)
 		rows, err := tx.QueryContext(ctx, render(s.t, finalCountsSQL))
 		if err != nil {
 			return snap, s.wrap("snapshot: final counts", err)

@@ -26,13 +26,15 @@ SELECT now(),
     (SELECT count(*) FROM {t} WHERE status = 'PROCESSING'),
     (SELECT count(*) FROM {t} WHERE status = 'BLOCKED'),
     (SELECT count(*) FROM {t} WHERE status = 'FAILED'),
-    COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at)) FROM {t} WHERE status = 'PENDING'), 0)::float8,
     COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM {t}
               WHERE status = 'PENDING' AND available_at <= now()), 0)::float8,
     (SELECT count(*) FROM {dl} WHERE requeued_at IS NULL)`
 
 // finalCountsSQL counts the final statuses: a scan of the whole table.
 const finalCountsSQL = `SELECT status, count(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+
+// oldestPendingSQL visits every PENDING row for its created_at.
+const oldestPendingSQL = `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`
 
 // Snapshot implements store.Snapshotter: every figure is read in one
 // read-only REPEATABLE READ transaction.
@@ -55,14 +57,17 @@ func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotReq
 	var oldest, oldestDue float64
 	var pending, processing, blocked, failed int64
 	if err := tx.QueryRow(ctx, render(s.t, snapshotSQL)).Scan(&snap.DBTime, &pending, &processing, &blocked, &failed,
-		&oldest, &oldestDue, &snap.DeadLetters); err != nil {
+		&oldestDue, &snap.DeadLetters); err != nil {
 		return snap, s.wrap("snapshot", err)
 	}
 	snap.Counts[outbox.StatusPending], snap.Counts[outbox.StatusProcessing] = pending, processing
 	snap.Counts[outbox.StatusBlocked], snap.Counts[outbox.StatusFailed] = blocked, failed
-	snap.OldestPendingAge = time.Duration(oldest * float64(time.Second))
 	snap.OldestDuePendingAge = time.Duration(oldestDue * float64(time.Second))
-	if req.FinalCounts {
+	if req.Full {
+		if err := tx.QueryRow(ctx, render(s.t, oldestPendingSQL)).Scan(&oldest); err != nil {
+			return snap, s.wrap("snapshot: oldest pending", err)
+		}
+		snap.OldestPendingAge = time.Duration(oldest * float64(time.Second))
 		rows, err := tx.Query(ctx, render(s.t, finalCountsSQL))
 		if err != nil {
 			return snap, s.wrap("snapshot: final counts", err)

@@ -18,10 +18,10 @@ import (
 //
 //	go test -run '^$' -bench Snapshot -benchtime 20x ./store/postgres/
 //
-// "gauges" is what the gauge refresher reads every interval; "final
-// counts" adds the PROCESSED/EXPIRED/SKIPPED counts (a scan of the table,
-// read every 20 intervals); "stats" is the Stats the status command used
-// before, for comparison.
+// "gauges" is what the gauge refresher reads every interval; "full" adds
+// the PROCESSED/EXPIRED/SKIPPED counts and the oldest pending age (a scan
+// of the table; the refresher reads it every 20 intervals, `outbox status`
+// every time); "stats" is Store.Stats, for comparison.
 func BenchmarkSnapshot(b *testing.B) {
 	processed, pending := envInt("OUTBOX_BENCH_PROCESSED", 1_000_000), envInt("OUTBOX_BENCH_PENDING", 10_000)
 	ctx := context.Background()
@@ -63,8 +63,8 @@ func BenchmarkSnapshot(b *testing.B) {
 			_, err := s.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true})
 			return err
 		}},
-		{"final_counts", func() error {
-			_, err := s.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true, FinalCounts: true, BlockedLimit: 100})
+		{"full", func() error {
+			_, err := s.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true, Full: true, BlockedLimit: 100})
 			return err
 		}},
 		{"stats", func() error {
@@ -72,7 +72,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			return err
 		}},
 	}
-	snap, err := s.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true, FinalCounts: true})
+	snap, err := s.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true, Full: true})
 	if err != nil {
 		b.Fatal(err)
 	}

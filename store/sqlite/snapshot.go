@@ -18,11 +18,12 @@ SELECT (SELECT count(*) FROM {t} WHERE status = 'PENDING'),
        (SELECT count(*) FROM {t} WHERE status = 'PROCESSING'),
        (SELECT count(*) FROM {t} WHERE status = 'BLOCKED'),
        (SELECT count(*) FROM {t} WHERE status = 'FAILED'),
-       (SELECT min(created_at) FROM {t} WHERE status = 'PENDING'),
        (SELECT min(available_at) FROM {t} WHERE status = 'PENDING' AND available_at <= ?1),
        (SELECT count(*) FROM {dl} WHERE requeued_at IS NULL)`
 
 const finalCountsSQL = `SELECT status, count(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+
+const oldestPendingSQL = `SELECT min(created_at) FROM {t} WHERE status = 'PENDING'`
 
 // Snapshot implements store.Snapshotter: every figure is read in one read
 // transaction. SQLite has no lease for the gauges (store.GaugeLeaser): it
@@ -34,7 +35,7 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 		var pending, processing, blocked, failed int64
 		var oldest, oldestDue sql.NullString
 		if err := c.QueryRowContext(ctx, render(s.t, snapshotSQL), now).Scan(&pending, &processing, &blocked, &failed,
-			&oldest, &oldestDue, &snap.DeadLetters); err != nil {
+			&oldestDue, &snap.DeadLetters); err != nil {
 			return err
 		}
 		snap.Counts[outbox.StatusPending], snap.Counts[outbox.StatusProcessing] = pending, processing
@@ -44,13 +45,16 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 			return err
 		}
 		snap.DBTime = dbNow
-		if snap.OldestPendingAge, err = ageSince(dbNow, oldest); err != nil {
-			return err
-		}
 		if snap.OldestDuePendingAge, err = ageSince(dbNow, oldestDue); err != nil {
 			return err
 		}
-		if req.FinalCounts {
+		if req.Full {
+			if err := c.QueryRowContext(ctx, render(s.t, oldestPendingSQL)).Scan(&oldest); err != nil {
+				return err
+			}
+			if snap.OldestPendingAge, err = ageSince(dbNow, oldest); err != nil {
+				return err
+			}
 			rows, err := c.QueryContext(ctx, render(s.t, finalCountsSQL))
 			if err != nil {
 				return err

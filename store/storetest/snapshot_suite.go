@@ -78,7 +78,7 @@ func testSnapshotKnownDataSet(t *testing.T, h *Harness) {
 	delayed.Delay = time.Hour
 	enqueue(t, h, delayed)
 
-	snap := snapshot(t, h, store.SnapshotRequest{FailedBlocks: true, FinalCounts: true, BlockedLimit: 10})
+	snap := snapshot(t, h, store.SnapshotRequest{FailedBlocks: true, Full: true, BlockedLimit: 10})
 	want := map[outbox.Status]int64{
 		outbox.StatusPending: 2, outbox.StatusProcessing: 1, outbox.StatusBlocked: 2, outbox.StatusFailed: 3,
 		outbox.StatusProcessed: 2, outbox.StatusExpired: 1, outbox.StatusSkipped: 0,
@@ -127,9 +127,12 @@ func testSnapshotKnownDataSet(t *testing.T, h *Harness) {
 	if snap.Counts[outbox.StatusPending] != 3 {
 		t.Errorf("PENDING = %d, want 3", snap.Counts[outbox.StatusPending])
 	}
+	if snap.OldestPendingAge != 0 {
+		t.Errorf("without Full the snapshot read the oldest pending age (%s)", snap.OldestPendingAge)
+	}
 	for _, s := range store.FinalStatuses {
-		if _, ok := snap.Counts[s]; ok || snap.FinalCounts {
-			t.Errorf("without FinalCounts the snapshot counted %s", s)
+		if _, ok := snap.Counts[s]; ok || snap.Full {
+			t.Errorf("without Full the snapshot counted %s", s)
 		}
 	}
 	if snap.BlockedAggregateCount != 0 || snap.DeadLetters != 3 {
@@ -228,7 +231,7 @@ func testGaugeLeaseExclusive(t *testing.T, h *Harness) {
 			t.Fatalf("lease from another store while the first is held: ok %v, err %v; want refused", ok, err)
 		}
 	}
-	snap, err := first.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true, FinalCounts: true})
+	snap, err := first.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true, Full: true})
 	if err != nil || snap.Counts == nil {
 		t.Fatalf("snapshot on the lease: %v", err)
 	}
