@@ -97,26 +97,27 @@ func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotReq
 	return snap, nil
 }
 
-// TryGaugeLease implements store.GaugeLeaser with a session advisory lock
-// held on a connection of its own (not one of the pool's), so that the
-// lease ends when that session does: when the process exits or its
+// TryGaugeLease implements store.GaugeLeaser with a session advisory
+// lock. The lock is tried on a pooled connection; when it is taken, that
+// connection leaves the pool (it is the lease's own from then on), so that
+// the lease ends when its session does: when the process exits or the
 // connection breaks. Behind a pooler in transaction mode (PgBouncer) a
 // session lock is not held reliably; point the relays at the server.
 func (s *Store) TryGaugeLease(ctx context.Context) (store.GaugeLease, bool, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, s.wrap("gauge lease: connect", err)
+		return nil, false, s.wrap("gauge lease", err)
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", gaugeLockID(s.t.Outbox)).Scan(&ok); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+	if err := pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", gaugeLockID(s.t.Outbox)).Scan(&ok); err != nil {
+		pc.Release()
 		return nil, false, s.wrap("gauge lease", err)
 	}
 	if !ok {
-		conn.Close(context.WithoutCancel(ctx))
+		pc.Release()
 		return nil, false, nil
 	}
-	return &gaugeLease{s: s, conn: conn}, true, nil
+	return &gaugeLease{s: s, conn: pc.Hijack()}, true, nil
 }
 
 type gaugeLease struct {
@@ -128,10 +129,14 @@ func (l *gaugeLease) Snapshot(ctx context.Context, req store.SnapshotRequest) (s
 	return l.s.snapshot(ctx, l.conn, req)
 }
 
+// Release gives the lock back (the server frees a closed session's locks
+// only once its backend has exited, a moment later) and closes the
+// session.
 func (l *gaugeLease) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	l.conn.Close(ctx) // ends the session, and with it the lock
+	_, _ = l.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", gaugeLockID(l.s.t.Outbox))
+	l.conn.Close(ctx)
 }
 
 // gaugeLockID is the advisory lock of one outbox's gauge lease: FNV-1a of
