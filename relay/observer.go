@@ -95,9 +95,9 @@ func (NopObserver) PublishDone(string, time.Duration, int) {}
 func (NopObserver) OutcomeRecorded(OutcomeInfo)            {}
 func (NopObserver) CompleteDone(time.Duration, int, error) {}
 func (NopObserver) LeaseLost(int)                          {}
-func (NopObserver) SweepDone(time.Duration, store.SweepResult, error) {
-}
-func (NopObserver) StoreError(string, error) {}
+func (NopObserver) StoreError(string, error)               {}
+
+func (NopObserver) SweepDone(time.Duration, store.SweepResult, error) {}
 
 // PublishTracer is the tracing seam: it wraps every sink call. The tracing
 // subpackage implements it with OpenTelemetry; the relay imports no
