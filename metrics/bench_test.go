@@ -1,10 +1,13 @@
 package metrics_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/txoutbox/outbox/metrics"
 	"github.com/txoutbox/outbox/relay"
@@ -37,5 +40,33 @@ func BenchmarkObserverPerEvent(b *testing.B) {
 			m.CompleteDone(3*time.Millisecond, batch, nil)
 		}
 		i++
+	}
+}
+
+// BenchmarkScrape is one scrape of /metrics as `outbox relay --admin`
+// serves it (the relay's collectors with two routes, plus the Go and
+// process collectors): the fixed cost per scrape interval.
+//
+//	go test -run '^$' -bench Scrape ./metrics/
+func BenchmarkScrape(b *testing.B) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(metrics.Config{Registerer: reg, RelayID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range []string{"payment.events", "merchant.events"} {
+		m.OutcomeRecorded(relay.OutcomeInfo{Route: r, Outcome: relay.OutcomeDelivered, HasDeadline: true})
+		m.PublishDone(r, time.Millisecond, 1)
+	}
+	mux := http.NewServeMux()
+	metrics.Mount(mux, metrics.HandlerConfig{Gatherer: reg})
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatal(rec.Code)
+		}
 	}
 }
