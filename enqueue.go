@@ -17,6 +17,15 @@ type Writer[TTx any] interface {
 	WriteEvents(ctx context.Context, tx TTx, events []Event) error
 }
 
+// ContextHeaders is implemented by writers that add headers taken from the
+// caller's context to every event Enqueue writes: the W3C traceparent of
+// the caller's span, for one (the tracing subpackage provides the hook
+// that the backends' Config.ContextHeaders takes). Headers an event
+// already has are kept.
+type ContextHeaders interface {
+	ContextHeaders(ctx context.Context, headers map[string]string)
+}
+
 // Enqueue validates events and inserts them in the caller's transaction tx,
 // in order. It never commits or rolls back: the events exist if and only if
 // the caller's transaction commits. Nothing is written unless every event is
@@ -32,6 +41,9 @@ func Enqueue[TTx any](ctx context.Context, w Writer[TTx], tx TTx, events ...Even
 	if w == nil {
 		return nil, errors.New("outbox: Enqueue called with a nil writer")
 	}
+	if ch, ok := any(w).(ContextHeaders); ok {
+		events = withContextHeaders(ctx, ch, events)
+	}
 	prepared, err := Prepare(w.EnqueueLimits(), events)
 	if err != nil {
 		return nil, err
@@ -44,6 +56,30 @@ func Enqueue[TTx any](ctx context.Context, w Writer[TTx], tx TTx, events ...Even
 		ids[i] = prepared[i].ID
 	}
 	return ids, nil
+}
+
+// withContextHeaders returns events with the context's headers added, on
+// copies: the caller's events and header maps are left as they are. The
+// context is read once for the whole call.
+func withContextHeaders(ctx context.Context, ch ContextHeaders, events []Event) []Event {
+	extra := map[string]string{}
+	ch.ContextHeaders(ctx, extra)
+	if len(extra) == 0 {
+		return events
+	}
+	out := make([]Event, len(events))
+	for i, e := range events {
+		h := make(map[string]string, len(e.Headers)+len(extra))
+		for k, v := range extra {
+			h[k] = v
+		}
+		for k, v := range e.Headers { // the event's own win
+			h[k] = v
+		}
+		e.Headers = h
+		out[i] = e
+	}
+	return out
 }
 
 // Prepare validates events against the limits and returns a copy in which

@@ -13,6 +13,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 )
 
@@ -34,6 +35,10 @@ type Outbox struct {
 	Wakeups Wakeups
 	// RelayConns sizes the relay's pool. Default 4.
 	RelayConns int
+	// Observe, when set, runs beside each relay: it returns the relay's
+	// Config.Observer and a function called after the relay stops (the
+	// benchmark of the metrics' cost).
+	Observe func(ctx context.Context, st store.Store) (obs relay.Observer, stop func())
 
 	pool     *pgxpool.Pool
 	store    *postgres.Store // the relay's
@@ -143,8 +148,13 @@ func (o *Outbox) StartRelay(ctx context.Context, s Sink) (func() error, error) {
 	cfg := o.Relay
 	cfg.Store = o.store
 	cfg.Sink = &funcSink{fn: s}
+	stopObserver := func() {}
+	if o.Observe != nil {
+		cfg.Observer, stopObserver = o.Observe(ctx, o.store)
+	}
 	r, err := relay.New(cfg)
 	if err != nil {
+		stopObserver()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -152,7 +162,9 @@ func (o *Outbox) StartRelay(ctx context.Context, s Sink) (func() error, error) {
 	go func() { done <- r.Run(ctx) }()
 	return func() error {
 		cancel()
-		return <-done
+		err := <-done
+		stopObserver()
+		return err
 	}, nil
 }
 

@@ -24,6 +24,7 @@ type batch struct {
 	seq             int64 // claim order within the relay, from 1
 	recordedAtClaim int64 // sequence of the last batch recorded when this one was claimed
 	outcomes        []store.Outcome
+	routes          []string // route of each event, filled by route() (observer.go)
 	// stopped lists the aggregates this batch left undelivered, so that a
 	// later batch in flight holds their events back too.
 	stopped map[string]aggregateState
@@ -104,7 +105,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	defer stopTimer()
 
 	started := r.now()
-	results := r.cfg.Sink.Publish(pctx, msgs)
+	results := b.publish(pctx, msgs, msgPos) // observer hook: the sink call, traced and timed
 	finished := r.now()
 	if len(results) != len(msgs) {
 		err := fmt.Errorf("sink returned %d results for %d messages (a bug in the sink); treating all as failed", len(results), len(msgs))

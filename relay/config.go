@@ -115,6 +115,13 @@ type Config struct {
 	// OnFailed is called (the alarm) after an event ends FAILED. It runs
 	// on the relay's goroutine: keep it short.
 	OnFailed func(context.Context, FailedEvent)
+
+	// Observer receives claims, publishes, outcomes, lease losses and
+	// store errors, for metrics (see the metrics subpackage). nil: none.
+	Observer Observer
+	// Tracer wraps every sink call, e.g. in an OpenTelemetry span (see the
+	// tracing subpackage). nil: none.
+	Tracer PublishTracer
 }
 
 // Defaults.
@@ -132,13 +139,20 @@ const (
 	DefaultMaxBatchesInFlight = 2
 )
 
+// NewRelayID returns a fresh relay id of the default form
+// "<hostname>-<pid>-<random>", for callers that need the id before the
+// relay exists (e.g. to label metrics).
+func NewRelayID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "relay"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+}
+
 func (c Config) withDefaults() Config {
 	if c.RelayID == "" {
-		host, _ := os.Hostname()
-		if host == "" {
-			host = "relay"
-		}
-		c.RelayID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+		c.RelayID = NewRelayID()
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize

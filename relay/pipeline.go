@@ -207,6 +207,7 @@ func (p *pipeline) claim(ctx context.Context) (*batch, error) {
 		Own:          own,
 	})
 	r.stats.claims.Add(1)
+	r.hooks.claimed(localClaim, c, err) // observer hook
 	if err != nil {
 		r.stats.claimErrors.Add(1)
 		return nil, err

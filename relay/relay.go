@@ -38,6 +38,8 @@ type Relay struct {
 	stats       counters
 	// now is the local clock (monotonic), replaceable in tests.
 	now func() time.Time
+	// hooks feed the route-health log and Config.Observer (observer.go).
+	hooks hooks
 }
 
 // New validates cfg and returns a relay.
@@ -49,13 +51,15 @@ func New(cfg Config) (*Relay, error) {
 	if !cfg.Store.Features().ClaimBehindOwn {
 		cfg.MaxBatchesInFlight = 1
 	}
-	return &Relay{
+	r := &Relay{
 		cfg:     cfg,
 		log:     cfg.Logger.With("relay_id", cfg.RelayID),
 		backoff: backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		wake:    make(chan struct{}, 1),
 		now:     time.Now,
-	}, nil
+	}
+	r.hooks = newHooks(r) // observer hook
+	return r, nil
 }
 
 // ID returns the relay's id as written in the audit trail.
@@ -161,6 +165,7 @@ func (r *Relay) drained(ctx context.Context) (bool, error) {
 	}
 	n, err := r.cfg.Store.CountMovable(ctx, r.failedBlocks())
 	if err != nil {
+		r.hooks.storeError(OpCount, err) // observer hook
 		return false, err
 	}
 	return n == 0, nil
@@ -181,9 +186,12 @@ func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome
 	delay := 50 * time.Millisecond
 	for {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
+		started := r.now() // observer hook
 		res, err := r.cfg.Store.Complete(cctx, req)
 		cancel()
+		r.hooks.completed(started, len(outcomes), err) // observer hook
 		if err == nil {
+			r.hooks.recorded(b, outcomes, res, r.now()) // observer hook
 			r.afterComplete(ctx, b, outcomes, res)
 			return
 		}
@@ -191,6 +199,7 @@ func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome
 		if !r.now().Add(delay).Before(leaseEnd) {
 			r.log.Error("could not record the outcome of a batch before its lease ended; the reaper will return its events to PENDING and they will be delivered again",
 				"events", len(outcomes), "err", err)
+			r.hooks.leaseLost(len(outcomes)) // observer hook
 			return
 		}
 		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", delay)

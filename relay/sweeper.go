@@ -18,6 +18,7 @@ func (r *Relay) sweepLoop(ctx context.Context) {
 	for {
 		if _, err := r.sweepOnce(ctx); err != nil && ctx.Err() == nil {
 			r.stats.sweepErrors.Add(1)
+			r.hooks.storeError(OpSweep, err)
 			r.log.Warn("sweep failed", "err", err)
 		}
 		if r.cfg.Retention > 0 && r.now().Sub(lastPurge) >= purgeEvery {
@@ -26,6 +27,7 @@ func (r *Relay) sweepLoop(ctx context.Context) {
 				Statuses: []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}})
 			r.stats.purged.Add(n)
 			if err != nil && ctx.Err() == nil {
+				r.hooks.storeError(OpPurge, err)
 				r.log.Warn("retention purge failed", "err", err)
 			} else if n > 0 {
 				r.log.Info("retention purge", "deleted", n, "older_than", r.cfg.Retention)
@@ -40,7 +42,9 @@ func (r *Relay) sweepLoop(ctx context.Context) {
 }
 
 func (r *Relay) sweepOnce(ctx context.Context) (store.SweepResult, error) {
+	started := r.now()
 	res, err := r.cfg.Store.Sweep(ctx, store.SweepRequest{RelayID: r.cfg.RelayID, FailedBlocks: r.failedBlocks()})
+	r.hooks.swept(started, res, err)
 	r.stats.reaped.Add(res.Reaped)
 	r.stats.sweptExpired.Add(res.Expired)
 	r.stats.blocked.Add(res.Blocked)

@@ -35,6 +35,7 @@ type BenchCmd struct {
 	Wakeups       []string      `help:"Latency: wake-up modes to compare: all (in-process nudge + LISTEN/NOTIFY), notify (LISTEN/NOTIFY only, as a relay in another process hears it) and poll (polling alone). Drain and steady use the first." default:"all,notify,poll" enum:"all,notify,poll" env:"OUTBOX_BENCH_WAKEUPS"`
 	WakeupsSteady bool          `help:"Also run the other wake-up modes in the steady scenario (their cost to producers)." env:"OUTBOX_BENCH_WAKEUPS_STEADY"`
 	Reference     bool          `help:"Drain: also run a bare SQL claim-and-delete loop, the floor of DESIGN.md section 10." env:"OUTBOX_BENCH_REFERENCE"`
+	Admin         bool          `help:"Drain: also run the relay as with --admin (metrics, the gauges refreshed every second, /metrics scraped every second), to measure what watching it costs." env:"OUTBOX_BENCH_ADMIN"`
 	MemoryEvents  int           `help:"Memory: events in the long run." default:"1000000" env:"OUTBOX_BENCH_MEMORY_EVENTS"`
 	NoAutovacuum  bool          `help:"Do not stand in for the server's autovacuum when it is off (see docs/BENCHMARKS.md)." env:"OUTBOX_BENCH_NO_AUTOVACUUM"`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of the first timed drain (the relay at full speed) to this file." placeholder:"FILE" env:"OUTBOX_BENCH_CPUPROFILE"`
@@ -106,6 +107,12 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if len(contenders) == 0 {
 		return fmt.Errorf("%w: --wakeups is empty", outbox.ErrInvalidConfig)
+	}
+	if c.Admin {
+		contenders = append(contenders, benchkit.Contender{
+			System: &benchkit.Outbox{Label: "outbox +admin", Wakeups: wakeupModes[c.Wakeups[0]],
+				Relay: relay.Config{PollInterval: c.PollInterval}, Observe: benchAdmin(logger)},
+			Role: benchkit.Reference, Scenarios: []string{benchkit.ScenarioDrain}})
 	}
 	if c.Reference {
 		contenders = append(contenders, benchkit.Contender{System: &benchkit.BareSQL{PollInterval: c.PollInterval},

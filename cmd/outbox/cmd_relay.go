@@ -33,6 +33,8 @@ type RelayCmd struct {
 	Drain         bool          `help:"Exit 0 once no event can move without an operator." env:"OUTBOX_DRAIN"`
 	StartWait     time.Duration `help:"How long to wait at start for a database or broker that cannot be reached, then exit 1 (0: as long as it takes)." default:"0" env:"OUTBOX_START_WAIT"`
 	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
+	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty). The endpoints have no authentication." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
+	GaugeInterval time.Duration `help:"With --admin: how often the cluster-wide gauges are refreshed (by one relay at a time)." default:"15s" env:"OUTBOX_GAUGE_INTERVAL"`
 }
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
@@ -48,6 +50,13 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	routes, err := sink.ParseRouteOverrides(c.Route)
 	if err != nil {
 		return err
+	}
+	var admin *adminServer
+	if c.Admin != "" { // bound first: a busy port fails before any other work
+		if admin, err = listenAdmin(c.Admin, g.logger); err != nil {
+			return err
+		}
+		defer admin.close()
 	}
 	sk, err := openSinkLimited(ctx, c.Sink, c.RouteLimit, sinkOptions{Routes: routes, Logger: g.logger, Table: g.Table})
 	if err != nil {
@@ -78,7 +87,26 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if err := waitForSink(ctx, c.Sink, sk, c.StartWait, g.logger); err != nil {
 		return err
 	}
+	if c.RelayID == "" {
+		c.RelayID = relay.NewRelayID()
+	}
+	var observer relay.Observer
+	if admin != nil {
+		m, stopGauges, err := c.startAdminEndpoints(ctx, g, admin, b, sk, policy)
+		if err != nil {
+			return err
+		}
+		defer stopGauges()
+		observer = m
+	}
+	tracer, stopTracing, err := setupTracing(ctx, g.logger, c.Sink)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	r, err := relay.New(relay.Config{
+		Observer:      observer,
+		Tracer:        tracer,
 		Store:         b.store,
 		Sink:          sk,
 		RelayID:       c.RelayID,

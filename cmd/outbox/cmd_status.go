@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 )
 
 // StatusCmd prints counts by status, the oldest pending age and the
@@ -24,7 +25,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer b.close()
-	st, err := b.store.Stats(ctx, c.OnFailure == "block")
+	st, dueAge, err := readStatus(ctx, b.store, c.OnFailure == "block")
 	if err != nil {
 		return err
 	}
@@ -34,6 +35,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			out[string(s)] = st.Counts[s]
 		}
 		out["oldest_pending_seconds"] = st.OldestPendingAge.Seconds()
+		out["oldest_due_pending_seconds"] = dueAge.Seconds()
 		out["dead_letters"] = st.DeadLetters
 		out["blocked_aggregates"] = st.BlockedAggregateCount
 		blocked := []map[string]any{}
@@ -55,6 +57,11 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		age = st.OldestPendingAge.Round(time.Millisecond).String()
 	}
 	fmt.Fprintf(tw, "oldest pending\t%s\n", age)
+	dueText := "-"
+	if dueAge > 0 {
+		dueText = dueAge.Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(tw, "oldest due pending\t%s\n", dueText)
 	fmt.Fprintf(tw, "dead letters\t%d\n", st.DeadLetters)
 	fmt.Fprintf(tw, "blocked aggregates\t%d\n", st.BlockedAggregateCount)
 	if err := tw.Flush(); err != nil {
@@ -65,4 +72,27 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			a.AggregateType, a.AggregateID, a.Waiting, a.FailedEventID, a.FailedEventID)
 	}
 	return nil
+}
+
+// readStatus reads every figure in one consistent snapshot when the store
+// offers it (store.Snapshotter: the figures of the gauges), else through
+// Stats. dueAge is the age of the oldest due PENDING event (0 without a
+// snapshot).
+func readStatus(ctx context.Context, st store.Store, failedBlocks bool) (store.Stats, time.Duration, error) {
+	sn, ok := st.(store.Snapshotter)
+	if !ok {
+		stats, err := st.Stats(ctx, failedBlocks)
+		return stats, 0, err
+	}
+	snap, err := sn.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: failedBlocks, Full: true, BlockedLimit: 100})
+	if err != nil {
+		return store.Stats{}, 0, err
+	}
+	return store.Stats{
+		Counts:                snap.Counts,
+		OldestPendingAge:      snap.OldestPendingAge,
+		BlockedAggregates:     snap.BlockedAggregates,
+		BlockedAggregateCount: snap.BlockedAggregateCount,
+		DeadLetters:           snap.DeadLetters,
+	}, snap.OldestDuePendingAge, nil
 }

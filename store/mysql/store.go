@@ -37,6 +37,10 @@ type Config struct {
 	// lock wait timeout at DEBUG, a conflict still failing after the
 	// retries at WARN. Default slog.Default().
 	Logger *slog.Logger
+	// ContextHeaders, when set, adds headers from the caller's context to
+	// every event Enqueue writes, e.g. tracing.InjectHeaders for the W3C
+	// traceparent of the caller's span (see outbox.ContextHeaders).
+	ContextHeaders func(ctx context.Context, headers map[string]string)
 }
 
 // Store is the MySQL/MariaDB outbox. It is safe for concurrent use.

@@ -49,6 +49,10 @@ type Config struct {
 	NotifyDebounce time.Duration
 	// Logger receives the store's own warnings. Default slog.Default().
 	Logger *slog.Logger
+	// ContextHeaders, when set, adds headers from the caller's context to
+	// every event Enqueue writes, e.g. tracing.InjectHeaders for the W3C
+	// traceparent of the caller's span (see outbox.ContextHeaders).
+	ContextHeaders func(ctx context.Context, headers map[string]string)
 }
 
 // Store is the PostgreSQL outbox. It is safe for concurrent use.

@@ -48,6 +48,7 @@ type Factory func(t *testing.T) *Harness
 func Run(t *testing.T, newHarness Factory) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
 	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
+	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
 }
 
 var tableSeq atomic.Int64

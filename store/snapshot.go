@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/txoutbox/outbox"
+)
+
+// Snapshotter is implemented by stores that read the outbox's figures in
+// one consistent snapshot (a read-only REPEATABLE READ transaction on
+// PostgreSQL and MySQL, one read transaction on SQLite), so that they
+// agree with each other: the FAILED count, the open dead letters and the
+// blocked aggregates are read at the same instant. `outbox status` and the
+// cluster-wide gauges of the metrics package read it.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error)
+}
+
+// SnapshotRequest says what a snapshot reads besides the cheap figures.
+type SnapshotRequest struct {
+	// FailedBlocks: the relays use the block policy, so aggregates with a
+	// FAILED event and events after it are blocked aggregates. Without it,
+	// no aggregate is blocked.
+	FailedBlocks bool
+	// Full also reads the figures whose cost grows with the table: the
+	// counts of PROCESSED, EXPIRED and SKIPPED events (rows that pile up
+	// until retention deletes them: a scan of the table, about 0.8 s per
+	// million rows on a busy 2-core machine) and OldestPendingAge (a visit
+	// of every PENDING row). The other figures read the partial indexes of
+	// the unfinished statuses and the first entry of the due index. Without
+	// it, Counts holds no entry for the final statuses and
+	// OldestPendingAge is 0.
+	Full bool
+	// BlockedLimit lists up to this many blocked aggregates (at most 100);
+	// 0 only counts them.
+	BlockedLimit int
+}
+
+// Snapshot is the outbox's figures read at one instant.
+type Snapshot struct {
+	// DBTime is the database clock at the snapshot.
+	DBTime time.Time
+	// Counts by status: every unfinished status always; the final ones
+	// (PROCESSED, EXPIRED, SKIPPED) only with SnapshotRequest.Full.
+	Counts map[outbox.Status]int64
+	// Full tells whether the snapshot read the figures of SnapshotRequest.Full.
+	Full bool
+	// OldestPendingAge is the time since the oldest PENDING event was
+	// created (with SnapshotRequest.Full); 0 when nothing is pending.
+	OldestPendingAge time.Duration
+	// OldestDuePendingAge is the time since the oldest due PENDING event
+	// became due (its available_at): events delayed on purpose or waiting
+	// out a retry backoff are not due and do not count. It is how far the
+	// relays are behind; 0 when nothing is due.
+	OldestDuePendingAge time.Duration
+	// BlockedAggregateCount counts the aggregates held back by a FAILED
+	// event (with FailedBlocks); BlockedAggregates lists up to
+	// SnapshotRequest.BlockedLimit of them.
+	BlockedAggregateCount int64
+	BlockedAggregates     []BlockedAggregate
+	// DeadLetters counts the dead-letter rows not requeued.
+	DeadLetters int64
+}
+
+// UnfinishedStatuses are the statuses a snapshot always counts.
+var UnfinishedStatuses = []outbox.Status{outbox.StatusPending, outbox.StatusProcessing, outbox.StatusBlocked, outbox.StatusFailed}
+
+// FinalStatuses are the statuses counted only with SnapshotRequest.Full.
+var FinalStatuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired, outbox.StatusSkipped}
+
+// NewSnapshot returns a Snapshot whose Counts hold 0 for every status the
+// request counts.
+func NewSnapshot(req SnapshotRequest) Snapshot {
+	s := Snapshot{Counts: make(map[outbox.Status]int64, len(outbox.Statuses)), Full: req.Full}
+	for _, st := range UnfinishedStatuses {
+		s.Counts[st] = 0
+	}
+	if req.Full {
+		for _, st := range FinalStatuses {
+			s.Counts[st] = 0
+		}
+	}
+	return s
+}
+
+// BlockedListLimit returns req.BlockedLimit bounded to 0..100.
+func (req SnapshotRequest) BlockedListLimit() int { return min(max(req.BlockedLimit, 0), 100) }
+
+// GaugeLeaser is implemented by stores that can elect, among all the
+// processes on one outbox, the one that refreshes the cluster-wide gauges
+// (a session advisory lock on PostgreSQL, GET_LOCK on MySQL): at most one
+// process holds the lease at a time, and it passes to another when the
+// holder's database session ends.
+type GaugeLeaser interface {
+	// TryGaugeLease takes the lease if no other process holds it. ok is
+	// false when another one does; err reports a database failure.
+	TryGaugeLease(ctx context.Context) (lease GaugeLease, ok bool, err error)
+}
+
+// GaugeLease is a held gauge lease. It keeps a database session of its
+// own for as long as it is held.
+type GaugeLease interface {
+	// Snapshot reads a Snapshot on the lease's session. An error may mean
+	// the session, and with it the lease, is gone: Release the lease and
+	// try again later.
+	Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error)
+	// Release gives the lease up and closes its session.
+	Release()
+}
+
+// ScanBlockedAggregates reads the rows of a backend's blocked-aggregates
+// query into snap, listing at most limit of them. scan reads the current
+// row into b and the count of all blocked aggregates into total. The
+// caller closes rows.
+func ScanBlockedAggregates(rows Rows, limit int, snap *Snapshot, scan func(b *BlockedAggregate, total *int64) error) error {
+	for rows.Next() {
+		var b BlockedAggregate
+		if err := scan(&b, &snap.BlockedAggregateCount); err != nil {
+			return err
+		}
+		if len(snap.BlockedAggregates) < limit {
+			snap.BlockedAggregates = append(snap.BlockedAggregates, b)
+		}
+	}
+	return rows.Err()
+}
