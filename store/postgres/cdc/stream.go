@@ -1,0 +1,240 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// errStandby: another relay holds the stream lease.
+var errStandby = errors.New("another relay streams from the slot")
+
+// Listen streams the outbox table's committed inserts until ctx ends and
+// calls wake after each transaction that brought events. It first takes
+// the stream lease; while another relay holds it, this one stands by
+// (its Claim still runs the safety-net poll) and tries again every third
+// of the lease. Lost connections (a PostgreSQL restart, a failover) are
+// retried with backoff; the stream resumes from the slot's confirmed
+// position. Listen returns nil when ctx ends.
+func (s *Source) Listen(ctx context.Context, wake func()) error {
+	delay := time.Duration(0)
+	standbyLogged := false
+	for {
+		err := s.leadAndStream(ctx, wake)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := s.cfg.Lease / 3
+		switch {
+		case errors.Is(err, errStandby):
+			if !standbyLogged {
+				s.log.Info("standing by: another relay streams from the slot; taking over when its lease ends", "lease", s.cfg.Lease)
+				standbyLogged = true
+			}
+			delay = 0
+		case err != nil:
+			delay = min(max(2*delay, 200*time.Millisecond), 10*time.Second)
+			wait = delay
+			s.log.Warn("logical replication stream stopped; reconnecting", "err", err, "retry_in", delay)
+			standbyLogged = false
+		default:
+			delay = 0
+		}
+		s.refreshLag(ctx)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// leadAndStream takes the lease, then streams while it holds it.
+func (s *Source) leadAndStream(ctx context.Context, wake func()) error {
+	held, err := s.lease.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errStandby
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lost := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.lease.keep(sctx, func() { close(lost); cancel() })
+	}()
+	defer func() {
+		cancel()
+		<-done
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		s.lease.release(rctx)
+		rcancel()
+	}()
+	err = s.stream(sctx, wake)
+	select {
+	case <-lost:
+		return fmt.Errorf("cdc: lost the stream lease of slot %s (renewals failed or another relay took it)", s.cfg.Slot)
+	default:
+	}
+	return err
+}
+
+// stream runs one replication connection.
+func (s *Source) stream(ctx context.Context, wake func()) error {
+	pc := s.Pool().Config().ConnConfig.Config.Copy()
+	if pc.RuntimeParams == nil {
+		pc.RuntimeParams = map[string]string{}
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return fmt.Errorf("cdc: open the replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var start pglogrepl.LSN
+	if err := s.Pool().QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&start); err != nil {
+		return fmt.Errorf("cdc: read slot %s (create it by restarting the relay): %w", s.cfg.Slot, err)
+	}
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
+	})
+	if err != nil {
+		return slotBusy(s.cfg.Slot, err)
+	}
+	s.track.reset()
+	s.track.idle(start)
+	s.streaming.Store(true)
+	defer s.streaming.Store(false)
+	s.log.Info("streaming from the logical replication slot", "publication", s.cfg.Publication, "from_lsn", start.String())
+
+	idCol := map[uint32]int{} // relation id -> index of the id column
+	var ids []int64
+	nextStatus := time.Now()
+	for {
+		now := time.Now()
+		if !now.Before(nextStatus) {
+			pos, _ := s.track.position()
+			if pos > 0 {
+				if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
+					return fmt.Errorf("cdc: send the standby status: %w", err)
+				}
+			}
+			s.refreshLag(ctx)
+			nextStatus = now.Add(s.cfg.StatusInterval)
+		}
+		if s.track.queued() >= s.cfg.MaxQueued { // back pressure: let the relay catch up
+			t := time.NewTimer(time.Until(nextStatus))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-s.space:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			return fmt.Errorf("cdc: receive from the replication stream: %w", err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("cdc: replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("cdc: parse a keepalive: %w", err)
+				}
+				s.track.idle(ka.ServerWALEnd)
+				if ka.ReplyRequested {
+					nextStatus = time.Time{}
+				}
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("cdc: parse WAL data: %w", err)
+				}
+				if ids, err = s.decode(x.WALData, idCol, ids, wake); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// decode handles one pgoutput message.
+func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake func()) ([]int64, error) {
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return ids, fmt.Errorf("cdc: decode a pgoutput message: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		idCol[m.RelationID] = -1
+		for i, c := range m.Columns {
+			if c.Name == "id" {
+				idCol[m.RelationID] = i
+			}
+		}
+	case *pglogrepl.BeginMessage:
+		s.track.begin()
+		ids = ids[:0]
+	case *pglogrepl.InsertMessage:
+		i, ok := idCol[m.RelationID]
+		if !ok || i < 0 || m.Tuple == nil || i >= len(m.Tuple.Columns) {
+			return ids, fmt.Errorf("cdc: an insert into relation %d has no id column: is the publication %s for the outbox table only?", m.RelationID, s.cfg.Publication)
+		}
+		col := m.Tuple.Columns[i]
+		if col.DataType != 't' {
+			return ids, fmt.Errorf("cdc: an insert's id column is not in text format (kind %q)", col.DataType)
+		}
+		id, err := strconv.ParseInt(string(col.Data), 10, 64)
+		if err != nil {
+			return ids, fmt.Errorf("cdc: an insert's id %q is not an integer", col.Data)
+		}
+		ids = append(ids, id)
+	case *pglogrepl.CommitMessage:
+		n := s.track.commit(m.TransactionEndLSN, ids)
+		s.streamed.Add(int64(len(ids)))
+		ids = ids[:0]
+		if n > 0 {
+			wake()
+		}
+	}
+	return ids, nil
+}
+
+// refreshLag reads the slot's lag for SlotLagBytes.
+func (s *Source) refreshLag(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	l, err := Lag(cctx, s.Pool(), s.cfg.Slot)
+	if err != nil || !l.Exists {
+		return
+	}
+	s.lagBytes.Store(l.Bytes)
+	s.lagKnown.Store(true)
+}

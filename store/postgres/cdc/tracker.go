@@ -1,0 +1,215 @@
+package cdc
+
+import (
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// tracker holds what the stream received and the relay has not finished,
+// and computes the confirmed LSN: the slot may move past a transaction
+// only when each of its events is final or handed to the retry path (its
+// row is back in the table's hands: PENDING, BLOCKED or final).
+type tracker struct {
+	mu sync.Mutex
+	// txns are the streamed transactions not yet confirmed, in commit order.
+	txns []*txn
+	// byID maps each unsettled event (row id) to its transaction.
+	byID map[int64]*txn
+	// queue holds streamed row ids not yet claimed, in commit order.
+	queue []int64
+	// inClaim maps row ids to the claim token that holds them.
+	inClaim map[int64]string
+	// claims maps a claim token to the streamed ids it holds.
+	claims map[string][]int64
+	// open: a transaction has begun on the stream and not yet committed.
+	open bool
+	// confirmed is the position the slot may be confirmed at.
+	confirmed pglogrepl.LSN
+}
+
+type txn struct {
+	end     pglogrepl.LSN
+	pending int
+}
+
+func newTracker(start pglogrepl.LSN) *tracker {
+	return &tracker{
+		byID:      map[int64]*txn{},
+		inClaim:   map[int64]string{},
+		claims:    map[string][]int64{},
+		confirmed: start,
+	}
+}
+
+// reset forgets the streamed but unclaimed state, for a new stream that
+// starts again at the confirmed LSN and will send those transactions again.
+// Events held by claims in flight stay known to their claims.
+func (t *tracker) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.txns = nil
+	t.byID = map[int64]*txn{}
+	t.queue = nil
+	t.open = false
+}
+
+// begin notes that a transaction started on the stream.
+func (t *tracker) begin() {
+	t.mu.Lock()
+	t.open = true
+	t.mu.Unlock()
+}
+
+// commit adds a transaction that ended at end with the outbox rows ids. Ids
+// a claim in flight already holds are not queued again; they settle when
+// that claim completes.
+func (t *tracker) commit(end pglogrepl.LSN, ids []int64) (queued int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.open = false
+	if end <= t.confirmed {
+		return 0 // sent again after a reconnect, already settled
+	}
+	x := &txn{end: end}
+	for _, id := range ids {
+		if _, dup := t.byID[id]; dup {
+			continue
+		}
+		x.pending++
+		t.byID[id] = x
+		if _, held := t.inClaim[id]; !held {
+			t.queue = append(t.queue, id)
+			queued++
+		}
+	}
+	t.txns = append(t.txns, x)
+	t.advance()
+	return queued
+}
+
+// take removes up to n ids from the head of the queue.
+func (t *tracker) take(n int) []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n = min(n, len(t.queue))
+	out := append([]int64(nil), t.queue[:n]...)
+	t.queue = t.queue[n:]
+	if len(t.queue) == 0 {
+		t.queue = nil
+	}
+	return out
+}
+
+// queued returns how many ids wait to be claimed.
+func (t *tracker) queued() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.queue)
+}
+
+// putBack returns ids to the head of the queue (a claim by id failed).
+func (t *tracker) putBack(ids []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.queue = append(append([]int64(nil), ids...), t.queue...)
+}
+
+// claimed records that token holds ids (those the stream knows of); the
+// other ids of offered were not claimable and are settled now: their rows
+// stay with the table and the ordinary claim.
+func (t *tracker) claimed(token string, offered []int64, got []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	held := make(map[int64]bool, len(got))
+	var mine []int64
+	for _, id := range got {
+		held[id] = true
+		if _, known := t.byID[id]; known {
+			mine = append(mine, id)
+			t.inClaim[id] = token
+		}
+	}
+	for _, id := range offered {
+		if !held[id] {
+			t.settleLocked(id)
+		}
+	}
+	if len(mine) > 0 {
+		t.claims[token] = mine
+	}
+	t.advance()
+}
+
+// claimedByPoll records that an ordinary claim took ids; those the stream
+// knows of leave the queue and settle when the claim completes.
+func (t *tracker) claimedByPoll(token string, got []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var mine []int64
+	taken := map[int64]bool{}
+	for _, id := range got {
+		if _, known := t.byID[id]; known {
+			mine = append(mine, id)
+			t.inClaim[id] = token
+			taken[id] = true
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	t.claims[token] = mine
+	kept := t.queue[:0]
+	for _, id := range t.queue {
+		if !taken[id] {
+			kept = append(kept, id)
+		}
+	}
+	t.queue = kept
+}
+
+// completed settles the events of a recorded claim.
+func (t *tracker) completed(token string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range t.claims[token] {
+		delete(t.inClaim, id)
+		t.settleLocked(id)
+	}
+	delete(t.claims, token)
+	t.advance()
+}
+
+func (t *tracker) settleLocked(id int64) {
+	if x, ok := t.byID[id]; ok {
+		x.pending--
+		delete(t.byID, id)
+	}
+}
+
+// advance moves confirmed past the settled transactions at the head.
+func (t *tracker) advance() {
+	for len(t.txns) > 0 && t.txns[0].pending == 0 {
+		t.confirmed = max(t.confirmed, t.txns[0].end)
+		t.txns[0] = nil
+		t.txns = t.txns[1:]
+	}
+}
+
+// idle notes the server's position (a keepalive): when nothing streamed is
+// unsettled and no transaction is open, the slot may move up to it, so an
+// idle outbox holds no WAL while the rest of the database writes.
+func (t *tracker) idle(serverPos pglogrepl.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.txns) == 0 && !t.open {
+		t.confirmed = max(t.confirmed, serverPos)
+	}
+}
+
+// position returns the LSN to confirm and how many events are unsettled.
+func (t *tracker) position() (pglogrepl.LSN, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmed, len(t.byID)
+}
