@@ -106,6 +106,7 @@ func (c *RelayCmd) startAdminEndpoints(ctx context.Context, g *Globals, admin *a
 	policy relay.FailurePolicy) (m *metrics.Metrics, stop func(), err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(c.extraCollectors...)
 	m, err = metrics.New(metrics.Config{Registerer: reg, RelayID: c.RelayID, Version: version, Store: b.store,
 		OnFailure: policy, GaugeInterval: c.GaugeInterval, Logger: g.logger})
 	if err != nil {

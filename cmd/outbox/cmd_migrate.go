@@ -9,9 +9,10 @@ import (
 
 // MigrateCmd applies (or reverts) the schema migrations.
 type MigrateCmd struct {
-	Down   bool `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables." env:"-"`
+	Down   bool `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables (and, on PostgreSQL, the slot and publication of --source logical)." env:"-"`
 	Yes    bool `help:"Confirm --down." env:"-"`
 	Status bool `help:"Only print the applied and latest versions."`
+	cdcFlags
 }
 
 // Run applies the migrations.
@@ -32,6 +33,9 @@ func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 	case c.Down:
 		if !c.Yes {
 			return fmt.Errorf("%w: migrate --down drops table %s and its dead letters and audit trail; add --yes to confirm", outbox.ErrInvalidConfig, g.Table)
+		}
+		if err := dropLogical(ctx, b, c.cdcFlags, g.Table); err != nil {
+			return err
 		}
 		if err := b.store.MigrateDown(ctx); err != nil {
 			return err

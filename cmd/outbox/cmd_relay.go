@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
@@ -35,6 +37,12 @@ type RelayCmd struct {
 	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
 	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty). The endpoints have no authentication." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
 	GaugeInterval time.Duration `help:"With --admin: how often the cluster-wide gauges are refreshed (by one relay at a time)." default:"15s" env:"OUTBOX_GAUGE_INTERVAL"`
+	Source        string        `help:"How the relay finds new events: poll (the claim statement, every --poll-interval and on wake-ups) or logical (PostgreSQL logical replication, see docs/CDC.md)." default:"poll" enum:"poll,logical" env:"OUTBOX_SOURCE"`
+	cdcFlags
+	SafetyPoll  time.Duration `help:"With --source logical: how often the ordinary claim runs as the safety net (retries, events held behind an earlier one)." default:"5s" env:"OUTBOX_SAFETY_POLL"`
+	StreamLease time.Duration `help:"With --source logical: the stream lease; a standby relay takes over within about this long after the streaming one dies." default:"15s" env:"OUTBOX_STREAM_LEASE"`
+
+	extraCollectors []prometheus.Collector
 }
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
@@ -90,6 +98,15 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if c.RelayID == "" {
 		c.RelayID = relay.NewRelayID()
 	}
+	relayStore := b.store
+	if c.Source == "logical" {
+		src, err := c.openLogicalSource(ctx, g, b)
+		if err != nil {
+			return err
+		}
+		relayStore = src
+		c.extraCollectors = append(c.extraCollectors, slotLagGauge(src))
+	}
 	var observer relay.Observer
 	if admin != nil {
 		m, stopGauges, err := c.startAdminEndpoints(ctx, g, admin, b, sk, policy)
@@ -107,7 +124,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	r, err := relay.New(relay.Config{
 		Observer:      observer,
 		Tracer:        tracer,
-		Store:         b.store,
+		Store:         relayStore,
 		Sink:          sk,
 		RelayID:       c.RelayID,
 		BatchSize:     c.Batch,
@@ -129,7 +146,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "sink", redactURL(c.Sink))
+	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "source", c.Source, "sink", redactURL(c.Sink))
 	stopProgress := c.reportProgress(ctx, g.logger, r, b)
 	defer stopProgress()
 	start := time.Now()

@@ -16,6 +16,7 @@ import (
 type StatusCmd struct {
 	JSON      bool   `name:"json" help:"Print one JSON object keyed by status name."`
 	OnFailure string `help:"The relays' failure policy (block or continue), to report blocked aggregates." default:"block" enum:"block,continue"`
+	cdcFlags
 }
 
 // Run prints the status.
@@ -29,8 +30,17 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	lag, hasSlot, err := slotLag(ctx, b.store, c.cdcFlags, g.Table)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		out := map[string]any{}
+		if hasSlot {
+			out["cdc_slot"] = lag.Slot
+			out["cdc_slot_active"] = lag.Active
+			out["cdc_slot_lag_bytes"] = lag.Bytes
+		}
 		for _, s := range outbox.Statuses {
 			out[string(s)] = st.Counts[s]
 		}
@@ -64,6 +74,13 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Fprintf(tw, "oldest due pending\t%s\n", dueText)
 	fmt.Fprintf(tw, "dead letters\t%d\n", st.DeadLetters)
 	fmt.Fprintf(tw, "blocked aggregates\t%d\n", st.BlockedAggregateCount)
+	if hasSlot {
+		state := "idle"
+		if lag.Active {
+			state = "streaming"
+		}
+		fmt.Fprintf(tw, "cdc slot lag\t%d bytes (slot %s, %s)\n", lag.Bytes, lag.Slot, state)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinktest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/postgres/cdc"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -29,6 +30,7 @@ type stopCluster struct{ m *testing.M }
 func (s *stopCluster) Run() int {
 	code := s.m.Run()
 	testenv.StopLogicalPostgres()
+	sinktest.RemoveCLI()
 	return code
 }
 
