@@ -113,13 +113,18 @@ func waitCtx(ctx context.Context, d time.Duration) {
 }
 
 // eventually waits up to d for cond, looking every 20ms.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+// A last argument, when given, describes the state for the failure message.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool, state ...func() string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for !cond() {
 		if ctx.Err() != nil {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			extra := ""
+			for _, s := range state {
+				extra += ": " + s()
+			}
+			t.Fatalf("timed out after %s waiting for %s%s", d, what, extra)
 		}
 		waitCtx(ctx, 20*time.Millisecond)
 	}

@@ -21,8 +21,26 @@ var errStandby = errors.New("another relay streams from the slot")
 // (its Claim still runs the safety-net poll) and tries again every third
 // of the lease. Lost connections (a PostgreSQL restart, a failover) are
 // retried with backoff; the stream resumes from the slot's confirmed
-// position. Listen returns nil when ctx ends.
+// position. It also wakes the relay every PollInterval for the safety-net
+// poll. Listen returns nil when ctx ends.
 func (s *Source) Listen(ctx context.Context, wake func()) error {
+	// The safety net: wake the relay every PollInterval so that its claim
+	// runs the ordinary poll, whatever the relay's own poll interval.
+	pollDone := make(chan struct{})
+	defer func() { <-pollDone }()
+	go func() {
+		defer close(pollDone)
+		t := time.NewTicker(s.cfg.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				wake()
+			}
+		}
+	}()
 	delay := time.Duration(0)
 	standbyLogged := false
 	for {

@@ -1,0 +1,96 @@
+package cdc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/store/postgres/cdc"
+	"github.com/txoutbox/outbox/store/storetest"
+)
+
+// A sink that fails for one aggregate: the retry path owns its events
+// (backoff, then delivery in order by the safety-net poll), a permanently
+// failing aggregate ends FAILED with a dead letter and its later events
+// BLOCKED, and the stream goes on for the other aggregates. The slot moves
+// past every transaction once its events are final or back in the table.
+func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	src := h.source(t, cdc.Config{PollInterval: 200 * time.Millisecond})
+	var mu sync.Mutex
+	flakyFails := 0
+	rec := &storetest.Recorder{Fail: func(m outbox.Message) error {
+		switch m.AggregateID {
+		case "dead":
+			return outbox.Permanent(errors.New("rejected by the destination"))
+		case "flaky":
+			mu.Lock()
+			defer mu.Unlock()
+			if flakyFails < 3 { // the aggregate's first event, three times
+				flakyFails++
+				return errors.New("destination unavailable")
+			}
+		}
+		return nil
+	}}
+	_, stop := runRelay(t, src, rec, relay.Config{BatchSize: 20, MaxRetries: 5})
+	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
+
+	h.enqueue(t, "flaky", 3)
+	h.enqueue(t, "dead", 3)
+	for i := 0; i < 20; i++ {
+		h.enqueue(t, fmt.Sprintf("good-%d", i%4), 5)
+	}
+	h.enqueue(t, "flaky", 2) // committed while the first flaky event waits in backoff
+	var lastLSN string
+	if err := h.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lastLSN); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the good aggregates delivered", func() bool {
+		n := 0
+		for _, d := range rec.Deliveries() {
+			if strings.Contains(d.Key, "good-") {
+				n++
+			}
+		}
+		return n == 100
+	})
+	eventually(t, 30*time.Second, "flaky delivered after its retries, dead FAILED", func() bool {
+		return h.count(t, outbox.StatusProcessed) == 105 && h.count(t, outbox.StatusFailed) == 1 && h.count(t, outbox.StatusBlocked) == 2
+	}, func() string {
+		return fmt.Sprintf("processed %d, failed %d, blocked %d, pending %d, processing %d", h.count(t, outbox.StatusProcessed),
+			h.count(t, outbox.StatusFailed), h.count(t, outbox.StatusBlocked), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing))
+	})
+	// Every transaction is settled: the slot may move past all of them.
+	eventually(t, 10*time.Second, "the confirmed position to pass every transaction", func() bool {
+		var passed bool
+		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lastLSN).Scan(&passed)
+		return err == nil && passed
+	})
+	stop()
+
+	if err := storetest.CheckOrder(rec.Deliveries()); err != nil {
+		t.Error(err)
+	}
+	if src.ClaimedByPoll() == 0 {
+		t.Error("the safety-net poll claimed nothing: who retried the flaky aggregate?")
+	}
+	var retries, deadLetters int
+	ctx := context.Background()
+	if err := h.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q WHERE outcome = 'RETRY'`, h.table+"_attempts")).Scan(&retries); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q`, h.table+"_dead_letters")).Scan(&deadLetters); err != nil {
+		t.Fatal(err)
+	}
+	if retries != 3 || deadLetters != 1 {
+		t.Errorf("%d RETRY audit rows and %d dead letters, want 3 and 1", retries, deadLetters)
+	}
+}
