@@ -105,13 +105,16 @@ func walLevel(dsn string) string {
 type PostgresCluster struct {
 	dir, data, port string
 	asPostgres      bool
+	settings        []string // extra name=value server settings
 }
 
 // StartPostgresCluster starts a private cluster that is stopped and removed
 // when t ends. It skips (fails under CI=true) when the binaries are missing.
-func StartPostgresCluster(t testing.TB) *PostgresCluster {
+// Each of settings ("name=value") is passed to the server after the
+// defaults, e.g. "wal_level=replica".
+func StartPostgresCluster(t testing.TB, settings ...string) *PostgresCluster {
 	t.Helper()
-	c, err := startCluster()
+	c, err := startCluster(settings...)
 	if err != nil {
 		msg := "cannot start a private PostgreSQL cluster: " + err.Error() + "; set OUTBOX_TEST_PG_BIN to the directory of initdb and pg_ctl"
 		if InCI() {
@@ -142,6 +145,9 @@ func (c *PostgresCluster) Start() error {
 		"-c fsync=off", "-c full_page_writes=off", "-c synchronous_commit=off",
 		"-c max_connections=100", "-c shared_buffers=32MB",
 	}, " ")
+	for _, kv := range c.settings {
+		opts += " -c " + kv
+	}
 	out, err := c.run("pg_ctl", "-D", c.data, "-l", filepath.Join(c.dir, "server.log"), "-o", opts, "-w", "-t", "60", "start")
 	if err != nil {
 		return fmt.Errorf("pg_ctl start: %v: %s", err, out)
@@ -149,7 +155,7 @@ func (c *PostgresCluster) Start() error {
 	return nil
 }
 
-func startCluster() (*PostgresCluster, error) {
+func startCluster(settings ...string) (*PostgresCluster, error) {
 	if _, err := os.Stat(filepath.Join(PostgresBinDir(), "initdb")); err != nil {
 		return nil, fmt.Errorf("initdb not found in %s", PostgresBinDir())
 	}
@@ -157,7 +163,7 @@ func startCluster() (*PostgresCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &PostgresCluster{dir: dir, data: filepath.Join(dir, "data"), asPostgres: os.Geteuid() == 0}
+	c := &PostgresCluster{dir: dir, data: filepath.Join(dir, "data"), asPostgres: os.Geteuid() == 0, settings: settings}
 	if c.asPostgres { // initdb refuses to run as root
 		u, err := user.Lookup("postgres")
 		if err != nil {
