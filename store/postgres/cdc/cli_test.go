@@ -1,0 +1,78 @@
+package cdc_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox/sink/sinktest"
+)
+
+// The CLI around --source logical: /metrics exports the slot's lag,
+// `outbox status` shows it (text and JSON), and `outbox migrate --down`
+// drops the slot and the publication with the tables.
+func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := ln.Addr().String()
+	ln.Close()
+	relay := sinktest.StartCLI(t, "relay", "--db", h.dsn, "--table", h.table, "--sink", "discard://",
+		"--source", "logical", "--slot", h.slot, "--publication", h.pub, "--admin", admin, "--stream-lease", "1s")
+	eventually(t, 30*time.Second, "the relay to stream", func() bool {
+		return strings.Contains(relay.Log(), "streaming from the logical replication slot")
+	}, relay.Log)
+	h.enqueue(t, "a", 3)
+
+	lagLine := regexp.MustCompile(`(?m)^outbox_cdc_slot_lag_bytes\{slot="` + h.slot + `"\} ([0-9.e+]+)$`)
+	eventually(t, 30*time.Second, "outbox_cdc_slot_lag_bytes on /metrics", func() bool {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return lagLine.Match(body)
+	})
+
+	out := sinktest.RunCLI(t, "", "status", "--db", h.dsn, "--table", h.table, "--slot", h.slot)
+	if !regexp.MustCompile(`cdc slot lag\s+\d+ bytes \(slot ` + h.slot + `, streaming\)`).MatchString(out) {
+		t.Errorf("status does not show the slot's lag:\n%s", out)
+	}
+	var js map[string]any
+	if err := json.Unmarshal([]byte(sinktest.RunCLI(t, "", "status", "--json", "--db", h.dsn, "--table", h.table, "--slot", h.slot)), &js); err != nil {
+		t.Fatal(err)
+	}
+	if js["cdc_slot"] != h.slot || js["cdc_slot_active"] != true {
+		t.Errorf("status --json: cdc_slot %v, cdc_slot_active %v", js["cdc_slot"], js["cdc_slot_active"])
+	}
+	if _, ok := js["cdc_slot_lag_bytes"].(float64); !ok {
+		t.Errorf("status --json has no cdc_slot_lag_bytes: %v", js)
+	}
+
+	relay.Kill()
+	// The killed relay's walsender ends with its connection.
+	eventually(t, 30*time.Second, "the slot to be released", func() bool {
+		var active bool
+		err := h.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&active)
+		return err == nil && !active
+	})
+	sinktest.RunCLI(t, "", "migrate", "--down", "--yes", "--db", h.dsn, "--table", h.table, "--slot", h.slot, "--publication", h.pub)
+	var slots, pubs int
+	if err := h.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1),
+		(SELECT count(*) FROM pg_publication WHERE pubname = $2)`, h.slot, h.pub).Scan(&slots, &pubs); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 || pubs != 0 {
+		t.Errorf("after migrate --down: %d slots and %d publications named %s / %s, want none", slots, pubs, h.slot, h.pub)
+	}
+}
