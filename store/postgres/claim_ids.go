@@ -22,34 +22,47 @@ import (
 //	      one of this relay's own tokens ($4), if any.
 //	agg:  per aggregate, stop_id: its first unfinished row that this claim
 //	      may not step over: anything but a candidate after last_mine or a
-//	      row of the relay's own claims (FAILED counts only when $3).
+//	      row of the relay's own claims (FAILED counts only when $3). The
+//	      ORDER BY spells out the aggregate index, so that the scan walks
+//	      the aggregate's unfinished rows in id order and stops at that row
+//	      even with no statistics (an index scan in id order from the
+//	      table's first row would read every finished row too).
 //	ok:   the candidates before their aggregate's stop_id.
 //	l:    those this statement could lock (SKIP LOCKED); an aggregate's run
 //	      is cut at its first ok row it could not lock (cut), so that two
 //	      claims never hold parts of one run.
 //
 // Rows given here and not returned stay as they are: PENDING rows are
-// found later by the ordinary claim.
+// found later by the ordinary claim. Rows are looked up by joining the ids
+// to the table, which is a primary-key lookup per id: "id = ANY(...)" with
+// a status filter can be planned, on a table without statistics, as a scan
+// of the whole partial pending index (id is its second column).
 const claimIDsSQL = `
 WITH cand AS MATERIALIZED (
-    SELECT o.id, o.aggregate_type, o.aggregate_id FROM {t} o
-    WHERE o.id = ANY($5::bigint[]) AND o.status = 'PENDING' AND o.available_at <= now()
+    SELECT o.id, o.aggregate_type, o.aggregate_id
+    FROM unnest($5::bigint[]) AS i(id) JOIN {t} o ON o.id = i.id
+    WHERE o.status = 'PENDING' AND o.available_at <= now()
 ),
 g AS MATERIALIZED (
     SELECT a.aggregate_type, a.aggregate_id,
-        COALESCE((SELECT max(m.id) FROM {t} m
-          WHERE m.aggregate_type = a.aggregate_type AND m.aggregate_id = a.aggregate_id
-            AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[])), 0) AS last_mine
+        CASE WHEN cardinality($4::uuid[]) > 0 THEN
+            COALESCE((SELECT m.id FROM {t} m
+              WHERE m.aggregate_type = a.aggregate_type AND m.aggregate_id = a.aggregate_id
+                AND m.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
+                AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[])
+              ORDER BY m.aggregate_type DESC, m.aggregate_id DESC, m.id DESC LIMIT 1), 0)
+        ELSE 0 END AS last_mine
     FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM cand) a
 ),
 agg AS MATERIALIZED (
     SELECT g.aggregate_type, g.aggregate_id,
-        COALESCE((SELECT min(m.id) FROM {t} m
+        COALESCE((SELECT m.id FROM {t} m
           WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
             AND m.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
             AND (m.status <> 'FAILED' OR $3::bool)
             AND NOT (m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[]))
-            AND NOT (m.id = ANY(ARRAY(SELECT id FROM cand)) AND m.id > g.last_mine)),
+            AND (m.id <= g.last_mine OR m.id NOT IN (SELECT id FROM cand))
+          ORDER BY m.aggregate_type, m.aggregate_id, m.id LIMIT 1),
           9223372036854775807) AS stop_id
     FROM g
 ),
@@ -59,21 +72,21 @@ ok AS MATERIALIZED (
     WHERE c.id < agg.stop_id
 ),
 l AS MATERIALIZED (
-    SELECT o.id FROM {t} o
-    WHERE o.id = ANY(ARRAY(SELECT id FROM ok)) AND o.status = 'PENDING'
+    SELECT o.id, o.aggregate_type, o.aggregate_id FROM ok JOIN {t} o ON o.id = ok.id
+    WHERE o.status = 'PENDING'
     ORDER BY o.id
-    FOR NO KEY UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE OF o SKIP LOCKED
 ),
 cut AS MATERIALIZED (
     SELECT aggregate_type, aggregate_id, min(id) AS cut_id FROM ok
-    WHERE NOT (id = ANY(ARRAY(SELECT id FROM l)))
+    WHERE id NOT IN (SELECT id FROM l)
     GROUP BY 1, 2
 )
 UPDATE {t} o SET status = 'PROCESSING', lock_token = $1::uuid,
     locked_until = now() + $2::bigint * interval '1 millisecond'
 WHERE o.id = ANY(ARRAY(
-    SELECT ok.id FROM ok LEFT JOIN cut USING (aggregate_type, aggregate_id)
-    WHERE ok.id = ANY(ARRAY(SELECT id FROM l)) AND ok.id < COALESCE(cut.cut_id, 9223372036854775807)))
+    SELECT l.id FROM l LEFT JOIN cut USING (aggregate_type, aggregate_id)
+    WHERE l.id < COALESCE(cut.cut_id, 9223372036854775807)))
 RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
     o.retry_count, o.created_at, o.expires_at,
     (o.expires_at IS NOT NULL AND o.expires_at <= now()) AS expired, now(), o.locked_until`
@@ -84,20 +97,25 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.pa
 // of req.Own. Rows it does not claim are left as they are (an ordinary
 // Claim finds the PENDING ones later). req.Limit is not used: the caller
 // bounds len(ids). Events come back in id order.
-func (s *Store) ClaimIDs(ctx context.Context, req store.ClaimRequest, ids []int64) (*store.Claim, error) {
+//
+// missing lists the ids that have no row this call could see. A source
+// that reads the write-ahead log can learn of a commit a moment before the
+// committed rows become visible to other sessions; it should offer those
+// ids again shortly.
+func (s *Store) ClaimIDs(ctx context.Context, req store.ClaimRequest, ids []int64) (c *store.Claim, missing []int64, err error) {
 	if err := req.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	c := &store.Claim{Token: uuid.NewString()}
+	c = &store.Claim{Token: uuid.NewString()}
 	if len(ids) == 0 {
-		return c, nil
+		return c, nil, nil
 	}
 	own := req.Own
 	if own == nil {
 		own = []string{}
 	}
 	query := render(s.t, claimIDsSQL)
-	err := retrySerialization(ctx, func() error {
+	err = retrySerialization(ctx, func() error {
 		c.Events = c.Events[:0]
 		rows, err := s.pool.Query(ctx, query, c.Token, req.Lease.Milliseconds(), req.FailedBlocks, own, ids)
 		if err != nil {
@@ -106,13 +124,22 @@ func (s *Store) ClaimIDs(ctx context.Context, req store.ClaimRequest, ids []int6
 		return scanClaimed(rows, c)
 	})
 	if err != nil {
-		return nil, s.wrap("claim by id", err)
+		return nil, nil, s.wrap("claim by id", err)
 	}
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
 	if len(c.Events) == 0 {
 		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
 	}
-	return c, nil
+	if len(c.Events) < len(ids) {
+		rows, err := s.pool.Query(ctx, render(s.t, `SELECT i FROM unnest($1::bigint[]) i WHERE NOT EXISTS (SELECT 1 FROM {t} o WHERE o.id = i)`), ids)
+		if err != nil {
+			return nil, nil, s.wrap("claim by id: look for rows not yet visible", err)
+		}
+		if missing, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return nil, nil, s.wrap("claim by id: look for rows not yet visible", err)
+		}
+	}
+	return c, missing, nil
 }
 
 // scanClaimed reads the RETURNING rows of a claim into c and closes rows.

@@ -3,6 +3,8 @@ package cdc_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -43,11 +45,11 @@ type harness struct {
 	table, slot, pub string
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	return newHarnessOn(t, testenv.LogicalPostgres(t))
 }
 
-func newHarnessOn(t *testing.T, dsn string) *harness {
+func newHarnessOn(t testing.TB, dsn string) *harness {
 	t.Helper()
 	ctx := context.Background()
 	pool := newPool(t, dsn)
@@ -81,7 +83,7 @@ func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 
 // drop ends any walsender on the slot, then drops the slot, the
 // publication and the tables.
-func (h *harness) drop(t *testing.T) {
+func (h *harness) drop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
@@ -114,7 +116,7 @@ func waitCtx(ctx context.Context, d time.Duration) {
 
 // eventually waits up to d for cond, looking every 20ms.
 // A last argument, when given, describes the state for the failure message.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool, state ...func() string) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool, state ...func() string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -130,7 +132,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool, st
 	}
 }
 
-func (h *harness) source(t *testing.T, cfg cdc.Config) *cdc.Source {
+func (h *harness) source(t testing.TB, cfg cdc.Config) *cdc.Source {
 	t.Helper()
 	cfg.Slot, cfg.Publication = h.slot, h.pub
 	if cfg.StatusInterval == 0 {
@@ -218,3 +220,8 @@ func (h *harness) count(t testing.TB, status outbox.Status) int {
 }
 
 func cdcConfig() cdc.Config { return cdc.Config{} }
+
+// quietLogger drops the relay's INFO lines (benchmarks).
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

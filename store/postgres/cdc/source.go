@@ -68,6 +68,7 @@ type Source struct {
 	pollMu   sync.Mutex
 	lastPoll time.Time
 
+	wake      atomic.Pointer[func()] // the relay's wake-up, from Listen
 	streaming atomic.Bool
 	lagBytes  atomic.Int64
 	lagKnown  atomic.Bool
@@ -197,10 +198,19 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		case s.space <- struct{}{}:
 		default:
 		}
-		c, err := s.Store.ClaimIDs(ctx, req, ids)
+		c, missing, err := s.Store.ClaimIDs(ctx, req, ids)
 		if err != nil {
 			s.track.putBack(ids)
 			return nil, err
+		}
+		if len(missing) > 0 {
+			// Committed, streamed, and not yet visible to this session:
+			// offer them again in a moment (they stay unsettled).
+			again, wait := s.track.notVisible(missing)
+			ids = without(ids, again)
+			if len(again) > 0 {
+				time.AfterFunc(wait, s.wakeRelay)
+			}
 		}
 		got := make([]int64, len(c.Events))
 		for i, ev := range c.Events {
@@ -234,6 +244,31 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		s.byPoll.Add(int64(len(got)))
 	}
 	return c, nil
+}
+
+// wakeRelay wakes the relay through the func Listen was given.
+func (s *Source) wakeRelay() {
+	if w := s.wake.Load(); w != nil {
+		(*w)()
+	}
+}
+
+// without returns ids minus drop.
+func without(ids, drop []int64) []int64 {
+	if len(drop) == 0 {
+		return ids
+	}
+	skip := make(map[int64]bool, len(drop))
+	for _, id := range drop {
+		skip[id] = true
+	}
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !skip[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Complete records outcomes through the PostgreSQL store and then lets the

@@ -24,6 +24,7 @@ var errStandby = errors.New("another relay streams from the slot")
 // position. It also wakes the relay every PollInterval for the safety-net
 // poll. Listen returns nil when ctx ends.
 func (s *Source) Listen(ctx context.Context, wake func()) error {
+	s.wake.Store(&wake)
 	// The safety net: wake the relay every PollInterval so that its claim
 	// runs the ordinary poll, whatever the relay's own poll interval.
 	pollDone := make(chan struct{})

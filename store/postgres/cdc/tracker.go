@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -22,6 +23,9 @@ type tracker struct {
 	inClaim map[int64]string
 	// claims maps a claim token to the streamed ids it holds.
 	claims map[string][]int64
+	// invisible counts the looks at streamed ids whose rows were not yet
+	// visible.
+	invisible map[int64]int
 	// open: a transaction has begun on the stream and not yet committed.
 	open bool
 	// confirmed is the position the slot may be confirmed at.
@@ -38,6 +42,7 @@ func newTracker(start pglogrepl.LSN) *tracker {
 		byID:      map[int64]*txn{},
 		inClaim:   map[int64]string{},
 		claims:    map[string][]int64{},
+		invisible: map[int64]int{},
 		confirmed: start,
 	}
 }
@@ -131,6 +136,7 @@ func (t *tracker) claimed(token string, offered []int64, got []int64) {
 		}
 	}
 	for _, id := range offered {
+		delete(t.invisible, id)
 		if !held[id] {
 			t.settleLocked(id)
 		}
@@ -139,6 +145,33 @@ func (t *tracker) claimed(token string, offered []int64, got []int64) {
 		t.claims[token] = mine
 	}
 	t.advance()
+}
+
+// maxInvisibleLooks bounds the looks at a streamed id without a visible
+// row (about half a second in all); after that its row is left to the
+// safety-net poll.
+const maxInvisibleLooks = 8
+
+// notVisible puts streamed ids whose rows a claim could not see back at the
+// head of the queue, and returns them with how long to wait before the next
+// look. Ids looked at too often are returned neither: they settle, and the
+// ordinary claim finds their rows if they ever appear.
+func (t *tracker) notVisible(ids []int64) (again []int64, wait time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	looks := 0
+	for _, id := range ids {
+		n := t.invisible[id] + 1
+		if n > maxInvisibleLooks {
+			delete(t.invisible, id)
+			continue
+		}
+		t.invisible[id] = n
+		looks = max(looks, n)
+		again = append(again, id)
+	}
+	t.queue = append(append([]int64(nil), again...), t.queue...)
+	return again, time.Millisecond << looks
 }
 
 // claimedByPoll records that an ordinary claim took ids; those the stream
