@@ -159,3 +159,20 @@ func TestSlotHeldByAnotherProcessSaysHowToFix(t *testing.T) {
 		t.Error("the source streams from a slot another process holds")
 	}
 }
+
+// A publication of that name that does not publish the outbox table is
+// refused with the statement that fixes it.
+func TestPublicationOfAnotherTableSaysHowToFix(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	other := h.table + "_other"
+	if _, err := h.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %q (id bigint PRIMARY KEY)`, other)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, fmt.Sprintf(`CREATE PUBLICATION %q FOR TABLE %q`, h.pub, other)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cdc.New(ctx, h.store, cdc.Config{Slot: h.slot, Publication: h.pub})
+	oneLine(t, err, "does not publish table", "ALTER PUBLICATION", "ADD TABLE")
+}

@@ -94,3 +94,39 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 		t.Errorf("%d RETRY audit rows and %d dead letters, want 3 and 1", retries, deadLetters)
 	}
 }
+
+// An event whose deadline passed before the stream brought it ends EXPIRED
+// without being sent (completed as EXPIRED by the claim, or expired by the
+// sweeper, whichever comes first); the next event of its aggregate goes on.
+func TestStreamedEventPastDeadlineEndsExpired(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	src := h.source(t, cdcConfig())
+	rec := &storetest.Recorder{}
+	_, stop := runRelay(t, src, rec, relay.Config{})
+	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
+	ctx := context.Background()
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Enqueue(ctx, tx, outbox.Event{AggregateType: "payment", AggregateID: "p-1", EventType: "Authorized",
+		Payload: []byte(`{}`), TTL: 10 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline (10ms after the transaction's start) passes before it commits.
+	if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "p-1", 1)
+	eventually(t, 30*time.Second, "one EXPIRED and one PROCESSED", func() bool {
+		return h.count(t, outbox.StatusExpired) == 1 && h.count(t, outbox.StatusProcessed) == 1
+	})
+	stop()
+	if ds := rec.Deliveries(); len(ds) != 1 {
+		t.Errorf("%d deliveries, want only the event without a deadline", len(ds))
+	}
+}

@@ -85,6 +85,16 @@ func ensurePublication(ctx context.Context, pool *pgxpool.Pool, publication, tab
 		return fmt.Errorf("cdc: look up publication %s: %w", publication, err)
 	}
 	if exists {
+		var publishes bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
+			WHERE pubname = $1 AND tablename = $2 AND schemaname = current_schema())`, publication, table).Scan(&publishes)
+		if err != nil {
+			return fmt.Errorf("cdc: look up the tables of publication %s: %w", publication, err)
+		}
+		if !publishes {
+			return setupErr("publication %q exists and does not publish table %q: run ALTER PUBLICATION %s ADD TABLE %s; or choose another --publication",
+				publication, table, quoteIdent(publication), quoteIdent(table))
+		}
 		return nil
 	}
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, quoteIdent(publication), quoteIdent(table)))

@@ -212,10 +212,13 @@ func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake fun
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
-		idCol[m.RelationID] = -1
-		for i, c := range m.Columns {
-			if c.Name == "id" {
-				idCol[m.RelationID] = i
+		idCol[m.RelationID] = -1 // another table of a shared publication
+		if m.RelationName == s.Table() {
+			idCol[m.RelationID] = -2 // the outbox, without an id column
+			for i, c := range m.Columns {
+				if c.Name == "id" {
+					idCol[m.RelationID] = i
+				}
 			}
 		}
 	case *pglogrepl.BeginMessage:
@@ -223,8 +226,11 @@ func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake fun
 		ids = ids[:0]
 	case *pglogrepl.InsertMessage:
 		i, ok := idCol[m.RelationID]
+		if ok && i == -1 {
+			return ids, nil // not the outbox
+		}
 		if !ok || i < 0 || m.Tuple == nil || i >= len(m.Tuple.Columns) {
-			return ids, fmt.Errorf("cdc: an insert into relation %d has no id column: is the publication %s for the outbox table only?", m.RelationID, s.cfg.Publication)
+			return ids, fmt.Errorf("cdc: an insert into the outbox table %s came without its id column", s.Table())
 		}
 		col := m.Tuple.Columns[i]
 		if col.DataType != 't' {
