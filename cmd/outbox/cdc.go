@@ -13,12 +13,21 @@ import (
 	"github.com/txoutbox/outbox/store/postgres/cdc"
 )
 
-// cdcFlags are the flags of --source logical, shared by relay, status and
-// migrate --down.
+// cdcFlags are the relay's flags naming the slot and publication of
+// --source logical.
 type cdcFlags struct {
 	Slot        string `help:"Logical replication slot of --source logical (default <table>_slot)." env:"OUTBOX_SLOT" placeholder:"NAME"`
 	Publication string `help:"Publication of the outbox table's inserts for --source logical (default <table>_publication)." env:"OUTBOX_PUBLICATION" placeholder:"NAME"`
 }
+
+// cdcNames are the same flags for status and migrate, without variables
+// (a setting meant for the relay never changes what those commands drop).
+type cdcNames struct {
+	Slot        string `help:"Logical replication slot of --source logical (default <table>_slot)." placeholder:"NAME"`
+	Publication string `help:"Publication of --source logical (default <table>_publication)." placeholder:"NAME"`
+}
+
+func (n cdcNames) flags() cdcFlags { return cdcFlags{Slot: n.Slot, Publication: n.Publication} }
 
 func (f cdcFlags) names(table string) (slot, publication string) {
 	slot, publication = f.Slot, f.Publication

@@ -12,7 +12,7 @@ type MigrateCmd struct {
 	Down   bool `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables (and, on PostgreSQL, the slot and publication of --source logical)." env:"-"`
 	Yes    bool `help:"Confirm --down." env:"-"`
 	Status bool `help:"Only print the applied and latest versions."`
-	cdcFlags
+	cdcNames
 }
 
 // Run applies the migrations.
@@ -34,7 +34,7 @@ func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 		if !c.Yes {
 			return fmt.Errorf("%w: migrate --down drops table %s and its dead letters and audit trail; add --yes to confirm", outbox.ErrInvalidConfig, g.Table)
 		}
-		if err := dropLogical(ctx, b, c.cdcFlags, g.Table); err != nil {
+		if err := dropLogical(ctx, b, c.cdcNames.flags(), g.Table); err != nil {
 			return err
 		}
 		if err := b.store.MigrateDown(ctx); err != nil {

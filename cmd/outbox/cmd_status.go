@@ -16,7 +16,7 @@ import (
 type StatusCmd struct {
 	JSON      bool   `name:"json" help:"Print one JSON object keyed by status name."`
 	OnFailure string `help:"The relays' failure policy (block or continue), to report blocked aggregates." default:"block" enum:"block,continue"`
-	cdcFlags
+	cdcNames
 }
 
 // Run prints the status.
@@ -30,7 +30,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	lag, hasSlot, err := slotLag(ctx, b.store, c.cdcFlags, g.Table)
+	lag, hasSlot, err := slotLag(ctx, b.store, c.cdcNames.flags(), g.Table)
 	if err != nil {
 		return err
 	}

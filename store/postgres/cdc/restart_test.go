@@ -1,12 +1,14 @@
 package cdc_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/store/postgres/cdc"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -45,5 +47,40 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 	}
 	if src.ClaimedByPoll() != 0 {
 		t.Errorf("%d events came by the safety-net poll; the resumed stream should have brought them", src.ClaimedByPoll())
+	}
+}
+
+// The slot disappears under a streaming relay (as after a primary failover
+// to a server without it, or a restore): the relay recreates it and goes
+// on; what was committed while no slot followed the table comes by the
+// safety-net poll.
+func TestDroppedSlotIsRecreated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	src := h.source(t, cdc.Config{PollInterval: 300 * time.Millisecond})
+	rec := &storetest.Recorder{}
+	_, stop := runRelay(t, src, rec, relay.Config{})
+	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
+	ctx := context.Background()
+	// End the walsender and drop the slot before the relay reconnects
+	// (its first retry waits 200ms).
+	if _, err := h.pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1`, h.slot); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the slot to be released", func() bool {
+		_, err := h.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, h.slot)
+		return err == nil
+	})
+	h.enqueue(t, "gap", 3) // committed while no slot exists
+	eventually(t, 30*time.Second, "the slot recreated and streamed from", func() bool {
+		var active bool
+		err := h.pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&active)
+		return err == nil && active && src.Streaming()
+	})
+	h.enqueue(t, "after", 3)
+	eventually(t, 30*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 6 })
+	stop()
+	if err := storetest.CheckOrder(rec.Deliveries()); err != nil {
+		t.Error(err)
 	}
 }

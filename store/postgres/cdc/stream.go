@@ -122,9 +122,9 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	var start pglogrepl.LSN
-	if err := s.Pool().QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&start); err != nil {
-		return fmt.Errorf("cdc: read slot %s (create it by restarting the relay): %w", s.cfg.Slot, err)
+	start, err := s.prepareSlot(ctx)
+	if err != nil {
+		return err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
@@ -250,6 +250,36 @@ func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake fun
 		}
 	}
 	return ids, nil
+}
+
+// prepareSlot makes sure the publication and the slot exist (after a
+// primary failover or a restore the new server has no slot: it is created
+// at the current position) and replaces a slot PostgreSQL invalidated
+// (wal_status "lost", past max_slot_wal_keep_size). It returns the slot's
+// confirmed position. Events committed while no slot followed them are
+// rows in the table, PENDING: the safety-net poll delivers them.
+func (s *Source) prepareSlot(ctx context.Context) (pglogrepl.LSN, error) {
+	pool := s.Pool()
+	if err := ensurePublication(ctx, pool, s.cfg.Publication, s.Table()); err != nil {
+		return 0, err
+	}
+	if err := ensureSlot(ctx, pool, s.cfg.Slot); err != nil {
+		return 0, err
+	}
+	var start pglogrepl.LSN
+	var walStatus *string
+	if err := pool.QueryRow(ctx, `SELECT COALESCE(confirmed_flush_lsn, '0/0'), wal_status FROM pg_replication_slots WHERE slot_name = $1`,
+		s.cfg.Slot).Scan(&start, &walStatus); err != nil {
+		return 0, fmt.Errorf("cdc: read slot %s: %w", s.cfg.Slot, err)
+	}
+	if walStatus != nil && *walStatus == "lost" {
+		s.log.Warn("the replication slot was invalidated (it held more WAL than max_slot_wal_keep_size); recreating it: events committed meanwhile come by the safety-net poll")
+		if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.cfg.Slot); err != nil {
+			return 0, fmt.Errorf("cdc: drop the invalidated slot %s: %w", s.cfg.Slot, err)
+		}
+		return s.prepareSlot(ctx)
+	}
+	return start, nil
 }
 
 // refreshLag reads the slot's lag for SlotLagBytes.
