@@ -216,7 +216,7 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		for i, ev := range c.Events {
 			got[i] = ev.ID
 		}
-		s.track.claimed(c.Token, ids, got)
+		s.track.claimed(c.Token, time.Now().Add(req.Lease), ids, got)
 		s.byStream.Add(int64(len(got)))
 		if len(c.Events) > 0 {
 			return c, nil
@@ -240,7 +240,7 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		for i, ev := range c.Events {
 			got[i] = ev.ID
 		}
-		s.track.claimedByPoll(c.Token, got)
+		s.track.claimedByPoll(c.Token, time.Now().Add(req.Lease), got)
 		s.byPoll.Add(int64(len(got)))
 	}
 	return c, nil

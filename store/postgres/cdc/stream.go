@@ -144,6 +144,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 	for {
 		now := time.Now()
 		if !now.Before(nextStatus) {
+			s.track.expire(now)
 			pos, _ := s.track.position()
 			if pos > 0 {
 				if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {

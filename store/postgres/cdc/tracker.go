@@ -23,6 +23,10 @@ type tracker struct {
 	inClaim map[int64]string
 	// claims maps a claim token to the streamed ids it holds.
 	claims map[string][]int64
+	// leaseEnd maps a claim token to the end of its lease (local clock):
+	// a claim not recorded by then belongs to the reaper, and its events
+	// settle (see expire).
+	leaseEnd map[string]time.Time
 	// invisible counts the looks at streamed ids whose rows were not yet
 	// visible.
 	invisible map[int64]int
@@ -42,6 +46,7 @@ func newTracker(start pglogrepl.LSN) *tracker {
 		byID:      map[int64]*txn{},
 		inClaim:   map[int64]string{},
 		claims:    map[string][]int64{},
+		leaseEnd:  map[string]time.Time{},
 		invisible: map[int64]int{},
 		confirmed: start,
 	}
@@ -123,7 +128,7 @@ func (t *tracker) putBack(ids []int64) {
 // claimed records that token holds ids (those the stream knows of); the
 // other ids of offered were not claimable and are settled now: their rows
 // stay with the table and the ordinary claim.
-func (t *tracker) claimed(token string, offered []int64, got []int64) {
+func (t *tracker) claimed(token string, leaseEnd time.Time, offered []int64, got []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	held := make(map[int64]bool, len(got))
@@ -143,6 +148,7 @@ func (t *tracker) claimed(token string, offered []int64, got []int64) {
 	}
 	if len(mine) > 0 {
 		t.claims[token] = mine
+		t.leaseEnd[token] = leaseEnd
 	}
 	t.advance()
 }
@@ -164,6 +170,7 @@ func (t *tracker) notVisible(ids []int64) (again []int64, wait time.Duration) {
 		n := t.invisible[id] + 1
 		if n > maxInvisibleLooks {
 			delete(t.invisible, id)
+			t.settleLocked(id)
 			continue
 		}
 		t.invisible[id] = n
@@ -171,12 +178,13 @@ func (t *tracker) notVisible(ids []int64) (again []int64, wait time.Duration) {
 		again = append(again, id)
 	}
 	t.queue = append(append([]int64(nil), again...), t.queue...)
+	t.advance()
 	return again, time.Millisecond << looks
 }
 
 // claimedByPoll records that an ordinary claim took ids; those the stream
 // knows of leave the queue and settle when the claim completes.
-func (t *tracker) claimedByPoll(token string, got []int64) {
+func (t *tracker) claimedByPoll(token string, leaseEnd time.Time, got []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var mine []int64
@@ -192,6 +200,7 @@ func (t *tracker) claimedByPoll(token string, got []int64) {
 		return
 	}
 	t.claims[token] = mine
+	t.leaseEnd[token] = leaseEnd
 	kept := t.queue[:0]
 	for _, id := range t.queue {
 		if !taken[id] {
@@ -210,7 +219,26 @@ func (t *tracker) completed(token string) {
 		t.settleLocked(id)
 	}
 	delete(t.claims, token)
+	delete(t.leaseEnd, token)
 	t.advance()
+}
+
+// expire settles the claims whose lease ended before they were recorded
+// (the relay gave up recording them: their rows are the reaper's, which
+// returns them to PENDING), so that a long database outage cannot hold the
+// slot back for ever.
+func (t *tracker) expire(now time.Time) {
+	t.mu.Lock()
+	var ended []string
+	for token, end := range t.leaseEnd {
+		if now.After(end) {
+			ended = append(ended, token)
+		}
+	}
+	t.mu.Unlock()
+	for _, token := range ended {
+		t.completed(token)
+	}
 }
 
 func (t *tracker) settleLocked(id int64) {
