@@ -84,7 +84,9 @@ func TestKilledStreamingRelayStandbyTakesOver(t *testing.T) {
 		t.Helper()
 		eventually(t, 60*time.Second, "deliveries to start", func() bool { _, n := rec.counts(); return n >= delivered })
 		p.Kill()
+		killed := time.Now()
 		eventually(t, 30*time.Second, next+" to take over the stream", func() bool { return h.holder(t) == next })
+		t.Logf("%s took over %s after %s was killed (stream lease 1s)", next, time.Since(killed).Round(time.Millisecond), name)
 	}
 
 	produce()
