@@ -101,9 +101,9 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 func TestStreamedEventPastDeadlineEndsExpired(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	// When the two events travel in two batches, the relay gives the second
-	// back after the first expired (as it does after any undelivered
-	// event): the safety-net poll then brings it.
+	// When the sweeper holds the first event's row (expiring it) as the
+	// claim by id runs, the claim skips that row and stops its aggregate
+	// there, leaving the second event to the safety-net poll.
 	src := h.source(t, cdc.Config{PollInterval: 300 * time.Millisecond})
 	rec := &storetest.Recorder{}
 	_, stop := runRelay(t, src, rec, relay.Config{})
