@@ -59,8 +59,12 @@ func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome
 			r.hooks.leaseLost(len(outcomes)) // observer hook
 			return
 		}
-		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", delay)
-		t := time.NewTimer(delay)
+		wait := delay
+		if until := isolateAt.Sub(r.now()); until > 0 && until < wait {
+			wait = until // look at the database again when isolating is due
+		}
+		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
 		<-t.C
 		delay = min(2*delay, 2*time.Second)
 	}
