@@ -418,3 +418,80 @@ func testCompleteOutageOutlastsLease(t *testing.T, h *Harness) {
 		t.Errorf("no event was delivered again: the outage did not outlast the lease")
 	}
 }
+
+// OutcomeFuzzKinds are the outcomes that store an error text, in the
+// order FuzzOutcome picks them by its kind argument.
+var OutcomeFuzzKinds = []store.OutcomeKind{store.Retry, store.Failed, store.Expired}
+
+// FuzzOutcome is the body of each backend's FuzzOutcomeText: it claims a
+// fresh event, completes it with the fuzzed error text as a RETRY, FAILED
+// or EXPIRED outcome, and checks that the outcome was recorded (the event
+// is not left PROCESSING) with the text as store.ErrorText makes it, in
+// last_error, the audit row and the dead letter. h must be a harness of
+// its own: the fuzz target owns its table.
+func FuzzOutcome(f *testing.F, h *Harness) {
+	for _, text := range HostileTexts() {
+		if len(text) > 16<<10 {
+			continue // a big seed slows every mutation; the relay suite covers 1 MB
+		}
+		for k := range OutcomeFuzzKinds {
+			f.Add(text, uint8(k))
+		}
+	}
+	var seq atomic.Int64
+	f.Fuzz(func(t *testing.T, text string, kind uint8) {
+		ctx := context.Background()
+		k := OutcomeFuzzKinds[int(kind)%len(OutcomeFuzzKinds)]
+		id := enqueue(t, h, ev(fmt.Sprintf("fuzz-%d", seq.Add(1)), 1))[0]
+		c, err := h.Store.Claim(ctx, store.ClaimRequest{RelayID: "fuzz", Limit: 10, Lease: time.Minute, FailedBlocks: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Events) != 1 || c.Events[0].EventID != id {
+			t.Fatalf("claimed %d events, want the one just enqueued", len(c.Events))
+		}
+		o := store.Outcome{ID: c.Events[0].ID, EventID: id, Kind: k, Attempt: 1, Error: text,
+			RetryIn: time.Hour, Attempted: true, StartedAt: c.DBTime, FinishedAt: c.DBTime}
+		res, err := h.Store.Complete(ctx, store.CompleteRequest{Token: c.Token, RelayID: "fuzz", FailedBlocks: true,
+			Outcomes: []store.Outcome{o}})
+		if err != nil {
+			t.Fatalf("Complete(%s) with error text %q: %v", k, text[:min(len(text), 120)], err)
+		}
+		if len(res.Applied) != 1 {
+			t.Fatalf("Complete(%s): %+v, want the event applied", k, res)
+		}
+		want := store.ErrorText(text)
+		r, err := h.Store.GetEvent(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus := map[store.OutcomeKind]outbox.Status{store.Retry: outbox.StatusPending,
+			store.Failed: outbox.StatusFailed, store.Expired: outbox.StatusExpired}[k]
+		if r.Status != wantStatus {
+			t.Fatalf("after %s: status %s, want %s", k, r.Status, wantStatus)
+		}
+		if r.LastError != want {
+			t.Fatalf("last_error = %q, want %q", r.LastError[:min(len(r.LastError), 120)], want[:min(len(want), 120)])
+		}
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != 1 || atts[0].Error != want {
+			t.Fatalf("audit rows %d, want 1 with the stored text", len(atts))
+		}
+		if k == store.Failed {
+			dls, err := h.Store.DeadLetters(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantReason := want
+			if wantReason == "" {
+				wantReason = "failed"
+			}
+			if len(dls) != 1 || dls[0].EventID != id || dls[0].Reason != wantReason {
+				t.Fatalf("dead letter %+v, want the event with the stored text", dls)
+			}
+		}
+	})
+}
