@@ -53,6 +53,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
 	t.Run("Outcome", func(t *testing.T) { RunOutcome(t, newHarness) })
+	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
