@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
@@ -70,11 +71,12 @@ func (c *EventsListCmd) Run(ctx context.Context, g *Globals) error {
 	return tw.Flush()
 }
 
+// short cuts s to n characters (never inside one) and marks the cut.
 func short(s string, n int) string {
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n] + "..."
+	return string([]rune(s)[:n]) + "..."
 }
 
 func recordJSON(r store.Record) map[string]any {
