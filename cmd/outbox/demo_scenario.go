@@ -27,6 +27,10 @@ func (d *demoRun) scenario(ctx context.Context) error {
 		d.incidentCrash,
 		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
 		d.incidentRestart,
+		// A fifth incident, "gateway down for maintenance", belongs here,
+		// once the relay has a circuit breaker per route: a pause, then
+		// d.incidentMaintenance (the gateway down for a scaled outage; the
+		// summary shows the breaker opening and closing and 0 FAILED).
 		func(ctx context.Context) error { return sleep(ctx, d.plan.tail) },
 	}
 	for _, step := range steps {
