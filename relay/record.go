@@ -44,7 +44,7 @@ func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome
 		}
 		r.stats.completeErrors.Add(1)
 		refused := errors.Is(err, store.ErrRefused)
-		if refused || !r.now().Before(isolateAt) {
+		if now := r.now(); now.Before(leaseEnd) && (refused || !now.Before(isolateAt)) {
 			if refused || r.storeAnswers(ctx, b) {
 				r.log.Warn("the database refused to record a batch's outcome; recording its events in smaller groups to find the ones it cannot store",
 					"events", len(outcomes), "err", err)
