@@ -146,7 +146,7 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Attempted = true
 		return
 	}
-	o.Error = truncate(err.Error(), 1000)
+	o.Error = store.StorableText(sinkErrorText(err), maxSinkErrorRunes)
 	attempted := !errors.Is(err, outbox.ErrNotAttempted)
 	switch {
 	case st.stopped:
@@ -186,9 +186,41 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// maxSinkErrorRunes bounds the part of an outcome's error text that comes
+// from the sink, so that the relay's own words around it ("retries
+// exhausted after 6 attempts: ...") always fit the stored text.
+const maxSinkErrorRunes = 1000
+
+// sinkErrorText returns err.Error(), or a description of what went wrong
+// if a sink's error value panics in its Error method (a typed nil pointer
+// returned as an error, for example): a custom sink's error must never stop
+// the relay from recording the outcome.
+func sinkErrorText(err error) (text string) {
+	text, _ = errorText(err)
+	return text
+}
+
+func errorText(err error) (text string, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			text = fmt.Sprintf("the sink returned an error of type %T whose Error method panicked: %v", err, p)
+			panicked = true
+		}
+	}()
+	return err.Error(), false
+}
+
+// safeResults replaces each sink result whose Error method panics by a
+// plain error that says so (retryable, as any error without a class), so
+// that neither the tracer, the logs nor the outcome trip over it.
+func safeResults(results []error) []error {
+	for i, err := range results {
+		if err == nil {
+			continue
+		}
+		if text, panicked := errorText(err); panicked {
+			results[i] = errors.New(text)
+		}
 	}
-	return s[:n] + "..."
+	return results
 }

@@ -4,7 +4,7 @@ import "sync/atomic"
 
 type counters struct {
 	claims, claimed, delivered, retried, failed, expired, released, fenced atomic.Int64
-	claimErrors, completeErrors                                            atomic.Int64
+	claimErrors, completeErrors, outcomesRefused                           atomic.Int64
 	reaped, sweptExpired, blocked, unblocked, purged, sweepErrors          atomic.Int64
 }
 
@@ -20,12 +20,16 @@ type Stats struct {
 	Fenced         int64 // outcomes refused because the lease was lost
 	ClaimErrors    int64
 	CompleteErrors int64
-	Reaped         int64 // rows of dead relays returned to PENDING by this relay's sweeper
-	SweptExpired   int64 // waiting events expired by the sweeper
-	Blocked        int64
-	Unblocked      int64
-	Purged         int64 // rows deleted by retention
-	SweepErrors    int64
+	// OutcomesRefused counts events whose outcome the database refused to
+	// store; each ended FAILED with the reason (or, if even that was
+	// refused, was left to the reaper).
+	OutcomesRefused int64
+	Reaped          int64 // rows of dead relays returned to PENDING by this relay's sweeper
+	SweptExpired    int64 // waiting events expired by the sweeper
+	Blocked         int64
+	Unblocked       int64
+	Purged          int64 // rows deleted by retention
+	SweepErrors     int64
 }
 
 // Stats returns a snapshot of the relay's counters.
@@ -35,7 +39,7 @@ func (r *Relay) Stats() Stats {
 		Claims: c.claims.Load(), Claimed: c.claimed.Load(), Delivered: c.delivered.Load(),
 		Retried: c.retried.Load(), Failed: c.failed.Load(), Expired: c.expired.Load(),
 		Released: c.released.Load(), Fenced: c.fenced.Load(), ClaimErrors: c.claimErrors.Load(),
-		CompleteErrors: c.completeErrors.Load(), Reaped: c.reaped.Load(), SweptExpired: c.sweptExpired.Load(),
+		CompleteErrors: c.completeErrors.Load(), OutcomesRefused: c.outcomesRefused.Load(), Reaped: c.reaped.Load(), SweptExpired: c.sweptExpired.Load(),
 		Blocked: c.blocked.Load(), Unblocked: c.unblocked.Load(), Purged: c.purged.Load(),
 		SweepErrors: c.sweepErrors.Load(),
 	}

@@ -181,7 +181,7 @@ func (b *batch) publish(ctx context.Context, msgs []outbox.Message, msgPos []int
 		end = r.cfg.Tracer.StartPublish(ctx, msgs, routes)
 	}
 	start := r.now()
-	results := r.cfg.Sink.Publish(ctx, msgs)
+	results := safeResults(r.cfg.Sink.Publish(ctx, msgs))
 	d := r.now().Sub(start)
 	if end != nil {
 		end(results)

@@ -171,47 +171,6 @@ func (r *Relay) drained(ctx context.Context) (bool, error) {
 	return n == 0, nil
 }
 
-// complete records outcomes. The first write is always attempted, even
-// after the lease ended: the database's guard on (status, token) decides,
-// and a late delivery still lands in the audit trail. A failed write is
-// retried until the lease ends; after that the rows belong to the reaper.
-func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome) {
-	leaseEnd := b.localClaim.Add(r.cfg.Lease)
-	req := store.CompleteRequest{
-		Token:        b.claim.Token,
-		RelayID:      r.cfg.RelayID,
-		FailedBlocks: r.failedBlocks(),
-		Outcomes:     outcomes,
-	}
-	delay := 50 * time.Millisecond
-	for {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
-		started := r.now() // observer hook
-		res, err := r.cfg.Store.Complete(cctx, req)
-		cancel()
-		r.hooks.completed(started, len(outcomes), err) // observer hook
-		if err == nil {
-			r.hooks.recorded(b, outcomes, res, r.now()) // observer hook
-			r.afterComplete(ctx, b, outcomes, res)
-			return
-		}
-		r.stats.completeErrors.Add(1)
-		if !r.now().Add(delay).Before(leaseEnd) {
-			r.log.Error("could not record the outcome of a batch before its lease ended; the reaper will return its events to PENDING and they will be delivered again",
-				"events", len(outcomes), "err", err)
-			r.hooks.leaseLost(len(outcomes)) // observer hook
-			return
-		}
-		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", delay)
-		t := time.NewTimer(delay)
-		<-t.C
-		delay = min(2*delay, 2*time.Second)
-	}
-}
-
-// completeTimeout bounds one attempt to record a batch's outcome.
-const completeTimeout = 30 * time.Second
-
 func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Outcome, res store.CompleteResult) {
 	applied := make(map[int64]bool, len(res.Applied))
 	for _, id := range res.Applied {

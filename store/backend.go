@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -62,4 +63,21 @@ func TruncateRunes(s string, n int) string {
 		i++
 	}
 	return s
+}
+
+// ErrRefused marks an error of Complete (or another write) that the
+// database gave because of the data it was asked to store: a text it
+// cannot hold, a value over a column's limit, a constraint. Unlike a lost
+// connection, retrying the same write cannot succeed. Backends wrap such
+// errors with Refused; a custom Store may do the same. The relay records
+// the other outcomes of a batch whose Complete is refused and ends the
+// offending event FAILED, rather than leaving the batch to be sent again.
+var ErrRefused = errors.New("the database refused the data")
+
+// Refused wraps err with ErrRefused; nil stays nil.
+func Refused(err error) error {
+	if err == nil || errors.Is(err, ErrRefused) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRefused, err)
 }

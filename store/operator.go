@@ -52,7 +52,7 @@ func (c OperatorChange) Audit(a OperatorAction, status string) (relayID, text st
 	if a.Reason != "" {
 		text += ": " + a.Reason
 	}
-	return "operator:" + actor, text
+	return StorableText("operator:"+actor, MaxRelayIDRunes), ErrorText(text)
 }
 
 // EventNotFound returns the outbox.ErrNotFound error for an event id that

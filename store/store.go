@@ -52,6 +52,12 @@ type Store interface {
 	// Requeue returns a FAILED or EXPIRED event to PENDING (due now),
 	// releases the events it held back, and writes an audit row.
 	Requeue(ctx context.Context, a OperatorAction) error
+	// CountMatching counts the events RequeueMatching would requeue now.
+	CountMatching(ctx context.Context, f RequeueFilter) (int64, error)
+	// RequeueMatching requeues every event that matches f, each as
+	// Requeue does (a.EventID is ignored; the audit row's reason names the
+	// filter), and returns how many it requeued.
+	RequeueMatching(ctx context.Context, f RequeueFilter, a OperatorAction) (int64, error)
 	// Skip moves a FAILED event to SKIPPED so that its aggregate moves on,
 	// releases the events it held back, and writes an audit row.
 	Skip(ctx context.Context, a OperatorAction) error

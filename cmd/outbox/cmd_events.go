@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
@@ -18,7 +19,7 @@ import (
 type EventsCmd struct {
 	List  EventsListCmd  `cmd:"" help:"List events, newest first."`
 	Show  EventsShowCmd  `cmd:"" help:"Show one event and its audit trail."`
-	Retry EventsRetryCmd `cmd:"" help:"Requeue a FAILED or EXPIRED event (audited)."`
+	Retry EventsRetryCmd `cmd:"" help:"Requeue a FAILED or EXPIRED event, or every one that matches a filter (audited)."`
 	Skip  EventsSkipCmd  `cmd:"" help:"Skip a FAILED event so its aggregate moves on (audited)."`
 	Purge EventsPurgeCmd `cmd:"" help:"Delete final events older than a retention."`
 }
@@ -70,11 +71,12 @@ func (c *EventsListCmd) Run(ctx context.Context, g *Globals) error {
 	return tw.Flush()
 }
 
+// short cuts s to n characters (never inside one) and marks the cut.
 func short(s string, n int) string {
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n] + "..."
+	return string([]rune(s)[:n]) + "..."
 }
 
 func recordJSON(r store.Record) map[string]any {
@@ -183,19 +185,89 @@ func actorName(flag string) string {
 	return "operator"
 }
 
-// EventsRetryCmd requeues a FAILED or EXPIRED event.
+// EventsRetryCmd requeues a FAILED or EXPIRED event, or every event that
+// matches a filter.
 type EventsRetryCmd struct {
-	EventID string        `arg:"" help:"The event id (UUID)."`
+	EventID string        `arg:"" optional:"" help:"The event id (UUID). Without it, --status selects the events to requeue."`
 	Actor   string        `help:"Who is acting, for the audit trail (default: the OS user)."`
 	Reason  string        `help:"Why, for the audit trail."`
 	TTL     time.Duration `help:"A new deadline, from now. Without it, a deadline that has passed is removed."`
+
+	Status        string `help:"Requeue every event in this status (FAILED or EXPIRED) that matches the other filters." placeholder:"FAILED"`
+	ErrorLike     string `help:"Only events whose last error matches this SQL LIKE pattern (% any run, _ one character; ASCII case ignored), e.g. '%503%'."`
+	Since         string `help:"Only events that ended at or after this time (RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration ago, e.g. 2h)."`
+	Until         string `help:"Only events that ended before this time (same forms as --since)."`
+	AggregateType string `help:"Only events of this aggregate type."`
+	DryRun        bool   `help:"Print how many events match, and requeue nothing."`
 }
 
 // Run requeues.
 func (c *EventsRetryCmd) Run(ctx context.Context, g *Globals) error {
-	return operatorAction(ctx, g, c.EventID, func(s store.Store, id outbox.EventID) error {
-		return s.Requeue(ctx, store.OperatorAction{EventID: id, Actor: actorName(c.Actor), Reason: c.Reason, NewTTL: c.TTL})
-	}, "requeued")
+	filtered := c.Status != "" || c.ErrorLike != "" || c.Since != "" || c.Until != "" || c.AggregateType != "" || c.DryRun
+	switch {
+	case c.EventID != "" && filtered:
+		return fmt.Errorf("%w: give an event id or a filter (--status, --error-like, --since, --until, --aggregate-type, --dry-run), not both", outbox.ErrInvalidConfig)
+	case c.EventID != "":
+		return operatorAction(ctx, g, c.EventID, func(s store.Store, id outbox.EventID) error {
+			return s.Requeue(ctx, store.OperatorAction{EventID: id, Actor: actorName(c.Actor), Reason: c.Reason, NewTTL: c.TTL})
+		}, "requeued")
+	case c.Status == "":
+		return fmt.Errorf("%w: give the event id to requeue, or --status FAILED (or EXPIRED) with optional --error-like, --since, --until and --aggregate-type to requeue every event that matches", outbox.ErrInvalidConfig)
+	}
+	f, err := c.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if c.DryRun {
+		n, err := b.store.CountMatching(ctx, f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "%d events match (%s); run again without --dry-run to requeue them\n", n, f)
+		return nil
+	}
+	n, err := b.store.RequeueMatching(ctx, f, store.OperatorAction{Actor: actorName(c.Actor), Reason: c.Reason, NewTTL: c.TTL})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "requeued %d events (%s)\n", n, f)
+	return nil
+}
+
+// filter builds the store filter from the flags; relative times count
+// back from now.
+func (c *EventsRetryCmd) filter(now time.Time) (store.RequeueFilter, error) {
+	st, err := outbox.ParseStatus(c.Status)
+	if err != nil {
+		return store.RequeueFilter{}, fmt.Errorf("%w: --status: %v", outbox.ErrInvalidConfig, err)
+	}
+	f := store.RequeueFilter{Status: st, ErrorLike: c.ErrorLike, AggregateType: c.AggregateType}
+	if f.Since, err = parseWhen("--since", c.Since, now); err != nil {
+		return f, err
+	}
+	if f.Until, err = parseWhen("--until", c.Until, now); err != nil {
+		return f, err
+	}
+	return f, f.Validate()
+}
+
+// parseWhen reads a time flag: RFC 3339, or a duration before now.
+func parseWhen(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: %s %q: use an RFC 3339 time such as 2026-12-01T10:00:00Z or a duration ago such as 2h", outbox.ErrInvalidConfig, flag, v)
 }
 
 // EventsSkipCmd skips a FAILED event.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,8 +100,8 @@ func childRelayEnv(settings map[string]string) []string {
 // startChildRelay re-executes this program as `outbox relay` (this works
 // under `go run` too: os.Executable is the built binary). Its WARN and
 // ERROR log lines go to the console under the tag "relay-2"; onError sees
-// its ERROR lines.
-func startChildRelay(env []string, con *demo.Console, redact func(string) string, onError func(line string)) (*childRelay, error) {
+// its FAILED events instead of their log lines.
+func startChildRelay(env []string, con *demo.Console, redact func(string) string, onFailed func(failedLine)) (*childRelay, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start relay-2: %w", err)
@@ -117,7 +118,7 @@ func startChildRelay(env []string, con *demo.Console, redact func(string) string
 	c := &childRelay{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		forwardChildLog(stderr, con, redact, onError)
+		forwardChildLog(stderr, con, redact, onFailed)
 		c.err = cmd.Wait()
 	}()
 	return c, nil
@@ -154,9 +155,44 @@ var (
 	logRelayAttr = regexp.MustCompile(` relay_id=\S+`)
 )
 
+// failedMessage is the relay's ERROR log message for an event that ended
+// FAILED. The demo shows such an event as one ALARM line instead: the log
+// line holds every detail, on some 600 characters.
+const failedMessage = "event FAILED and moved to the dead-letter table"
+
+// failedLine is what the ALARM line of a FAILED event shows.
+type failedLine struct {
+	aggregateType, aggregateID, eventType, attempts, reason string
+}
+
+// alarmText is the one line the demo prints for a FAILED event.
+func (f failedLine) alarmText(by string) string {
+	return fmt.Sprintf("%s/%s %s FAILED after %s attempt(s), dead-lettered (%s): %s",
+		f.aggregateType, f.aggregateID, f.eventType, f.attempts, by, short(f.reason, 140))
+}
+
+// logAttr is one key=value of slog's text format; quoted values are Go strings.
+var logAttr = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S*)`)
+
+// parseLogLine reads the attributes of a line in slog's text format.
+func parseLogLine(line string) map[string]string {
+	attrs := map[string]string{}
+	for _, m := range logAttr.FindAllStringSubmatch(line, -1) {
+		v := m[2]
+		if strings.HasPrefix(v, `"`) {
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+		}
+		attrs[m[1]] = v
+	}
+	return attrs
+}
+
 // forwardChildLog prints relay-2's log lines (text format, WARN and up) on
-// the console, without their time and relay_id.
-func forwardChildLog(r io.Reader, con *demo.Console, redact func(string) string, onError func(string)) {
+// the console, without their time and relay_id; the line of a FAILED
+// event goes to onFailed instead.
+func forwardChildLog(r io.Reader, con *demo.Console, redact func(string) string, onFailed func(failedLine)) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -165,19 +201,39 @@ func forwardChildLog(r io.Reader, con *demo.Console, redact func(string) string,
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		con.Printf("relay-2", "%s", line)
-		if strings.HasPrefix(line, "level=ERROR") && onError != nil {
-			onError(line)
+		if a := parseLogLine(line); a["msg"] == failedMessage && onFailed != nil {
+			onFailed(failedLine{a["aggregate_type"], a["aggregate_id"], a["event_type"], a["attempts"], a["reason"]})
+			continue
 		}
+		con.Printf("relay-2", "%s", line)
 	}
 	_, _ = io.Copy(io.Discard, r)
+}
+
+// dropFailedLines leaves out the log record of a FAILED event: relay-1's
+// OnFailed callback prints it as one ALARM line.
+type dropFailedLines struct{ slog.Handler }
+
+func (h dropFailedLines) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == failedMessage {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h dropFailedLines) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropFailedLines{h.Handler.WithAttrs(as)}
+}
+
+func (h dropFailedLines) WithGroup(name string) slog.Handler {
+	return dropFailedLines{h.Handler.WithGroup(name)}
 }
 
 // consoleLogger returns a logger that prints WARN and ERROR lines on the
 // console under tag, in slog's text format without time and relay_id.
 func consoleLogger(con *demo.Console, tag string, redact func(string) string) *slog.Logger {
 	w := &consoleLineWriter{con: con, tag: tag, redact: redact}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+	return slog.New(dropFailedLines{slog.NewTextHandler(w, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "relay_id") {
@@ -185,7 +241,7 @@ func consoleLogger(con *demo.Console, tag string, redact func(string) string) *s
 			}
 			return a
 		},
-	}))
+	})})
 }
 
 // consoleLineWriter turns each written log line into a console line.

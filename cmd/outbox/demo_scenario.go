@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,10 @@ func (d *demoRun) scenario(ctx context.Context) error {
 		d.incidentCrash,
 		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
 		d.incidentRestart,
+		// A fifth incident, "gateway down for maintenance", belongs here,
+		// once the relay has a circuit breaker per route: a pause, then
+		// d.incidentMaintenance (the gateway down for a scaled outage; the
+		// summary shows the breaker opening and closing and 0 FAILED).
 		func(ctx context.Context) error { return sleep(ctx, d.plan.tail) },
 	}
 	for _, step := range steps {
@@ -98,11 +103,9 @@ func (d *demoRun) startRelay2() error {
 		"OUTBOX_LOG_LEVEL":      "warn",
 		"OUTBOX_LOG_FORMAT":     "text",
 	})
-	c, err := startChildRelay(env, d.con, d.g.secrets.redact, func(line string) {
-		if strings.Contains(line, "event FAILED") {
-			d.alarms.Add(1)
-			d.con.Printf("ALARM", "raised by relay-2's ERROR log line above (a relay process alerts through its log)")
-		}
+	c, err := startChildRelay(env, d.con, d.g.secrets.redact, func(f failedLine) {
+		d.alarms.Add(1)
+		d.con.Printf("ALARM", "%s", f.alarmText("relay-2's ERROR log line: a relay process alerts through its log"))
 	})
 	if err != nil {
 		return err
@@ -117,6 +120,19 @@ func (d *demoRun) currentR2() *childRelay {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.r2
+}
+
+// stopRelay1 stops relay-1 cleanly, if it runs.
+func (d *demoRun) stopRelay1() {
+	d.mu.Lock()
+	r1 := d.r1
+	d.r1 = nil
+	d.mu.Unlock()
+	if r1 != nil {
+		if err := r1.stop(); err != nil {
+			d.g.logger.Warn("relay-1", "err", err)
+		}
+	}
 }
 
 // stopRelays stops both relays cleanly, if they run.
@@ -150,8 +166,8 @@ func (d *demoRun) nudge() {
 // onFailed is relay-1's alarm callback.
 func (d *demoRun) onFailed(_ context.Context, fe relay.FailedEvent) {
 	d.alarms.Add(1)
-	d.con.Printf("ALARM", "%s/%s %s FAILED after %d attempt(s), moved to the dead-letter table (relay-1's OnFailed callback): %s",
-		fe.AggregateType, fe.AggregateID, fe.EventType, fe.Attempts, short(fe.Reason, 140))
+	f := failedLine{fe.AggregateType, fe.AggregateID, fe.EventType, strconv.Itoa(fe.Attempts), fe.Reason}
+	d.con.Printf("ALARM", "%s", f.alarmText("relay-1's OnFailed callback"))
 }
 
 // waitFinal polls until every event in ids is in a final status, or
@@ -332,7 +348,12 @@ func (d *demoRun) incidentCrash(ctx context.Context) error {
 	}
 	d.setIncident("incident 3: relay-2 crashes mid-batch")
 	d.con.Printf("INCIDENT 3", "relay-2 (pid %d) is about to crash mid-batch: the gateway approves its next request but holds the answer", r2.pid())
+	// relay-1 stops (cleanly, marking its batch) so that relay-2 surely
+	// takes the next events, however busy the machine and whichever relay
+	// is faster; it comes back right after the crash and redelivers.
 	held := d.gw.HoldNext("relay-2")
+	d.stopRelay1()
+	d.con.Printf("", "   relay-1 steps aside for a moment, so that the next batch is relay-2's")
 	var h demo.Held
 	got := false
 	t := time.NewTimer(p.holdWait)
@@ -350,8 +371,11 @@ func (d *demoRun) incidentCrash(ctx context.Context) error {
 	d.r2 = nil
 	d.mu.Unlock()
 	d.gw.ReleaseHeld()
+	if err := d.startRelay1(ctx); err != nil {
+		return err
+	}
 	if !got {
-		d.con.Printf("INCIDENT 3", "relay-2 sent nothing within %s (relay-1 took all the work); killed it with SIGKILL anyway", p.holdWait)
+		d.con.Printf("INCIDENT 3", "relay-2 sent nothing within %s (no traffic reached it); killed it with SIGKILL anyway", p.holdWait)
 		d.setIncident("normal traffic")
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 type Console struct {
 	mu    sync.Mutex
 	w     io.Writer
+	tty   *os.File // w, when it is a file: its width is asked again at each redraw
 	live  bool
 	width int
 	start time.Time
@@ -30,7 +31,8 @@ type Console struct {
 // NewConsole returns a console on w. live redraws the status in place (use
 // IsTerminal(w)).
 func NewConsole(w io.Writer, live bool) *Console {
-	return &Console{w: w, live: live, width: termWidth(), start: time.Now(), now: time.Now}
+	f, _ := w.(*os.File)
+	return &Console{w: w, tty: f, live: live, width: termWidth(f), start: time.Now(), now: time.Now}
 }
 
 // SetClock replaces the clock (for tests) and restarts the elapsed time.
@@ -65,8 +67,15 @@ func IsTerminal(w io.Writer) bool {
 	return os.Getenv("TERM") != "dumb"
 }
 
-// termWidth is the width live status lines are cut to: $COLUMNS, or 80.
-func termWidth() int {
+// termWidth is the width live status lines are cut to: the width of the
+// terminal behind f, as the terminal reports it (shells do not export
+// $COLUMNS to programs), else $COLUMNS, else 80.
+func termWidth(f *os.File) int {
+	if f != nil {
+		if n := ttyColumns(f); n >= 20 {
+			return n
+		}
+	}
 	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n >= 20 {
 		return n
 	}
@@ -111,6 +120,9 @@ func (c *Console) Status(lines ...string) {
 		return
 	}
 	c.eraseLocked()
+	if c.tty != nil {
+		c.width = termWidth(c.tty) // the window may have been resized
+	}
 	c.shown = c.shown[:0]
 	for i, l := range lines {
 		if i == 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -353,4 +354,48 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return p, err
 	})
 	return total, s.wrap("purge", err)
+}
+
+// requeueFilterSQL writes store.RequeueFilter for MySQL and MariaDB: the
+// text columns' binary collation makes LIKE case-sensitive, hence LOWER.
+var requeueFilterSQL = store.FilterSQL{
+	Like: func(col, ph string) string { return "LOWER(" + col + ") LIKE LOWER(" + ph + ")" },
+	Time: func(t time.Time) any { return formatTime(t) },
+}
+
+// CountMatching implements store.Store.
+func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	where, args := f.Where(requeueFilterSQL, 0)
+	var n int64
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.t.Outbox+"` WHERE "+where, args...).Scan(&n)
+	return n, s.wrap("count matching events", err)
+}
+
+// RequeueMatching implements store.Store.
+func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
+	return store.RequeuePages(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
+		where, args := f.Where(requeueFilterSQL, after)
+		rows, err := s.db.QueryContext(ctx, "SELECT id, event_id FROM `"+s.t.Outbox+"` WHERE "+where+
+			" ORDER BY id LIMIT "+strconv.Itoa(limit), args...)
+		if err != nil {
+			return nil, s.wrap("requeue matching", err)
+		}
+		defer rows.Close()
+		var out []store.MatchedEvent
+		for rows.Next() {
+			var m store.MatchedEvent
+			var id string
+			if err := rows.Scan(&m.ID, &id); err != nil {
+				return nil, s.wrap("requeue matching", err)
+			}
+			if m.EventID, err = outbox.ParseEventID(id); err != nil {
+				return nil, s.wrap("requeue matching", err)
+			}
+			out = append(out, m)
+		}
+		return out, s.wrap("requeue matching", rows.Err())
+	}, s.Requeue)
 }

@@ -77,7 +77,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		})
 	}
 	if err != nil {
-		return store.CompleteResult{}, s.wrap("complete", err)
+		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
@@ -209,7 +209,7 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 		var reasons strings.Builder
 		args := make([]any, 0, len(failed)+1)
 		for _, id := range failed {
-			reason := store.TruncateRunes(byID[id].Error, store.MaxErrorRunes)
+			reason := store.ErrorText(byID[id].Error)
 			if reason == "" {
 				reason = "failed"
 			}
@@ -309,7 +309,7 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind s
 		return b.String(), a
 	}
 	lastError := func() {
-		expr, a := perRow(func(o *store.Outcome) any { return store.TruncateRunes(o.Error, store.MaxErrorRunes) })
+		expr, a := perRow(func(o *store.Outcome) any { return store.ErrorText(o.Error) })
 		set("last_error = "+expr, a...)
 	}
 	retryAt := func() {
@@ -380,11 +380,11 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		var msg any
 		switch {
 		case applied[o.ID]:
-			if m := store.TruncateRunes(o.Error, store.MaxErrorRunes); m != "" {
+			if m := store.ErrorText(o.Error); m != "" {
 				msg = m
 			}
 		case o.Error != "":
-			msg = store.TruncateRunes(o.Error, store.MaxErrorRunes) + "; " + store.LeaseLost
+			msg = store.ErrorText(o.Error) + "; " + store.LeaseLost
 		default:
 			msg = store.LeaseLost
 		}
@@ -394,7 +394,7 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		started, startedArg := at(o.StartedAt)
 		finished, finishedArg := at(o.FinishedAt)
 		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?)")
-		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.TruncateRunes(req.RelayID, 200))
+		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.StorableText(req.RelayID, store.MaxRelayIDRunes))
 		for _, a := range []any{startedArg, finishedArg} {
 			if a != nil {
 				args = append(args, a)
@@ -407,5 +407,17 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		return nil
 	}
 	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
+	return err
+}
+
+// refusedData marks the errors MySQL and MariaDB give for the data of a
+// write (a string the column's character set cannot hold, a value too
+// long or out of range, invalid JSON, a constraint) with store.ErrRefused:
+// retrying them cannot succeed.
+func refusedData(err error) error {
+	switch mysqlErrorNumber(err) {
+	case 1048, 1264, 1265, 1292, 1300, 1366, 1406, 3140, 3819, 4025:
+		return store.Refused(err)
+	}
 	return err
 }

@@ -72,9 +72,12 @@ func newStore(t testing.TB, db *sql.DB, cfg mysql.Config) *mysql.Store {
 	return s
 }
 
-func newHarness(t *testing.T) *storetest.Harness {
+func newHarness(t testing.TB) *storetest.Harness { return newHarnessOn(t, storetest.TableName("my")) }
+
+// newHarnessOn is newHarness on the outbox table named table.
+func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 	db := openDB(t)
-	s := newStore(t, db, mysql.Config{})
+	s := newStore(t, db, mysql.Config{Table: table})
 	return &storetest.Harness{
 		Store: s,
 		Begin: func(ctx context.Context) (storetest.Tx, error) {
@@ -100,5 +103,5 @@ func scale() float64 {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, newHarness)
+	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
 }

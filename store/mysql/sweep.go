@@ -118,7 +118,7 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, rows []attemptRow) error 
 		b.WriteString("(?,?,?,?,?,?,CAST(? AS DATETIME(6)),CAST(? AS DATETIME(6)),?)")
 		at := formatTime(r.at)
 		args = append(args, r.eventID.String(), r.token, string(r.outcome), r.outboxID, r.attempt,
-			store.TruncateRunes(r.relay, 200), at, at, r.msg)
+			store.StorableText(r.relay, store.MaxRelayIDRunes), at, at, r.msg)
 	}
 	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
 	return err

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -277,4 +278,45 @@ SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
 		return p, err
 	})
 	return total, s.wrap("purge", err)
+}
+
+// requeueFilterSQL writes store.RequeueFilter for PostgreSQL.
+var requeueFilterSQL = store.FilterSQL{
+	Mark: func(n int) string { return "$" + strconv.Itoa(n) },
+	Like: func(col, ph string) string { return col + ` ILIKE ` + ph + ` ESCAPE '\'` },
+}
+
+// CountMatching implements store.Store.
+func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	where, args := f.Where(requeueFilterSQL, 0)
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM "`+s.t.Outbox+`" WHERE `+where, args...).Scan(&n)
+	return n, s.wrap("count matching events", err)
+}
+
+// RequeueMatching implements store.Store.
+func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
+	return store.RequeuePages(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
+		where, args := f.Where(requeueFilterSQL, after)
+		rows, err := s.pool.Query(ctx, `SELECT id, event_id FROM "`+s.t.Outbox+`" WHERE `+where+
+			` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
+		if err != nil {
+			return nil, s.wrap("requeue matching", err)
+		}
+		defer rows.Close()
+		var out []store.MatchedEvent
+		for rows.Next() {
+			var m store.MatchedEvent
+			var id [16]byte
+			if err := rows.Scan(&m.ID, &id); err != nil {
+				return nil, s.wrap("requeue matching", err)
+			}
+			m.EventID = outbox.EventID(id)
+			out = append(out, m)
+		}
+		return out, s.wrap("requeue matching", rows.Err())
+	}, s.Requeue)
 }

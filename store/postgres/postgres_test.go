@@ -40,9 +40,11 @@ func newPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-func newHarness(t *testing.T) *storetest.Harness {
+func newHarness(t testing.TB) *storetest.Harness { return newHarnessOn(t, storetest.TableName("pg")) }
+
+// newHarnessOn is newHarness on the outbox table named table.
+func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 	pool := newPool(t)
-	table := storetest.TableName("pg")
 	s, err := postgres.New(pool, postgres.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
@@ -85,5 +87,5 @@ func scale() float64 {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, newHarness)
+	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
 }

@@ -143,7 +143,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		ids[i] = o.ID
 		eventIDs[i] = o.EventID.String()
 		kinds[i] = string(o.Kind)
-		errs[i] = o.Error
+		errs[i] = store.ErrorText(o.Error)
 		retryMS[i] = o.RetryIn.Milliseconds()
 		block[i] = o.Block
 		attempted[i] = o.Attempted
@@ -151,10 +151,11 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		started[i] = o.StartedAt
 		finished[i] = o.FinishedAt
 	}
+	relayID := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
 	applied := make(map[int64]bool, n)
 	err := retrySerialization(ctx, func() error {
 		clear(applied)
-		rows, err := s.pool.Query(ctx, s.q.complete, req.Token, req.RelayID, req.FailedBlocks,
+		rows, err := s.pool.Query(ctx, s.q.complete, req.Token, relayID, req.FailedBlocks,
 			ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished)
 		if err != nil {
 			return err
@@ -170,7 +171,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		return rows.Err()
 	})
 	if err != nil {
-		return store.CompleteResult{}, s.wrap("complete", err)
+		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
@@ -183,9 +184,9 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 		var args []any
 		switch step {
 		case store.SweepReap:
-			query, args = s.q.reap, []any{req.Limit, req.RelayID}
+			query, args = s.q.reap, []any{req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes)}
 		case store.SweepExpire:
-			query, args = s.q.expire, []any{req.Limit, req.RelayID}
+			query, args = s.q.expire, []any{req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes)}
 		case store.SweepBlock:
 			query, args = s.q.block, []any{req.Limit}
 		case store.SweepUnblock:
@@ -281,4 +282,18 @@ func asPgError(err error, target **pgconn.PgError) bool {
 		err = u.Unwrap()
 	}
 	return false
+}
+
+// refusedData marks the errors PostgreSQL gives for the data of a write
+// (SQLSTATE classes 22 data exception, 23 integrity constraint, 54 program
+// limit exceeded) with store.ErrRefused: retrying them cannot succeed.
+func refusedData(err error) error {
+	var pe *pgconn.PgError
+	if asPgError(err, &pe) && len(pe.Code) == 5 {
+		switch pe.Code[:2] {
+		case "22", "23", "54":
+			return store.Refused(err)
+		}
+	}
+	return err
 }

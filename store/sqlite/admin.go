@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -396,4 +398,54 @@ FROM {t} WHERE id > ?1 ORDER BY id LIMIT ?2`)
 		return p, err
 	})
 	return total, s.wrap("purge", err)
+}
+
+// requeueFilterSQL writes store.RequeueFilter for SQLite, whose LIKE
+// already ignores the case of ASCII letters.
+var requeueFilterSQL = store.FilterSQL{
+	Like: func(col, ph string) string { return col + ` LIKE ` + ph + ` ESCAPE '\'` },
+	Time: func(t time.Time) any { return formatTime(t) },
+}
+
+// CountMatching implements store.Store.
+func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	where, args := f.Where(requeueFilterSQL, 0)
+	var n int64
+	err := retryBusy(ctx, func() error {
+		return s.db.QueryRowContext(ctx, `SELECT count(*) FROM "`+s.t.Outbox+`" WHERE `+where, args...).Scan(&n)
+	})
+	return n, s.wrap("count matching events", err)
+}
+
+// RequeueMatching implements store.Store.
+func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
+	return store.RequeuePages(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
+		where, args := f.Where(requeueFilterSQL, after)
+		var out []store.MatchedEvent
+		err := retryBusy(ctx, func() error {
+			out = out[:0]
+			rows, err := s.db.QueryContext(ctx, `SELECT id, event_id FROM "`+s.t.Outbox+`" WHERE `+where+
+				` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var m store.MatchedEvent
+				var id string
+				if err := rows.Scan(&m.ID, &id); err != nil {
+					return err
+				}
+				if m.EventID, err = outbox.ParseEventID(id); err != nil {
+					return err
+				}
+				out = append(out, m)
+			}
+			return rows.Err()
+		})
+		return out, s.wrap("requeue matching", err)
+	}, s.Requeue)
 }

@@ -24,7 +24,7 @@ func (x sqlTx) Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.Ev
 func (x sqlTx) Commit(context.Context) error   { return x.tx.Commit() }
 func (x sqlTx) Rollback(context.Context) error { return x.tx.Rollback() }
 
-func newConformanceHarness(t *testing.T) *storetest.Harness {
+func newConformanceHarness(t testing.TB) *storetest.Harness {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	table := storetest.TableName("lite")
@@ -69,5 +69,5 @@ func newConformanceHarness(t *testing.T) *storetest.Harness {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, newConformanceHarness)
+	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newConformanceHarness(t) })
 }

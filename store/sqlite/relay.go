@@ -302,6 +302,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if n == 0 {
 		return store.CompleteResult{}, nil
 	}
+	req = req.Storable()
 	items := make([]completeItem, n)
 	byID := make(map[int64]*store.Outcome, n)
 	for i := range req.Outcomes {
@@ -408,7 +409,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			}
 			var msg string
 			if applied[o.ID] {
-				msg = store.TruncateRunes(o.Error, store.MaxErrorRunes)
+				msg = o.Error
 			} else if o.Error != "" {
 				msg = o.Error + "; " + store.LeaseLost
 			} else {
@@ -431,7 +432,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		return nil
 	})
 	if err != nil {
-		return store.CompleteResult{}, s.wrap("complete", err)
+		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }

@@ -201,7 +201,7 @@ func TestCompleteOutcomes(t *testing.T) {
 		}
 	}
 	outs[1].RetryIn = 30 * time.Second
-	outs[2].Error = strings.Repeat("é", 2500) // last_error keeps 2000 characters
+	outs[2].Error = strings.Repeat("é", 2500) // stored cut to 2000 characters (store.ErrorText)
 	outs[4].RetryIn = 10 * time.Second
 	outs[4].Attempted = false
 	outs[5].Block = true
@@ -239,7 +239,7 @@ func TestCompleteOutcomes(t *testing.T) {
 	if err != nil || len(dls) != 1 {
 		t.Fatalf("dead letters = %v, %v", dls, err)
 	}
-	if dl := dls[0]; dl.EventID != heads[2] || dl.OutboxID != failed.ID || dl.RetryCount != 1 || dl.Reason != outs[2].Error ||
+	if dl := dls[0]; dl.EventID != heads[2] || dl.OutboxID != failed.ID || dl.RetryCount != 1 || dl.Reason != store.ErrorText(outs[2].Error) ||
 		dl.AggregateID != "k2" || dl.EventType != "ApprovalRequested" || dl.FailedAt.IsZero() || !dl.RequeuedAt.IsZero() {
 		t.Errorf("dead letter = %+v", dl)
 	}
@@ -275,10 +275,7 @@ func TestCompleteOutcomes(t *testing.T) {
 			!a.StartedAt.Equal(c.DBTime) || !a.FinishedAt.Equal(c.DBTime.Add(time.Millisecond)) {
 			t.Errorf("%s: attempt = %+v", kinds[i], a)
 		}
-		want := outs[i].Error
-		if len([]rune(want)) > 2000 {
-			want = string([]rune(want)[:2000])
-		}
+		want := store.ErrorText(outs[i].Error) // 1,999 characters and "…" for the long one
 		if a.Error != want {
 			t.Errorf("%s: attempt error %d characters, want %d", kinds[i], len(a.Error), len(want))
 		}

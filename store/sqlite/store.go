@@ -477,3 +477,17 @@ func (s *Store) readTx(ctx context.Context, f func(c *sql.Conn, now string) erro
 		return nil
 	})
 }
+
+// refusedData marks the errors SQLite gives for the data of a write (too
+// big, a constraint, a type mismatch) with store.ErrRefused: retrying them
+// cannot succeed.
+func refusedData(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH:
+			return store.Refused(err)
+		}
+	}
+	return err
+}

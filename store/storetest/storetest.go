@@ -9,6 +9,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,6 +52,8 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
 	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
+	t.Run("Outcome", func(t *testing.T) { RunOutcome(t, newHarness) })
+	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
@@ -174,4 +179,26 @@ func DropMySQLTables(ctx context.Context, db *sql.DB, table string) error {
 		}
 	}
 	return nil
+}
+
+// FuzzTable returns the table name for a fuzz target's harness:
+// fuzz_<unix seconds>_<pid>. The fuzzing engine may stop a worker in the
+// middle of an iteration, before its cleanup ran; the next run drops the
+// tables such a worker left (StaleFuzzTable).
+func FuzzTable() string {
+	return fmt.Sprintf("fuzz_%d_%d", time.Now().Unix(), os.Getpid())
+}
+
+var fuzzTableName = regexp.MustCompile(`^fuzz_([0-9]+)_[0-9]+$`)
+
+// StaleFuzzTable reports whether name is an outbox table that FuzzTable
+// named more than 10 minutes before now: no fuzz run lasts that long, so
+// its owner is gone.
+func StaleFuzzTable(name string, now time.Time) bool {
+	m := fuzzTableName.FindStringSubmatch(name)
+	if m == nil {
+		return false
+	}
+	sec, err := strconv.ParseInt(m[1], 10, 64)
+	return err == nil && now.Sub(time.Unix(sec, 0)) > 10*time.Minute
 }

@@ -1,0 +1,500 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/store"
+)
+
+// RunOutcome checks that the relay can always record what happened to an
+// event: whatever text a sink's error carries, when the database refuses
+// one event's outcome, and when the write of the outcomes fails for a
+// while.
+func RunOutcome(t *testing.T, newHarness Factory) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *Harness)
+	}{
+		{"HostileErrorTextsAreStored", testHostileErrorTexts},
+		{"RefusedOutcomeIsIsolated", func(t *testing.T, h *Harness) { testRefusedOutcome(t, h, true) }},
+		{"OutcomeRefusedWithoutClassIsIsolated", func(t *testing.T, h *Harness) { testRefusedOutcome(t, h, false) }},
+		{"CompleteFailsThenSucceeds", testCompleteFailsThenSucceeds},
+		{"CompleteAmbiguousThenSucceeds", testCompleteAmbiguous},
+		{"OutageLongerThanLease", testCompleteOutageOutlastsLease},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newHarness(t))
+		})
+	}
+}
+
+// HostileTexts are error texts that databases refuse or that a naive cut
+// breaks: a multi-byte script longer than every cut, NUL bytes, invalid
+// UTF-8, a cut that lands inside a character, and 1 MB.
+func HostileTexts() map[string]string {
+	return map[string]string{
+		"korean":    strings.Repeat("결제", 1500), // 3,000 characters, 9,000 bytes
+		"nul":       "gateway said \x00 and then \x00\x00 more",
+		"invalid":   "bad bytes \xff\xfe\xc3 here \xed\xa0\x80 (a surrogate)",
+		"split":     strings.Repeat("a", 999) + "결제" + strings.Repeat("b", 2000),
+		"megabyte":  strings.Repeat("x", 1<<20),
+		"emoji-4b":  strings.Repeat("\U0001F4B3", 2500),
+		"mixed-nul": strings.Repeat("결\x00\xff", 1500),
+	}
+}
+
+// testHostileErrorTexts: a sink whose errors carry hostile texts. Every
+// attempt is recorded (retry_count grows, the event ends FAILED after the
+// configured retries, with a readable last_error and dead letter), each
+// event is sent exactly MaxRetries+1 times, and the other aggregates'
+// events, in the same batches, are delivered.
+func testHostileErrorTexts(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	texts := HostileTexts()
+	ids := map[string]outbox.EventID{}
+	var events []outbox.Event
+	for name := range texts {
+		events = append(events, ev("hostile-"+name, 1))
+		for i := 0; i < 3; i++ {
+			events = append(events, ev(fmt.Sprintf("healthy-%s-%d", name, i), 1))
+		}
+	}
+	got := enqueue(t, h, events...)
+	for i, e := range events {
+		if name, ok := strings.CutPrefix(e.AggregateID, "hostile-"); ok {
+			ids[name] = got[i]
+		}
+	}
+	var mu sync.Mutex
+	sends := map[outbox.EventID]int{}
+	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
+		name, ok := strings.CutPrefix(m.AggregateID, "hostile-")
+		if !ok {
+			return nil
+		}
+		mu.Lock()
+		sends[m.EventID]++
+		mu.Unlock()
+		return outbox.Retryable(errors.New(texts[name]), 0)
+	}}
+	cfg := testConfig(h, rec, "hostile")
+	cfg.MaxRetries = 2
+	r := newRelay(t, cfg)
+	drain(t, r, time.Minute)
+	if n := len(rec.Deliveries()); n != len(events)-len(texts) {
+		t.Errorf("%d healthy deliveries, want %d", n, len(events)-len(texts))
+	}
+	for name, id := range ids {
+		rr, err := h.Store.GetEvent(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		n := sends[id]
+		mu.Unlock()
+		if rr.Status != outbox.StatusFailed || rr.RetryCount != 3 || n != 3 {
+			t.Errorf("%s: %s retry_count %d after %d sends; want FAILED, 3, 3", name, rr.Status, rr.RetryCount, n)
+		}
+		checkStoredText(t, name+" last_error", rr.LastError, "retries exhausted after 3 attempts: ")
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != 3 {
+			t.Errorf("%s: %d audit rows, want 3", name, len(atts))
+		}
+		for _, a := range atts {
+			checkStoredText(t, name+" audit error", a.Error, "")
+		}
+	}
+	dls, err := h.Store.DeadLetters(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != len(texts) {
+		t.Errorf("%d dead letters, want %d", len(dls), len(texts))
+	}
+	for _, d := range dls {
+		checkStoredText(t, "dead letter", d.Reason, "retries exhausted")
+	}
+	if st := r.Stats(); st.CompleteErrors != 0 || st.OutcomesRefused != 0 {
+		t.Errorf("the texts were refused: %d complete errors, %d outcomes refused", st.CompleteErrors, st.OutcomesRefused)
+	}
+}
+
+// checkStoredText fails unless s is what a hostile text may be stored as:
+// valid UTF-8 without NUL, within the limits, starting with prefix.
+func checkStoredText(t *testing.T, what, s, prefix string) {
+	t.Helper()
+	switch {
+	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
+		t.Errorf("%s is not clean UTF-8: %q", what, s[:min(len(s), 80)])
+	case utf8.RuneCountInString(s) > store.MaxErrorRunes || len(s) > store.MaxErrorBytes:
+		t.Errorf("%s: %d characters, %d bytes, over the limits", what, utf8.RuneCountInString(s), len(s))
+	case !strings.HasPrefix(s, prefix):
+		t.Errorf("%s = %q..., want it to start with %q", what, s[:min(len(s), 80)], prefix)
+	case s == "":
+		t.Errorf("%s is empty", what)
+	}
+}
+
+// refusingStore refuses (as a custom Store with a limit of its own would)
+// every Complete that carries an outcome whose error contains marker.
+type refusingStore struct {
+	store.Store
+	marker  string
+	classed bool // wrap the refusal with store.ErrRefused
+	refused atomic.Int64
+}
+
+func (s *refusingStore) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
+	for _, o := range req.Outcomes {
+		if strings.Contains(o.Error, s.marker) {
+			s.refused.Add(1)
+			err := fmt.Errorf("value too long for the audit column (custom limit)")
+			if s.classed {
+				err = store.Refused(err)
+			}
+			return store.CompleteResult{}, err
+		}
+	}
+	return s.Store.Complete(ctx, req)
+}
+
+// testRefusedOutcome is the regression test of a batch in which one
+// event's error cannot be stored: the relay records the others, ends the
+// offending event FAILED with a reason that says why, and sends it once,
+// not once per lease. classed: the store marks the refusal with
+// store.ErrRefused; otherwise the relay finds it by the write failing
+// for half the lease while reads succeed.
+func testRefusedOutcome(t *testing.T, h *Harness, classed bool) {
+	ctx := context.Background()
+	var events []outbox.Event
+	for i := 0; i < 20; i++ {
+		events = append(events, ev(fmt.Sprintf("agg-%d", i), 1), ev(fmt.Sprintf("agg-%d", i), 2))
+	}
+	ids := enqueue(t, h, events...)
+	poison := ids[10] // agg-5's first event
+	var sendsOfPoison atomic.Int64
+	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
+		if m.EventID == poison {
+			sendsOfPoison.Add(1)
+			return outbox.Retryable(errors.New("HTTP 503 POISON-TEXT from the gateway"), 0)
+		}
+		return nil
+	}}
+	rs := &refusingStore{Store: h.Store, marker: "POISON-TEXT", classed: classed}
+	cfg := testConfig(h, rec, "refused")
+	cfg.Store = rs
+	// Without the class, the relay isolates after half the lease. A long
+	// lease leaves a loaded machine time to find the offending event
+	// before the lease ends; it costs the classed case nothing.
+	cfg.Lease = 12 * time.Second
+	cfg.SweepInterval = 20 * time.Millisecond
+	r := newRelay(t, cfg)
+	drain(t, r, time.Minute)
+
+	rr, err := h.Store.GetEvent(ctx, poison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.Status != outbox.StatusFailed || !strings.Contains(rr.LastError, "database refused to record this event's outcome (RETRY)") {
+		t.Fatalf("offending event: %s, last_error %q; want FAILED with the reason", rr.Status, rr.LastError)
+	}
+	if n := sendsOfPoison.Load(); n != 1 {
+		t.Errorf("the offending event was sent %d times, want once", n)
+	}
+	if rs.refused.Load() == 0 {
+		t.Fatal("the store never refused anything: the test tested nothing")
+	}
+	if st := r.Stats(); st.OutcomesRefused != 1 || st.Failed != 1 {
+		t.Errorf("stats %+v, want 1 outcome refused and 1 FAILED", st)
+	}
+	// Every other event was delivered exactly once; the offending one's
+	// follower waits behind it (BLOCKED), as after any FAILED event.
+	seen := map[outbox.EventID]int{}
+	for _, d := range rec.Deliveries() {
+		seen[d.EventID]++
+	}
+	for i, id := range ids {
+		switch {
+		case id == poison:
+		case i == 11:
+			if f, err := h.Store.GetEvent(ctx, id); err != nil || f.Status != outbox.StatusBlocked || seen[id] != 0 {
+				t.Errorf("follower of the offending event: %s sent %d times (%v); want BLOCKED, unsent", f.Status, seen[id], err)
+			}
+		default:
+			if seen[id] != 1 {
+				t.Errorf("event %d (%s) delivered %d times, want once", i, id, seen[id])
+			}
+		}
+	}
+	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(ids)-2) {
+		t.Errorf("%d PROCESSED, want %d", n, len(ids)-2)
+	}
+	if err := CheckOrder(rec.Deliveries()); err != nil {
+		t.Error(err)
+	}
+}
+
+// flakyStore makes Complete fail a number of times (a connection reset;
+// with outage, reads fail too, as when the database is down), then
+// behave. ambiguous: the failing calls are applied first, as when the
+// commit succeeds and its acknowledgement is lost.
+type flakyStore struct {
+	store.Store
+	ambiguous bool
+	outage    bool
+	failures  atomic.Int64 // still to inject
+	until     atomic.Int64 // with outage: unix nanos until which everything fails
+	injected  atomic.Int64
+}
+
+var errInjected = errors.New("injected fault: connection reset by peer")
+
+func (s *flakyStore) down() bool {
+	return s.outage && time.Now().UnixNano() < s.until.Load()
+}
+
+func (s *flakyStore) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
+	if s.down() {
+		s.injected.Add(1)
+		return store.CompleteResult{}, errInjected
+	}
+	if s.failures.Add(-1) >= 0 {
+		s.injected.Add(1)
+		if s.ambiguous {
+			if _, err := s.Store.Complete(ctx, req); err != nil {
+				return store.CompleteResult{}, err
+			}
+		}
+		return store.CompleteResult{}, errInjected
+	}
+	return s.Store.Complete(ctx, req)
+}
+
+func (s *flakyStore) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
+	if s.down() {
+		return nil, errInjected
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+func (s *flakyStore) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
+	if s.down() {
+		return store.SweepResult{}, errInjected
+	}
+	return s.Store.Sweep(ctx, req)
+}
+
+func (s *flakyStore) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
+	if s.down() {
+		return store.Record{}, errInjected
+	}
+	return s.Store.GetEvent(ctx, id)
+}
+
+// faultEvents enqueues n events over 10 aggregates.
+func faultEvents(t *testing.T, h *Harness, n int) []outbox.EventID {
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = ev(fmt.Sprintf("agg-%d", i%10), i)
+	}
+	return enqueue(t, h, events...)
+}
+
+// checkAllOnce checks that every event is PROCESSED, delivered in order,
+// and at most maxDup deliveries were repeats.
+func checkAllOnce(t *testing.T, h *Harness, rec *Recorder, ids []outbox.EventID, maxDup int) {
+	t.Helper()
+	seen := map[outbox.EventID]int{}
+	for _, d := range rec.Deliveries() {
+		seen[d.EventID]++
+	}
+	dups := len(rec.Deliveries()) - len(seen)
+	for _, id := range ids {
+		if seen[id] == 0 {
+			t.Errorf("event %s never delivered", id)
+		}
+	}
+	if dups > maxDup {
+		t.Errorf("%d repeated deliveries, want at most %d", dups, maxDup)
+	}
+	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(ids)) {
+		t.Errorf("%d PROCESSED, want %d: something was lost", n, len(ids))
+	}
+	if err := CheckOrder(rec.Deliveries()); err != nil {
+		t.Error(err)
+	}
+}
+
+// testCompleteFailsThenSucceeds: the write of the outcomes fails 3 times,
+// then succeeds, within the lease. The relay retries the write, not the
+// delivery: nothing is sent twice, nothing is lost, nothing ends FAILED.
+func testCompleteFailsThenSucceeds(t *testing.T, h *Harness) {
+	ids := faultEvents(t, h, 200)
+	fs := &flakyStore{Store: h.Store}
+	fs.failures.Store(3)
+	rec := &Recorder{Name: "sink"}
+	cfg := testConfig(h, rec, "flaky")
+	cfg.Store = fs
+	cfg.BatchSize = 50
+	r := newRelay(t, cfg)
+	drain(t, r, time.Minute)
+	if fs.injected.Load() != 3 {
+		t.Fatalf("%d faults injected, want 3", fs.injected.Load())
+	}
+	checkAllOnce(t, h, rec, ids, 0)
+	if st := r.Stats(); st.CompleteErrors != 3 || st.OutcomesRefused != 0 || st.Failed != 0 {
+		t.Errorf("stats %+v, want 3 complete errors and nothing refused or FAILED", st)
+	}
+}
+
+// testCompleteAmbiguous: the write is applied but reported failed 3 times
+// (the acknowledgement of the commit is lost). The replay changes nothing
+// and writes no second audit row.
+func testCompleteAmbiguous(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	ids := faultEvents(t, h, 100)
+	fs := &flakyStore{Store: h.Store, ambiguous: true}
+	fs.failures.Store(3)
+	rec := &Recorder{Name: "sink"}
+	cfg := testConfig(h, rec, "ambiguous")
+	cfg.Store = fs
+	cfg.BatchSize = 25
+	drain(t, newRelay(t, cfg), time.Minute)
+	if fs.injected.Load() != 3 {
+		t.Fatalf("%d faults injected, want 3", fs.injected.Load())
+	}
+	checkAllOnce(t, h, rec, ids, 0)
+	for _, id := range ids {
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != 1 || atts[0].Outcome != store.Delivered {
+			t.Fatalf("event %s: audit trail %+v, want one DELIVERED row", id, atts)
+		}
+	}
+}
+
+// testCompleteOutageOutlastsLease: the database is down (writes and reads
+// fail) for longer than the lease, right after a batch was published. The
+// reaper returns those events and they are delivered again: duplicates
+// are bounded by the work in flight, nothing is lost, nothing ends FAILED.
+func testCompleteOutageOutlastsLease(t *testing.T, h *Harness) {
+	ids := faultEvents(t, h, 200)
+	fs := &flakyStore{Store: h.Store, outage: true}
+	var once sync.Once
+	rec := &Recorder{Name: "sink", Fail: func(outbox.Message) error {
+		once.Do(func() { fs.until.Store(time.Now().Add(1500 * time.Millisecond).UnixNano()) })
+		return nil
+	}}
+	cfg := testConfig(h, rec, "outage")
+	cfg.Store = fs
+	cfg.BatchSize = 20
+	cfg.Lease = time.Second
+	cfg.SweepInterval = 20 * time.Millisecond
+	r := newRelay(t, cfg)
+	drain(t, r, time.Minute)
+	if fs.injected.Load() == 0 {
+		t.Fatal("no fault injected: the test tested nothing")
+	}
+	inFlight := cfg.BatchSize * max(cfg.MaxBatchesInFlight, relay.DefaultMaxBatchesInFlight)
+	checkAllOnce(t, h, rec, ids, inFlight)
+	if st := r.Stats(); st.OutcomesRefused != 0 || st.Failed != 0 {
+		t.Errorf("stats %+v: an outage must not end events FAILED", st)
+	}
+	if len(rec.Deliveries()) == len(ids) {
+		t.Errorf("no event was delivered again: the outage did not outlast the lease")
+	}
+}
+
+// OutcomeFuzzKinds are the outcomes that store an error text, in the
+// order FuzzOutcome picks them by its kind argument.
+var OutcomeFuzzKinds = []store.OutcomeKind{store.Retry, store.Failed, store.Expired}
+
+// FuzzOutcome is the body of each backend's FuzzOutcomeText: it claims a
+// fresh event, completes it with the fuzzed error text as a RETRY, FAILED
+// or EXPIRED outcome, and checks that the outcome was recorded (the event
+// is not left PROCESSING) with the text as store.ErrorText makes it, in
+// last_error, the audit row and the dead letter. h must be a harness of
+// its own: the fuzz target owns its table.
+func FuzzOutcome(f *testing.F, h *Harness) {
+	for _, text := range HostileTexts() {
+		if len(text) > 16<<10 {
+			continue // a big seed slows every mutation; the relay suite covers 1 MB
+		}
+		for k := range OutcomeFuzzKinds {
+			f.Add(text, uint8(k))
+		}
+	}
+	var seq atomic.Int64
+	f.Fuzz(func(t *testing.T, text string, kind uint8) {
+		ctx := context.Background()
+		k := OutcomeFuzzKinds[int(kind)%len(OutcomeFuzzKinds)]
+		id := enqueue(t, h, ev(fmt.Sprintf("fuzz-%d", seq.Add(1)), 1))[0]
+		c, err := h.Store.Claim(ctx, store.ClaimRequest{RelayID: "fuzz", Limit: 10, Lease: time.Minute, FailedBlocks: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Events) != 1 || c.Events[0].EventID != id {
+			t.Fatalf("claimed %d events, want the one just enqueued", len(c.Events))
+		}
+		o := store.Outcome{ID: c.Events[0].ID, EventID: id, Kind: k, Attempt: 1, Error: text,
+			RetryIn: time.Hour, Attempted: true, StartedAt: c.DBTime, FinishedAt: c.DBTime}
+		res, err := h.Store.Complete(ctx, store.CompleteRequest{Token: c.Token, RelayID: "fuzz", FailedBlocks: true,
+			Outcomes: []store.Outcome{o}})
+		if err != nil {
+			t.Fatalf("Complete(%s) with error text %q: %v", k, text[:min(len(text), 120)], err)
+		}
+		if len(res.Applied) != 1 {
+			t.Fatalf("Complete(%s): %+v, want the event applied", k, res)
+		}
+		want := store.ErrorText(text)
+		r, err := h.Store.GetEvent(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus := map[store.OutcomeKind]outbox.Status{store.Retry: outbox.StatusPending,
+			store.Failed: outbox.StatusFailed, store.Expired: outbox.StatusExpired}[k]
+		if r.Status != wantStatus {
+			t.Fatalf("after %s: status %s, want %s", k, r.Status, wantStatus)
+		}
+		if r.LastError != want {
+			t.Fatalf("last_error = %q, want %q", r.LastError[:min(len(r.LastError), 120)], want[:min(len(want), 120)])
+		}
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != 1 || atts[0].Error != want {
+			t.Fatalf("audit rows %d, want 1 with the stored text", len(atts))
+		}
+		if k == store.Failed {
+			dls, err := h.Store.DeadLetters(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantReason := want
+			if wantReason == "" {
+				wantReason = "failed"
+			}
+			if len(dls) != 1 || dls[0].EventID != id || dls[0].Reason != wantReason {
+				t.Fatalf("dead letter %+v, want the event with the stored text", dls)
+			}
+		}
+	})
+}
