@@ -30,6 +30,7 @@ type Runner struct {
 	db       *sql.DB
 	store    database.Store
 	rendered fs.FS
+	dialect  database.Dialect
 }
 
 // New renders every *.sql file of dir in fsys with the table names and
@@ -66,7 +67,7 @@ func NewNamed(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, name
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Runner{provider: p, db: db, store: st, rendered: rendered}, nil
+	return &Runner{provider: p, db: db, store: st, rendered: rendered, dialect: dialect}, nil
 }
 
 // Up applies pending migrations and returns the versions applied.

@@ -50,6 +50,13 @@ func (r *Runner) Applied(ctx context.Context) ([]int64, error) {
 }
 
 func (r *Runner) versionTableExists(ctx context.Context) (bool, error) {
+	if r.dialect == database.DialectSQLite3 {
+		var n int
+		if err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, r.store.Tablename()).Scan(&n); err != nil {
+			return false, fmt.Errorf("look for the version table %s: %w", r.store.Tablename(), err)
+		}
+		return n > 0, nil
+	}
 	ext, ok := r.store.(database.StoreExtender)
 	if !ok {
 		return false, errors.New("migrations: the version store cannot tell whether its table exists")

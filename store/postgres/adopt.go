@@ -19,7 +19,9 @@ var outboxColumns = []string{"id", "event_id", "aggregate_type", "aggregate_id",
 var _ store.SchemaManager = (*Store)(nil)
 
 // adoptColumn is the definition adoption gives a missing column. event_id
-// is added nullable, backfilled, then made NOT NULL and unique.
+// is added nullable, backfilled, then made NOT NULL and unique, with
+// gen_random_uuid() as its default so that the team's existing INSERTs
+// keep working; aggregate_type keeps the adopted type as its default.
 func adoptColumn(name, aggregateType string) string {
 	switch name {
 	case "event_id", "lock_token":

@@ -179,6 +179,8 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	a.inTx = append(a.inTx,
 		"UPDATE "+t+" SET event_id = gen_random_uuid() WHERE event_id IS NULL",
 		"ALTER TABLE "+t+" ALTER COLUMN event_id SET NOT NULL",
+		// The team's existing INSERTs name no event_id.
+		"ALTER TABLE "+t+" ALTER COLUMN event_id SET DEFAULT gen_random_uuid()",
 		"UPDATE "+t+" SET retry_count = 0 WHERE retry_count IS NULL")
 	if !sc.Adopted {
 		a.inTx = append(a.inTx, siblings...)
