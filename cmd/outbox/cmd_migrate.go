@@ -128,6 +128,7 @@ func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.SchemaManag
 	}
 	fmt.Fprintf(g.stdout, "%s: adopted: %d rows kept, %d PROCESSING set to PENDING (audited); later migrations applied %v\n",
 		g.Table, res.Rows, res.Requeued, res.Applied)
+	fmt.Fprintf(g.stdout, "note: outbox relay deletes PROCESSED and EXPIRED rows 168h after they finished, the team's old ones too; run it with --retention 0 to keep them\n")
 	return nil
 }
 
