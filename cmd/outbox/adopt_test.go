@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -412,4 +413,113 @@ func mapsEqualFunc(a, b map[int][]int) bool {
 		}
 	}
 	return true
+}
+
+// TestMigrateDryRunCheckAndDownCount: on an empty database, --check says
+// the table is missing and --dry-run prints the CREATE TABLE but creates
+// nothing (not even the version table); after migrate, --check is OK, and
+// --down without --yes refuses with the count of unfinished events and
+// drops nothing.
+func TestMigrateDryRunCheckAndDownCount(t *testing.T) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, table := bc.dsn(t), newTable()
+			args := []string{"--db", dsn, "--table", table}
+			if _, errOut, code := cli(t, "", append([]string{"migrate", "--check"}, args...)...); code == 0 || !strings.Contains(errOut, "does not exist") {
+				t.Fatalf("migrate --check on an empty database: exit %d, stderr %q; want non-zero, table missing", code, errOut)
+			}
+			out := mustCLI(t, "", append([]string{"migrate", "--dry-run"}, args...)...)
+			if !strings.Contains(out, "CREATE TABLE IF NOT EXISTS") || !strings.Contains(out, table+"_attempts") {
+				t.Errorf("migrate --dry-run printed:\n%s", out)
+			}
+			// Nothing was created: --check still finds no table and
+			// --status no version table (version 0).
+			if _, _, code := cli(t, "", append([]string{"migrate", "--check"}, args...)...); code == 0 {
+				t.Fatal("migrate --dry-run created the table")
+			}
+			if tables := listTables(t, bc.name, dsn); len(tables) != 0 {
+				t.Fatalf("migrate --dry-run created tables %v", tables)
+			}
+			mustCLI(t, "", append([]string{"migrate"}, args...)...)
+			if out := mustCLI(t, "", append([]string{"migrate", "--check"}, args...)...); !strings.HasPrefix(out, table+": OK") {
+				t.Errorf("migrate --check after migrate printed %q", out)
+			}
+			if out := mustCLI(t, "", append([]string{"migrate", "--dry-run"}, args...)...); !strings.Contains(out, "up to date") {
+				t.Errorf("migrate --dry-run when up to date printed %q", out)
+			}
+			mustCLI(t, eventLines(3, 2, ""), append([]string{"enqueue"}, args...)...)
+			_, errOut, code := cli(t, "", append([]string{"migrate", "--down"}, args...)...)
+			if code == 0 || !strings.Contains(errOut, "holds 3 unfinished events") || !strings.Contains(errOut, "--yes") {
+				t.Fatalf("migrate --down without --yes: exit %d, stderr %q; want a refusal with the count", code, errOut)
+			}
+			if out := mustCLI(t, "", append([]string{"migrate", "--down", "--dry-run"}, args...)...); !strings.Contains(out, "DROP TABLE") {
+				t.Errorf("migrate --down --dry-run printed %q", out)
+			}
+			if st := statusJSON(t, dsn, table); count(st, "PENDING") != 3 {
+				t.Fatalf("after a refused --down and a dry run: %v, want the 3 events", st)
+			}
+			if out := mustCLI(t, "", append([]string{"migrate", "--down", "--yes"}, args...)...); !strings.Contains(out, "dropped (3 unfinished events)") {
+				t.Errorf("migrate --down --yes printed %q", out)
+			}
+			if _, errOut, code := cli(t, "", append([]string{"migrate", "--check"}, args...)...); code == 0 || !strings.Contains(errOut, "does not exist") {
+				t.Errorf("migrate --check after --down: exit %d, stderr %q", code, errOut)
+			}
+		})
+	}
+}
+
+// TestSQLiteForeignTableRefused: SQLite refuses to migrate, drop or adopt
+// a table it did not create, and says where adoption is supported.
+func TestSQLiteForeignTableRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "team.db")
+	dsn, table := "sqlite://"+path, newTable()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE ` + table + ` (id INTEGER PRIMARY KEY, aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL, payload TEXT NOT NULL, status TEXT DEFAULT 'PENDING', retry_count INT DEFAULT 0, created_at TEXT NOT NULL, processed_at TEXT);
+INSERT INTO ` + table + ` (aggregate_id, event_type, payload, created_at) VALUES ('tx-1', 'A', '{}', '2026-01-01 00:00:00')`); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--db", dsn, "--table", table}
+	for _, c := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"migrate"}, "supported on PostgreSQL and MySQL/MariaDB"},
+		{[]string{"migrate", "--down", "--yes"}, "will not drop it"},
+		{[]string{"migrate", "--adopt", "--aggregate-type", "payment"}, "supported on PostgreSQL and MySQL/MariaDB"},
+		{[]string{"migrate", "--check"}, "lacks the outbox columns"},
+	} {
+		_, errOut, code := cli(t, "", append(c.cmd, args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("outbox %v on a foreign SQLite table: exit %d, stderr %q; want an error with %q", c.cmd, code, errOut, c.want)
+		}
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the team's SQLite table: %d rows, %v; want its 1 row", n, err)
+	}
+	var tables int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table'`).Scan(&tables); err != nil || tables != 1 {
+		t.Fatalf("%d tables in the database, %v; want only the team's", tables, err)
+	}
+}
+
+// listTables returns the tables in the test's schema, database or file.
+func listTables(t *testing.T, kind, dsn string) []string {
+	t.Helper()
+	if kind == "sqlite" {
+		db, err := sql.Open("sqlite", strings.TrimPrefix(dsn, "sqlite://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		tt := &teamTable{kind: kind, db: db}
+		return tt.strings(t, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1`)
+	}
+	tt := &teamTable{kind: kind, db: openSQL(t, kind, dsn)}
+	return tt.tables(t)
 }
