@@ -73,8 +73,13 @@ func missingColumns(want, have []string) []string {
 	return out
 }
 
-// InspectSchema reads the outbox table's shape and versions; it changes nothing.
+// InspectSchema reads the outbox table's shape and versions, and counts
+// its unfinished events; it changes nothing.
 func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
+	return s.inspect(ctx, true)
+}
+
+func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema, error) {
 	sc := store.Schema{Table: s.t.Outbox}
 	exists, cols, err := s.relation(ctx, s.t.Outbox)
 	if err != nil {
@@ -95,7 +100,7 @@ func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
 	if sc.Current, sc.Latest, err = r.Version(ctx); err != nil {
 		return sc, err
 	}
-	if exists && !sc.Foreign() {
+	if countUnfinished && exists && !sc.Foreign() {
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+quote(s.t.Outbox)+
 			` WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`).Scan(&sc.Unfinished); err != nil {
 			return sc, fmt.Errorf("count unfinished events in %s: %w", s.t.Outbox, err)
@@ -107,7 +112,7 @@ func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
 // guardUp refuses to migrate a table that outbox did not create, and one
 // whose adoption did not finish.
 func (s *Store) guardUp(ctx context.Context) error {
-	sc, err := s.InspectSchema(ctx)
+	sc, err := s.inspect(ctx, false)
 	if err != nil {
 		return err
 	}

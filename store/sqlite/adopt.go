@@ -37,8 +37,13 @@ func (s *Store) columnsOf(ctx context.Context, name string) (bool, []string, err
 	return len(cols) > 0, cols, nil
 }
 
-// InspectSchema reads the outbox table's shape and versions; it changes nothing.
+// InspectSchema reads the outbox table's shape and versions, and counts
+// its unfinished events; it changes nothing.
 func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
+	return s.inspect(ctx, true)
+}
+
+func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema, error) {
 	sc := store.Schema{Table: s.t.Outbox}
 	exists, cols, err := s.columnsOf(ctx, s.t.Outbox)
 	if err != nil {
@@ -53,7 +58,7 @@ func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
 	if sc.Current, sc.Latest, err = s.MigrationVersion(ctx); err != nil {
 		return sc, err
 	}
-	if exists && !sc.Foreign() {
+	if countUnfinished && exists && !sc.Foreign() {
 		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM "`+s.t.Outbox+
 			`" WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`).Scan(&sc.Unfinished); err != nil {
 			return sc, fmt.Errorf("count unfinished events in %s: %w", s.t.Outbox, err)
@@ -63,7 +68,7 @@ func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
 }
 
 func (s *Store) guardUp(ctx context.Context) error {
-	sc, err := s.InspectSchema(ctx)
+	sc, err := s.inspect(ctx, false)
 	if err != nil {
 		return err
 	}
