@@ -192,11 +192,13 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 			"    '"+store.AdoptedNote+"'\nFROM "+t+" WHERE status = 'PROCESSING'",
 		"UPDATE "+t+" SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'")
 	statusCheck, eventIDKey := s.t.Outbox+"_status_check", s.t.Outbox+"_event_id_key"
-	if !slices.Contains(constraints, statusCheck) {
+	if validated, ok := constraints[statusCheck]; !ok {
 		a.inTx = append(a.inTx, "ALTER TABLE "+t+" ADD CONSTRAINT "+quote(statusCheck)+" CHECK (status IN\n"+
 			"    ('PENDING', 'PROCESSING', 'PROCESSED', 'FAILED', 'EXPIRED', 'BLOCKED', 'SKIPPED')) NOT VALID")
 		a.online = append(a.online, "ALTER TABLE "+t+" VALIDATE CONSTRAINT "+quote(statusCheck))
 		record = append(record, "('constraint', '"+statusCheck+"')")
+	} else if !validated {
+		a.online = append(a.online, "ALTER TABLE "+t+" VALIDATE CONSTRAINT "+quote(statusCheck))
 	}
 	// Indexes are built online; an index left invalid by an interrupted
 	// build is dropped and built again.
@@ -209,7 +211,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		a.online = append(a.online, create)
 		record = append(record, "('index', '"+name+"')")
 	}
-	if !slices.Contains(constraints, eventIDKey) {
+	if _, ok := constraints[eventIDKey]; !ok {
 		build(eventIDKey, "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS "+quote(eventIDKey)+" ON "+t+" (event_id)")
 		a.online = append(a.online, "ALTER TABLE "+t+" ADD CONSTRAINT "+quote(eventIDKey)+" UNIQUE USING INDEX "+quote(eventIDKey))
 		record = append(record, "('constraint', '"+eventIDKey+"')")
@@ -270,14 +272,21 @@ func (s *Store) indexes(ctx context.Context) (map[string]bool, error) {
 	return out, rows.Err()
 }
 
-func (s *Store) constraints(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1)`, quote(s.t.Outbox))
+// constraints returns the table's constraints and whether each is validated.
+func (s *Store) constraints(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT conname::text, convalidated FROM pg_constraint WHERE conrelid = to_regclass($1)`, quote(s.t.Outbox))
 	if err != nil {
 		return nil, fmt.Errorf("read the constraints of %s: %w", s.t.Outbox, err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read the constraints of %s: %w", s.t.Outbox, err)
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var name string
+		var validated bool
+		if err := rows.Scan(&name, &validated); err != nil {
+			return nil, fmt.Errorf("read the constraints of %s: %w", s.t.Outbox, err)
+		}
+		out[name] = validated
 	}
-	return names, nil
+	return out, rows.Err()
 }
