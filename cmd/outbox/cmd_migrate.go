@@ -3,25 +3,40 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 )
 
-// MigrateCmd applies (or reverts) the schema migrations.
+// MigrateCmd applies (or reverts) the schema migrations, adopts a table the
+// team already has, checks the schema, or prints the SQL it would run.
 type MigrateCmd struct {
-	Down   bool `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables (and, on PostgreSQL, the slot and publication of --source logical)." env:"-"`
-	Yes    bool `help:"Confirm --down." env:"-"`
-	Status bool `help:"Only print the applied and latest versions."`
+	Down          bool   `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables (on an adopted table: removes only what adoption added; on PostgreSQL also the slot and publication of --source logical)." env:"-"`
+	Yes           bool   `help:"Confirm --down." env:"-"`
+	Status        bool   `help:"Only print the applied and latest versions." env:"-"`
+	Check         bool   `help:"Exit non-zero, with the reason, unless the schema exists, is outbox's and is up to date." env:"-"`
+	Adopt         bool   `help:"Upgrade an existing table of that name (the team's own outbox) in place, keeping its rows." env:"-"`
+	AggregateType string `help:"With --adopt: the aggregate_type of the existing rows, and the column's default." placeholder:"TYPE" env:"-"`
+	DryRun        bool   `help:"Print the exact SQL that would run (migrate, --adopt or --down) and change nothing." env:"-"`
 	cdcNames
 }
 
 // Run applies the migrations.
 func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
 	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
 	if err != nil {
 		return err
 	}
 	defer b.close()
+	sm, ok := b.store.(store.SchemaManager)
+	if !ok {
+		return fmt.Errorf("%w: the %s store cannot inspect its schema", outbox.ErrInvalidConfig, b.kind)
+	}
 	switch {
 	case c.Status:
 		cur, latest, err := b.store.MigrationVersion(ctx)
@@ -30,17 +45,22 @@ func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		fmt.Fprintf(g.stdout, "%s: schema version %d of %d\n", g.Table, cur, latest)
 		return nil
+	case c.Check:
+		return c.check(ctx, g, sm)
+	case c.Adopt:
+		return c.adopt(ctx, g, sm)
 	case c.Down:
-		if !c.Yes {
-			return fmt.Errorf("%w: migrate --down drops table %s and its dead letters and audit trail; add --yes to confirm", outbox.ErrInvalidConfig, g.Table)
-		}
-		if err := dropLogical(ctx, b, c.cdcNames.flags(), g.Table); err != nil {
+		return c.down(ctx, g, b, sm)
+	}
+	if c.DryRun {
+		plan, err := sm.PlanMigrateUp(ctx)
+		if err != nil {
 			return err
 		}
-		if err := b.store.MigrateDown(ctx); err != nil {
-			return err
+		if len(plan) == 0 {
+			fmt.Fprintf(g.stdout, "-- %s: up to date, nothing to run\n", g.Table)
 		}
-		fmt.Fprintf(g.stdout, "%s: dropped\n", g.Table)
+		printSQL(g.stdout, plan)
 		return nil
 	}
 	applied, err := b.store.MigrateUp(ctx)
@@ -57,4 +77,104 @@ func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(g.stdout, "%s: applied migrations %v (schema version %d)\n", g.Table, applied, cur)
 	}
 	return nil
+}
+
+func (c *MigrateCmd) validate() error {
+	modes := 0
+	for _, on := range []bool{c.Status, c.Check, c.Adopt, c.Down} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case modes > 1:
+		return fmt.Errorf("%w: --status, --check, --adopt and --down exclude each other: give one", outbox.ErrInvalidConfig)
+	case c.AggregateType != "" && !c.Adopt:
+		return fmt.Errorf("%w: --aggregate-type goes with --adopt", outbox.ErrInvalidConfig)
+	case c.DryRun && (c.Status || c.Check):
+		return fmt.Errorf("%w: --dry-run goes with migrate, --adopt or --down", outbox.ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c *MigrateCmd) check(ctx context.Context, g *Globals, sm store.SchemaManager) error {
+	sc, err := sm.InspectSchema(ctx)
+	if err != nil {
+		return err
+	}
+	if p := sc.Problem(); p != "" {
+		return &exitError{code: 1, err: fmt.Errorf("migrate --check: %s", p)}
+	}
+	adopted := ""
+	if sc.Adopted {
+		adopted = ", adopted"
+	}
+	fmt.Fprintf(g.stdout, "%s: OK (schema version %d of %d%s)\n", g.Table, sc.Current, sc.Latest, adopted)
+	return nil
+}
+
+func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.SchemaManager) error {
+	res, err := sm.Adopt(ctx, store.AdoptOptions{AggregateType: c.AggregateType, DryRun: c.DryRun})
+	if err != nil {
+		return err
+	}
+	if c.DryRun {
+		fmt.Fprintf(g.stdout, "-- %s: adoption would keep its %d rows (%d PROCESSING set to PENDING, audited) and run:\n", g.Table, res.Rows, res.Requeued)
+		printSQL(g.stdout, res.SQL)
+		return nil
+	}
+	if res.AlreadyAdopted {
+		fmt.Fprintf(g.stdout, "%s: already adopted; later migrations applied %v\n", g.Table, res.Applied)
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "%s: adopted: %d rows kept, %d PROCESSING set to PENDING (audited); later migrations applied %v\n",
+		g.Table, res.Rows, res.Requeued, res.Applied)
+	fmt.Fprintf(g.stdout, "note: outbox relay deletes PROCESSED and EXPIRED rows 168h after they finished, the team's old ones too; run it with --retention 0 to keep them\n")
+	return nil
+}
+
+func (c *MigrateCmd) down(ctx context.Context, g *Globals, b *backend, sm store.SchemaManager) error {
+	sc, err := sm.InspectSchema(ctx)
+	if err != nil {
+		return err
+	}
+	plan, err := sm.PlanMigrateDown(ctx) // refuses a foreign table
+	if err != nil {
+		return err
+	}
+	if c.DryRun {
+		printSQL(g.stdout, plan)
+		return nil
+	}
+	if !c.Yes {
+		if sc.Adopted {
+			return fmt.Errorf("%w: migrate --down on adopted table %s removes what adoption added (its columns, indexes, the dead letters and the audit trail) and keeps the team's rows and columns; %d events are unfinished; add --yes to confirm (--dry-run prints the SQL)",
+				outbox.ErrInvalidConfig, g.Table, sc.Unfinished)
+		}
+		return fmt.Errorf("%w: migrate --down drops table %s, which holds %d unfinished events (PENDING, PROCESSING, BLOCKED or FAILED), and its dead letters and audit trail; add --yes to confirm (--dry-run prints the SQL)",
+			outbox.ErrInvalidConfig, g.Table, sc.Unfinished)
+	}
+	if err := dropLogical(ctx, b, c.cdcNames.flags(), g.Table); err != nil {
+		return err
+	}
+	if err := b.store.MigrateDown(ctx); err != nil {
+		return err
+	}
+	if sc.Adopted {
+		fmt.Fprintf(g.stdout, "%s: adoption removed; the table and its rows are kept (%d were unfinished)\n", g.Table, sc.Unfinished)
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "%s: dropped (%d unfinished events)\n", g.Table, sc.Unfinished)
+	return nil
+}
+
+// printSQL writes statements as a script: each ends with ";".
+func printSQL(w io.Writer, stmts []string) {
+	for _, s := range stmts {
+		s = strings.TrimSpace(s)
+		if !strings.HasSuffix(s, ";") && !(strings.HasPrefix(s, "--") && !strings.Contains(s, "\n")) {
+			s += ";"
+		}
+		fmt.Fprintf(w, "%s\n\n", s)
+	}
 }

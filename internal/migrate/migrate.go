@@ -27,6 +27,10 @@ import (
 // Runner applies one backend's migrations to one outbox.
 type Runner struct {
 	provider *goose.Provider
+	db       *sql.DB
+	store    database.Store
+	rendered fs.FS
+	dialect  database.Dialect
 }
 
 // New renders every *.sql file of dir in fsys with the table names and
@@ -63,7 +67,7 @@ func NewNamed(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, name
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Runner{provider: p}, nil
+	return &Runner{provider: p, db: db, store: st, rendered: rendered, dialect: dialect}, nil
 }
 
 // Up applies pending migrations and returns the versions applied.
@@ -89,13 +93,18 @@ func (r *Runner) Down(ctx context.Context) error {
 	return nil
 }
 
-// Version returns the applied and the latest version.
+// Version returns the applied and the latest version. It only reads: a
+// database without the version table is at version 0, and the table is not
+// created.
 func (r *Runner) Version(ctx context.Context) (current, latest int64, err error) {
-	current, latest, err = r.provider.GetVersions(ctx)
+	applied, err := r.Applied(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read migration version: %w", err)
+		return 0, 0, err
 	}
-	return current, latest, nil
+	for _, v := range applied {
+		current = max(current, v)
+	}
+	return current, r.Latest(), nil
 }
 
 func unwrapPartial(err error) error {

@@ -61,7 +61,13 @@ func (s *Store) migrator(ctx context.Context) (*migrate.Runner, error) {
 // MigrateUp applies the pending migrations. MySQL commits each DDL
 // statement by itself, so the migrations are written to be run again after
 // an interruption: every step is idempotent.
+//
+// It refuses a table of that name that outbox did not create
+// (store.ErrForeignTable): see Adopt.
 func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
+	if err := s.guardUp(ctx); err != nil {
+		return nil, err
+	}
 	r, err := s.migrator(ctx)
 	if err != nil {
 		return nil, err
@@ -69,13 +75,14 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	return r.Up(ctx)
 }
 
-// MigrateDown drops the outbox tables.
+// MigrateDown drops the outbox tables. On an adopted table it removes only
+// what adoption added, and it never drops a table outbox did not create.
 func (s *Store) MigrateDown(ctx context.Context) error {
 	r, err := s.migrator(ctx)
 	if err != nil {
 		return err
 	}
-	return r.Down(ctx)
+	return s.migrateDown(ctx, r)
 }
 
 // MigrationVersion returns the applied and latest versions.

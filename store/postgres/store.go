@@ -171,8 +171,12 @@ func (s *Store) migrator() (*migrate.Runner, func(), error) {
 	return r, func() { db.Close() }, nil
 }
 
-// MigrateUp applies the pending migrations.
+// MigrateUp applies the pending migrations. It refuses a table of that
+// name that outbox did not create (store.ErrForeignTable): see Adopt.
 func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
+	if err := s.guardUp(ctx); err != nil {
+		return nil, err
+	}
 	r, done, err := s.migrator()
 	if err != nil {
 		return nil, err
@@ -181,14 +185,15 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	return r.Up(ctx)
 }
 
-// MigrateDown drops the outbox tables.
+// MigrateDown drops the outbox tables. On an adopted table it removes only
+// what adoption added, and it never drops a table outbox did not create.
 func (s *Store) MigrateDown(ctx context.Context) error {
 	r, done, err := s.migrator()
 	if err != nil {
 		return err
 	}
 	defer done()
-	return r.Down(ctx)
+	return s.migrateDown(ctx, r)
 }
 
 // MigrationVersion returns the applied and latest versions.

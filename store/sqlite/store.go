@@ -222,8 +222,12 @@ func (s *Store) migrator() (*migrate.Runner, error) {
 	return migrate.New(s.db, database.DialectSQLite3, migrationsFS, "migrations", s.t)
 }
 
-// MigrateUp applies the pending migrations.
+// MigrateUp applies the pending migrations. It refuses a table of that
+// name that outbox did not create (store.ErrForeignTable).
 func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
+	if err := s.guardUp(ctx); err != nil {
+		return nil, err
+	}
 	r, err := s.migrator()
 	if err != nil {
 		return nil, err
@@ -237,8 +241,12 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	return applied, err
 }
 
-// MigrateDown drops the outbox tables.
+// MigrateDown drops the outbox tables; it never drops a table outbox did
+// not create.
 func (s *Store) MigrateDown(ctx context.Context) error {
+	if err := s.guardDown(ctx); err != nil {
+		return err
+	}
 	r, err := s.migrator()
 	if err != nil {
 		return err

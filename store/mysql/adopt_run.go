@@ -1,0 +1,262 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/txoutbox/outbox/internal/migrate"
+	"github.com/txoutbox/outbox/store"
+)
+
+// adoptColumn is the definition adoption gives a missing column. The
+// generated columns are VIRTUAL (00001 has them STORED): adding a stored
+// column rebuilds the table, a virtual one does not, and the indexes on
+// them serve the same queries. event_id is added nullable, backfilled,
+// then made NOT NULL and unique, with UUID() as its default so that the
+// team's existing INSERTs keep working.
+func adoptColumn(name, aggregateType string, f flavor) string {
+	switch name {
+	case "event_id", "lock_token":
+		return "CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL"
+	case "aggregate_type":
+		return "VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '" + aggregateType + "'"
+	case "headers":
+		if f.mariaDB {
+			return "JSON NOT NULL DEFAULT '{}'"
+		}
+		return "JSON NOT NULL DEFAULT ('{}')"
+	case "retry_count":
+		return "INT NOT NULL DEFAULT 0"
+	case "available_at":
+		return "DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6))"
+	case "processed_at", "expires_at", "locked_until":
+		return "DATETIME(6) NULL"
+	case "unfinished":
+		return "TINYINT GENERATED ALWAYS AS (status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')) VIRTUAL"
+	case "waiting_expires_at":
+		return "DATETIME(6) GENERATED ALWAYS AS (IF(status IN ('PENDING', 'BLOCKED'), expires_at, NULL)) VIRTUAL"
+	}
+	return "TEXT NULL" // last_error
+}
+
+// indexRE finds the outbox table's indexes in migration 00001.
+var indexRE = regexp.MustCompile("(?:CONSTRAINT|INDEX) `([a-z0-9_]+)` (UNIQUE )?\\(([^)]*)\\)")
+
+// Adopt brings the team's existing table to the outbox's shape in place,
+// keeping every row and its state (PROCESSING becomes PENDING, audited),
+// records version 1 as applied and applies the later migrations. MySQL
+// commits each DDL statement by itself: a run interrupted half-way is
+// finished by running it again.
+func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptResult, error) {
+	var res store.AdoptResult
+	if err := store.ValidateAdoptOptions(o); err != nil {
+		return res, err
+	}
+	sc, err := s.InspectSchema(ctx)
+	if err != nil {
+		return res, err
+	}
+	r, err := s.migrator(ctx)
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case !sc.Exists:
+		return res, fmt.Errorf("%w: there is no table %s to adopt: outbox migrate --table %s creates it", store.ErrForeignTable, s.t.Outbox, s.t.Outbox)
+	case !sc.Foreign() && !sc.Adopted:
+		return res, fmt.Errorf("%w: table %s was created by outbox (schema version %d of %d): there is nothing to adopt; run outbox migrate --table %s",
+			store.ErrForeignTable, s.t.Outbox, sc.Current, sc.Latest, s.t.Outbox)
+	}
+	res.AlreadyAdopted = !sc.Foreign() && sc.Current >= 1
+	var plan, processingTx []string
+	if !res.AlreadyAdopted {
+		if plan, processingTx, err = s.planAdoption(ctx, r, sc, o.AggregateType, &res); err != nil {
+			return res, err
+		}
+	}
+	later, err := r.PlanUp(ctx)
+	if err != nil {
+		return res, err
+	}
+	// The DDL up to the sibling tables; then the state mapping in one
+	// transaction; then the indexes.
+	split := len(plan)
+	for i, q := range plan {
+		if strings.HasPrefix(q, "ALTER TABLE "+quote(s.t.Outbox)+"\n    ADD") && strings.Contains(q, "ALGORITHM=INPLACE") {
+			split = i
+			break
+		}
+	}
+	res.SQL = append(res.SQL, plan[:split]...)
+	if len(processingTx) > 0 {
+		res.SQL = append(res.SQL, "START TRANSACTION")
+		res.SQL = append(res.SQL, processingTx...)
+		res.SQL = append(res.SQL, "COMMIT")
+	}
+	res.SQL = append(res.SQL, plan[split:]...)
+	res.SQL = append(res.SQL, "-- record schema version 1 as applied in "+s.t.Migrations)
+	laterSQL, _ := planSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
+	res.SQL = append(res.SQL, laterSQL...)
+	if o.DryRun {
+		return res, nil
+	}
+	run := func(q string) error {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish; --down removes what was added)", s.t.Outbox, firstLine(q), err)
+		}
+		return nil
+	}
+	for _, q := range plan[:split] {
+		if err := run(q); err != nil {
+			return res, err
+		}
+	}
+	if len(processingTx) > 0 {
+		tx, err := s.db.BeginTx(ctx, s.txOpts)
+		if err != nil {
+			return res, fmt.Errorf("adopt %s: begin: %w", s.t.Outbox, err)
+		}
+		for _, q := range processingTx {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				_ = tx.Rollback()
+				return res, fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, firstLine(q), err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return res, fmt.Errorf("adopt %s: commit: %w", s.t.Outbox, err)
+		}
+	}
+	for _, q := range plan[split:] {
+		if err := run(q); err != nil {
+			return res, err
+		}
+	}
+	if err := r.MarkApplied(ctx, 1); err != nil {
+		return res, err
+	}
+	if res.Applied, err = r.Up(ctx); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// planAdoption reads the table and returns the DDL that adopts it and the
+// statements that map PROCESSING rows (one transaction). Only what is
+// missing is added, so that a second run after an interruption finishes
+// the first.
+func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Schema, aggregateType string, res *store.AdoptResult) ([]string, []string, error) {
+	t := quote(s.t.Outbox)
+	for _, c := range store.AdoptionRequired {
+		if slices.Contains(sc.Missing, c) {
+			return nil, nil, fmt.Errorf("%w: cannot adopt table %s: it lacks the columns %s, which no default can fill (it needs at least %s); nothing was changed",
+				store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "), strings.Join(store.AdoptionRequired, ", "))
+		}
+	}
+	siblings := []string{s.t.DeadLetters, s.t.Attempts, s.locks}
+	if !sc.Adopted {
+		for _, sib := range siblings {
+			exists, err := s.tableExists(ctx, sib)
+			if err != nil {
+				return nil, nil, err
+			}
+			if exists {
+				return nil, nil, fmt.Errorf("%w: cannot adopt table %s: table %s already exists and outbox did not create it; rename or drop it first, nothing was changed",
+					store.ErrForeignTable, s.t.Outbox, sib)
+			}
+		}
+	}
+	counts, nulls, err := s.statusCounts(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := store.CheckStatuses(s.t.Outbox, counts, nulls); err != nil {
+		return nil, nil, err
+	}
+	for _, n := range counts {
+		res.Rows += n
+	}
+	res.Requeued = counts["PROCESSING"]
+	f, err := serverFlavor(ctx, s.db)
+	if err != nil {
+		return nil, nil, fmt.Errorf("adopt: %w", err)
+	}
+	_, nullable, _, err := s.columnsOf(ctx, s.t.Outbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	indexes, err := s.indexes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	first, err := r.UpSQL(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	var siblingSQL, addIndexes, record []string
+	for _, st := range migrate.Statements(first) {
+		switch {
+		case strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+t+" "):
+			for _, m := range indexRE.FindAllStringSubmatch(st, -1) {
+				if slices.Contains(indexes, m[1]) {
+					continue
+				}
+				kind := "INDEX"
+				if m[2] != "" {
+					kind = "UNIQUE INDEX"
+				}
+				addIndexes = append(addIndexes, "ADD "+kind+" "+quote(m[1])+" ("+m[3]+")")
+				record = append(record, "('index', '"+m[1]+"')")
+			}
+		default:
+			for _, sib := range siblings {
+				if strings.Contains(st, " INTO "+quote(sib)+" ") || strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+quote(sib)+" ") {
+					siblingSQL = append(siblingSQL, st)
+				}
+			}
+		}
+	}
+	plan := []string{"CREATE TABLE IF NOT EXISTS " + quote(store.AdoptionTable(s.t)) + " (\n" +
+		"    kind       VARCHAR(20)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+		"    name       VARCHAR(200) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+		"    adopted_at DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n" +
+		"    PRIMARY KEY (kind, name)\n) ENGINE = InnoDB"}
+	var adds []string
+	for _, c := range sc.Missing {
+		adds = append(adds, "ADD COLUMN "+quote(c)+" "+adoptColumn(c, aggregateType, f))
+		record = append(record, "('column', '"+c+"')")
+	}
+	if !sc.Adopted {
+		for _, sib := range siblings {
+			record = append(record, "('table', '"+sib+"')")
+		}
+	}
+	if len(record) > 0 {
+		// Written before the DDL it describes, so that --down also removes
+		// what an interrupted run added.
+		plan = append(plan, "INSERT IGNORE INTO "+quote(store.AdoptionTable(s.t))+" (kind, name) VALUES\n    "+strings.Join(record, ",\n    "))
+	}
+	if len(adds) > 0 {
+		plan = append(plan, "ALTER TABLE "+t+"\n    "+strings.Join(adds, ",\n    "))
+	}
+	if slices.Contains(sc.Missing, "event_id") || nullable["event_id"] {
+		plan = append(plan, "UPDATE "+t+" SET event_id = UUID() WHERE event_id IS NULL",
+			"ALTER TABLE "+t+" MODIFY event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT (UUID())")
+	}
+	if nullable["retry_count"] {
+		plan = append(plan, "UPDATE "+t+" SET retry_count = 0 WHERE retry_count IS NULL")
+	}
+	plan = append(plan, siblingSQL...)
+	if len(addIndexes) > 0 {
+		plan = append(plan, "ALTER TABLE "+t+"\n    "+strings.Join(addIndexes, ",\n    ")+",\n    ALGORITHM=INPLACE, LOCK=NONE")
+	}
+	processingTx := []string{
+		"INSERT IGNORE INTO " + quote(s.t.Attempts) + " (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`)\n" +
+			"SELECT event_id, UUID(), '" + string(store.AdoptedOutcome) + "', id, retry_count, 'outbox migrate --adopt', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),\n" +
+			"    '" + store.AdoptedNote + "'\nFROM " + t + " WHERE status = 'PROCESSING'",
+		"UPDATE " + t + " SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'",
+	}
+	return plan, processingTx, nil
+}

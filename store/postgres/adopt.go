@@ -1,0 +1,257 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox/internal/migrate"
+	"github.com/txoutbox/outbox/store"
+)
+
+// outboxColumns are the columns migration 00001 gives the outbox table.
+var outboxColumns = []string{"id", "event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers",
+	"status", "retry_count", "created_at", "processed_at", "available_at", "expires_at", "locked_until", "lock_token", "last_error"}
+
+var _ store.SchemaManager = (*Store)(nil)
+
+// adoptColumn is the definition adoption gives a missing column. event_id
+// is added nullable, backfilled, then made NOT NULL and unique, with
+// gen_random_uuid() as its default so that the team's existing INSERTs
+// keep working; aggregate_type keeps the adopted type as its default.
+func adoptColumn(name, aggregateType string) string {
+	switch name {
+	case "event_id", "lock_token":
+		return "UUID"
+	case "aggregate_type":
+		return "VARCHAR(100) NOT NULL DEFAULT '" + aggregateType + "'"
+	case "headers":
+		return "JSON NOT NULL DEFAULT '{}'"
+	case "retry_count":
+		return "INT NOT NULL DEFAULT 0"
+	case "available_at":
+		return "TIMESTAMPTZ NOT NULL DEFAULT now()"
+	case "processed_at", "expires_at", "locked_until":
+		return "TIMESTAMPTZ"
+	}
+	return "TEXT" // last_error
+}
+
+func quote(name string) string { return `"` + name + `"` }
+
+// relation returns whether the table exists and its columns, resolved
+// through the search_path as the store's queries resolve it.
+func (s *Store) relation(ctx context.Context, name string) (bool, []string, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quote(name)).Scan(&exists); err != nil {
+		return false, nil, fmt.Errorf("look for table %s: %w", name, err)
+	}
+	if !exists {
+		return false, nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, quote(name))
+	if err != nil {
+		return false, nil, fmt.Errorf("read the columns of %s: %w", name, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return false, nil, fmt.Errorf("read the columns of %s: %w", name, err)
+	}
+	return true, cols, nil
+}
+
+func missingColumns(want, have []string) []string {
+	var out []string
+	for _, c := range want {
+		if !slices.Contains(have, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// InspectSchema reads the outbox table's shape and versions, and counts
+// its unfinished events; it changes nothing.
+func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
+	return s.inspect(ctx, true)
+}
+
+func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema, error) {
+	sc := store.Schema{Table: s.t.Outbox}
+	exists, cols, err := s.relation(ctx, s.t.Outbox)
+	if err != nil {
+		return sc, err
+	}
+	sc.Exists = exists
+	if exists {
+		sc.Missing = missingColumns(outboxColumns, cols)
+	}
+	if sc.Adopted, _, err = s.relation(ctx, store.AdoptionTable(s.t)); err != nil {
+		return sc, err
+	}
+	r, done, err := s.migrator()
+	if err != nil {
+		return sc, err
+	}
+	defer done()
+	if sc.Current, sc.Latest, err = r.Version(ctx); err != nil {
+		return sc, err
+	}
+	if countUnfinished && exists && !sc.Foreign() {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+quote(s.t.Outbox)+
+			` WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`).Scan(&sc.Unfinished); err != nil {
+			return sc, fmt.Errorf("count unfinished events in %s: %w", s.t.Outbox, err)
+		}
+	}
+	return sc, nil
+}
+
+// guardUp refuses to migrate a table that outbox did not create, and one
+// whose adoption did not finish.
+func (s *Store) guardUp(ctx context.Context) error {
+	sc, err := s.inspect(ctx, false)
+	if err != nil {
+		return err
+	}
+	if sc.Foreign() {
+		return store.ForeignError(s.t.Outbox, sc.Missing)
+	}
+	if sc.Adopted && sc.Current < 1 {
+		return fmt.Errorf("%w: the adoption of table %s did not finish: run outbox migrate --adopt --table %s again to complete it", store.ErrForeignTable, s.t.Outbox, s.t.Outbox)
+	}
+	return nil
+}
+
+// PlanMigrateUp returns the SQL MigrateUp would run; it changes nothing.
+func (s *Store) PlanMigrateUp(ctx context.Context) ([]string, error) {
+	if err := s.guardUp(ctx); err != nil {
+		return nil, err
+	}
+	r, done, err := s.migrator()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return planSQL(r.PlanUp(ctx))
+}
+
+func planSQL(steps []migrate.Step, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, st := range steps {
+		out = append(out, fmt.Sprintf("-- migration %05d\n%s", st.Version, st.SQL))
+	}
+	return out, nil
+}
+
+// PlanMigrateDown returns the SQL MigrateDown would run; it changes nothing.
+func (s *Store) PlanMigrateDown(ctx context.Context) ([]string, error) {
+	sc, err := s.InspectSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, done, err := s.migrator()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	switch {
+	case sc.Adopted:
+		later, err := planSQL(r.PlanDownTo(ctx, 1))
+		if err != nil {
+			return nil, err
+		}
+		undo, err := s.unadoptSQL(ctx)
+		return append(later, undo...), err
+	case sc.Foreign():
+		return nil, foreignDown(s.t.Outbox, sc.Missing)
+	}
+	return planSQL(r.PlanDownTo(ctx, 0))
+}
+
+func foreignDown(table string, missing []string) error {
+	return fmt.Errorf("%w: table %s lacks the outbox columns %s: outbox did not create it and will not drop it; nothing was changed",
+		store.ErrForeignTable, table, strings.Join(missing, ", "))
+}
+
+// migrateDown reverts the migrations. On an adopted table it removes only
+// what adoption added; a foreign table is refused.
+func (s *Store) migrateDown(ctx context.Context, r *migrate.Runner) error {
+	sc, err := s.InspectSchema(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case sc.Adopted:
+		if err := r.DownTo(ctx, 1); err != nil {
+			return err
+		}
+		undo, err := s.unadoptSQL(ctx)
+		if err != nil {
+			return err
+		}
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			for _, q := range undo {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return fmt.Errorf("undo the adoption of %s: %s: %w", s.t.Outbox, firstLine(q), err)
+				}
+			}
+			return nil
+		})
+	case sc.Foreign():
+		return foreignDown(s.t.Outbox, sc.Missing)
+	}
+	return r.Down(ctx)
+}
+
+func firstLine(q string) string {
+	if i := strings.IndexByte(q, '\n'); i >= 0 {
+		return q[:i]
+	}
+	return q
+}
+
+// unadoptSQL removes, from what the adoption record lists, only what
+// adoption added: its sibling tables, indexes, constraints and columns,
+// then the version table and the record itself.
+func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT kind, name FROM `+quote(store.AdoptionTable(s.t))+` ORDER BY kind, name`)
+	if err != nil {
+		return nil, fmt.Errorf("read the adoption record of %s: %w", s.t.Outbox, err)
+	}
+	type item struct{ kind, name string }
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (item, error) {
+		var it item
+		return it, r.Scan(&it.kind, &it.name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the adoption record of %s: %w", s.t.Outbox, err)
+	}
+	var out, columns []string
+	for _, kind := range []string{"table", "constraint", "index", "column"} {
+		for _, it := range items {
+			if it.kind != kind {
+				continue
+			}
+			switch kind {
+			case "table":
+				out = append(out, "DROP TABLE IF EXISTS "+quote(it.name))
+			case "index":
+				out = append(out, "DROP INDEX IF EXISTS "+quote(it.name))
+			case "constraint":
+				out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+" DROP CONSTRAINT IF EXISTS "+quote(it.name))
+			case "column":
+				columns = append(columns, "DROP COLUMN IF EXISTS "+quote(it.name))
+			}
+		}
+	}
+	if len(columns) > 0 {
+		out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+" "+strings.Join(columns, ", "))
+	}
+	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(store.AdoptionTable(s.t))), nil
+}

@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/txoutbox/outbox"
+)
+
+// ErrForeignTable is returned when an outbox table name is taken by a
+// table that outbox did not create (and has not adopted): the migrations
+// neither take it over nor drop it.
+var ErrForeignTable = errors.New("table not created by outbox")
+
+// Schema is what a store found in the database for its outbox table.
+type Schema struct {
+	Table string
+	// Exists: the outbox table exists.
+	Exists bool
+	// Missing lists the columns of the outbox's first migration that the
+	// table lacks. A table with missing columns was not created by outbox:
+	// it is foreign until adopted.
+	Missing []string
+	// Current and Latest are the applied and the latest schema versions.
+	Current, Latest int64
+	// Adopted: the table was the team's own and "migrate --adopt" brought
+	// it to the outbox's shape; --down removes only what adoption added.
+	Adopted bool
+	// Unfinished counts the events still to be delivered or decided
+	// (PENDING, PROCESSING, BLOCKED, FAILED); 0 when the table is foreign
+	// or missing.
+	Unfinished int64
+}
+
+// Foreign reports whether the table exists but lacks outbox columns.
+func (s Schema) Foreign() bool { return s.Exists && len(s.Missing) > 0 }
+
+// Problem returns why the schema cannot serve a relay ("" when it can):
+// missing, foreign, or out of date.
+func (s Schema) Problem() string {
+	switch {
+	case !s.Exists:
+		return fmt.Sprintf("table %s does not exist: run outbox migrate --table %s", s.Table, s.Table)
+	case s.Foreign():
+		return ForeignError(s.Table, s.Missing).Error()
+	case s.Current < s.Latest:
+		return fmt.Sprintf("table %s is at schema version %d of %d: run outbox migrate --table %s", s.Table, s.Current, s.Latest, s.Table)
+	}
+	return ""
+}
+
+// ForeignError is the refusal for a table outbox did not create: which
+// columns are missing and the command that adopts the table.
+func ForeignError(table string, missing []string) error {
+	return fmt.Errorf("%w: table %s exists but lacks the outbox columns %s; outbox will not take over or drop a table it did not create. "+
+		"To upgrade it in place, keeping its rows: outbox migrate --adopt --table %s --aggregate-type <type> (add --dry-run to print the SQL first)",
+		ErrForeignTable, table, strings.Join(missing, ", "), table)
+}
+
+// AdoptOptions configures the adoption of an existing table.
+type AdoptOptions struct {
+	// AggregateType fills aggregate_type for the existing rows and stays the
+	// column's default, so that the team's INSERTs keep working. Required.
+	AggregateType string
+	// DryRun plans the statements and changes nothing.
+	DryRun bool
+}
+
+// AdoptResult reports an adoption.
+type AdoptResult struct {
+	// SQL is every statement adoption ran (or, with DryRun, would run), in
+	// order, ending with the later migrations' SQL.
+	SQL []string
+	// Rows counts the table's rows, and Requeued the PROCESSING ones set to
+	// PENDING (each with an audit row).
+	Rows, Requeued int64
+	// Applied lists the later migrations applied after adoption.
+	Applied []int64
+	// AlreadyAdopted: an earlier run adopted the table; only the later
+	// migrations were applied.
+	AlreadyAdopted bool
+}
+
+// SchemaManager is implemented by the stores whose schema can be checked,
+// planned and adopted (PostgreSQL, MySQL/MariaDB; SQLite checks and plans
+// but refuses adoption).
+type SchemaManager interface {
+	// InspectSchema reads the table's shape and versions. It changes nothing.
+	InspectSchema(ctx context.Context) (Schema, error)
+	// PlanMigrateUp returns the SQL MigrateUp would run. It changes nothing.
+	PlanMigrateUp(ctx context.Context) ([]string, error)
+	// PlanMigrateDown returns the SQL MigrateDown would run. It changes nothing.
+	PlanMigrateDown(ctx context.Context) ([]string, error)
+	// Adopt brings an existing table to the outbox's shape in place, then
+	// applies the later migrations.
+	Adopt(ctx context.Context, o AdoptOptions) (AdoptResult, error)
+}
+
+// AdoptedStatuses are the statuses a table must hold to be adopted: the
+// outbox's own; PROCESSING rows are set to PENDING.
+var AdoptedStatuses = []string{"PENDING", "PROCESSING", "PROCESSED", "FAILED", "EXPIRED", "BLOCKED", "SKIPPED"}
+
+// AdoptionRequired are the columns a table must already have to be
+// adopted: what no default can invent.
+var AdoptionRequired = []string{"id", "aggregate_id", "event_type", "payload", "status", "created_at"}
+
+// CheckStatuses returns an error naming the statuses (with their counts)
+// that adoption cannot map, or nil.
+func CheckStatuses(table string, counts map[string]int64, nulls int64) error {
+	var bad []string
+	if nulls > 0 {
+		bad = append(bad, fmt.Sprintf("NULL (%d rows)", nulls))
+	}
+	statuses := make([]string, 0, len(counts))
+	for st := range counts {
+		statuses = append(statuses, st)
+	}
+	sort.Strings(statuses)
+	for _, st := range statuses {
+		known := false
+		for _, k := range AdoptedStatuses {
+			known = known || k == st
+		}
+		if !known {
+			bad = append(bad, fmt.Sprintf("%q (%d rows)", st, counts[st]))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cannot adopt table %s: status values %s are not outbox statuses (%s); update those rows first, nothing was changed",
+		table, strings.Join(bad, ", "), strings.Join(AdoptedStatuses, ", "))
+}
+
+// AdoptedOutcome is the audit outcome written for each row that was
+// PROCESSING under the previous scheduler when its table was adopted, and
+// was set to PENDING.
+const AdoptedOutcome OutcomeKind = "ADOPTED"
+
+// AdoptedNote is the audit row's error text for such a row.
+const AdoptedNote = "PROCESSING under the previous scheduler when outbox adopted the table: set to PENDING"
+
+// AdoptionTable names the record of what adoption added to a table.
+func AdoptionTable(t Tables) string { return t.Outbox + "_adoption" }
+
+var aggregateTypeRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,100}$`)
+
+// ValidateAdoptOptions checks the options of an adoption.
+func ValidateAdoptOptions(o AdoptOptions) error {
+	if o.AggregateType == "" {
+		return fmt.Errorf("%w: adoption needs the aggregate type of the existing rows: add --aggregate-type (for example --aggregate-type payment)", outbox.ErrInvalidConfig)
+	}
+	if !aggregateTypeRE.MatchString(o.AggregateType) {
+		return fmt.Errorf("%w: aggregate type %q is not allowed for adoption: use 1 to 100 characters from A-Z, a-z, 0-9 and _ . : -", outbox.ErrInvalidConfig, o.AggregateType)
+	}
+	return nil
+}
