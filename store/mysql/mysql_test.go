@@ -89,6 +89,8 @@ func newHarness(t *testing.T) *storetest.Harness {
 			return s2
 		},
 		Scale: scale(),
+		SQL:   db,
+		Table: s.Table(),
 	}
 }
 

@@ -35,12 +35,12 @@ type Config struct {
 	Table string
 	// Limits bound what Enqueue accepts; zero fields mean the defaults.
 	Limits outbox.Limits
-	// NoAggregateLock turns off the transaction-scoped advisory lock that
-	// Enqueue takes per aggregate. With the lock, two transactions that
-	// enqueue events of the same aggregate are serialized, so that id order
-	// is commit order within an aggregate and the relay can never see a
-	// later event of an aggregate before an earlier one commits. Turn it off
-	// only if your own row locks already serialize writers per aggregate.
+	// NoAggregateLock has no effect. Since migration 2 the outbox table's
+	// trigger serializes the producers of an aggregate for every producer,
+	// Enqueue or plain SQL (docs/PRODUCERS.md), so that id order is commit
+	// order within an aggregate.
+	//
+	// Deprecated: the database keeps the order itself.
 	NoAggregateLock bool
 	// NoNotify turns off the NOTIFY that Enqueue sends to wake relays.
 	NoNotify bool
