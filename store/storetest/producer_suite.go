@@ -329,4 +329,3 @@ func checkProducerOrder(t *testing.T, h *Harness, got []Delivery) {
 		last[key] = pos
 	}
 }
-
