@@ -104,36 +104,44 @@ func (s *Store) writeChunks(events []outbox.Event, exec func(string, []any) erro
 }
 
 // insertStatement builds one multi-row INSERT. Expiry and delay given as
-// durations are added to the database's now().
-//
-// The table's trigger (migration 2) locks each row's aggregate, numbers the
-// row within it and only then draws its id, so that id order is commit
-// order within an aggregate. The rows go in sorted by aggregate (stable, so
-// an aggregate's events keep their order): every Enqueue takes the
-// aggregate locks in one order, and two of them cannot deadlock.
+// durations are added to the database's now(); the optional per-aggregate
+// advisory locks are taken, in a fixed order, before any row is written.
+// The table's trigger then locks each row's aggregate row, numbers the
+// event and draws its id (see Config.NoAggregateLock).
 func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	var b strings.Builder
-	args := make([]any, 0, len(events)*11)
+	args := make([]any, 0, len(events)*10+8)
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	order := make([]int, len(events))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(i, j int) bool {
-		a, b := &events[order[i]], &events[order[j]]
-		if a.AggregateType != b.AggregateType {
-			return a.AggregateType < b.AggregateType
+	if !s.cfg.NoAggregateLock {
+		keys := make([]string, 0, len(events))
+		seen := make(map[string]bool, len(events))
+		for i := range events {
+			k := events[i].AggregateType + "\x1f" + events[i].AggregateID
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
 		}
-		return a.AggregateID < b.AggregateID
-	})
+		sort.Strings(keys)
+		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtext(")
+		b.WriteString(arg(s.t.Outbox))
+		b.WriteString("), hashtext(k)) FROM unnest(ARRAY[")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(arg(k) + "::text")
+		}
+		b.WriteString("]) WITH ORDINALITY AS x(k, n) ORDER BY n) ")
+	}
 	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, available_at) ` +
 		`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, ` +
 		`COALESCE(v.xa, now() + v.ttl * interval '1 microsecond'), ` +
 		`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `)
-	for n, i := range order {
+	for i := range events {
 		e := &events[i]
 		headers, err := store.EncodeHeaders(i, e.Headers)
 		if err != nil {
@@ -152,13 +160,16 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		if e.Delay > 0 {
 			delay = e.Delay.Microseconds()
 		}
-		if n > 0 {
+		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "(%d,%s::uuid,%s::text,%s::text,%s::text,%s::json,%s::json,%s::timestamptz,%s::bigint,%s::timestamptz,%s::bigint)",
-			n, arg(e.ID.String()), arg(e.AggregateType), arg(e.AggregateID), arg(e.EventType),
+		fmt.Fprintf(&b, "(%s::uuid,%s::text,%s::text,%s::text,%s::json,%s::json,%s::timestamptz,%s::bigint,%s::timestamptz,%s::bigint)",
+			arg(e.ID.String()), arg(e.AggregateType), arg(e.AggregateID), arg(e.EventType),
 			arg(string(e.Payload)), arg(headers), arg(expiresAt), arg(ttl), arg(availableAt), arg(delay))
 	}
-	b.WriteString(") AS v(n, e, at, ai, et, p, h, xa, ttl, aa, d) ORDER BY v.n")
+	b.WriteString(") AS v(e, at, ai, et, p, h, xa, ttl, aa, d)")
+	if !s.cfg.NoAggregateLock {
+		b.WriteString(" WHERE (SELECT count(*) FROM l) >= 0")
+	}
 	return b.String(), args, nil
 }
