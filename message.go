@@ -15,6 +15,12 @@ type Message struct {
 	EventType     string
 	Payload       json.RawMessage
 	Headers       map[string]string
+	// AggregateSeq is the event's position among the events of its
+	// aggregate, 1, 2, 3 ... without gaps, assigned by the database when
+	// the event was written; 0 for an event written before the store
+	// numbered events. The relay carries it as the outbox-aggregate-seq
+	// header.
+	AggregateSeq int64
 	// Attempt counts delivery attempts, from 1.
 	Attempt   int
 	CreatedAt time.Time

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -83,6 +85,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 		}
 		m := ev.Message
 		m.Deadline = deadline
+		m.Headers = withAggregateSeq(m.Headers, m.AggregateSeq)
 		msgs = append(msgs, m)
 		msgPos = append(msgPos, i)
 	}
@@ -223,4 +226,25 @@ func safeResults(results []error) []error {
 		}
 	}
 	return results
+}
+
+// withAggregateSeq returns headers with sink.HeaderAggregateSeq set to
+// seq, the number the store gave the event within its aggregate. The
+// header is the store's alone: a producer's own header of that name is
+// dropped, also when the event has no number (seq 0). headers is copied,
+// never changed.
+func withAggregateSeq(headers map[string]string, seq int64) map[string]string {
+	_, had := headers[sink.HeaderAggregateSeq]
+	if seq <= 0 && !had {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+1)
+	for k, v := range headers {
+		out[k] = v
+	}
+	delete(out, sink.HeaderAggregateSeq)
+	if seq > 0 {
+		out[sink.HeaderAggregateSeq] = strconv.FormatInt(seq, 10)
+	}
+	return out
 }

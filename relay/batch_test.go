@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -112,5 +113,26 @@ func TestHeldForSpansOnlyUnrecordedBatches(t *testing.T) {
 	}
 	if len(p.held) != 0 {
 		t.Fatalf("recorded batches are still remembered: %v", p.held)
+	}
+}
+
+func TestWithAggregateSeq(t *testing.T) {
+	own := map[string]string{"traceparent": "00-1-2-01", sink.HeaderAggregateSeq: "99"}
+	got := withAggregateSeq(own, 7)
+	if got[sink.HeaderAggregateSeq] != "7" || got["traceparent"] != "00-1-2-01" || len(got) != 2 {
+		t.Fatalf("headers %v: want the store's number 7 in place of the producer's 99, and the other headers kept", got)
+	}
+	if own[sink.HeaderAggregateSeq] != "99" {
+		t.Fatal("the claimed event's own headers were changed")
+	}
+	if got := withAggregateSeq(own, 0); len(got) != 1 || got[sink.HeaderAggregateSeq] != "" {
+		t.Fatalf("an event without a number: headers %v, want the producer's sequence header dropped", got)
+	}
+	if got := withAggregateSeq(nil, 3); got[sink.HeaderAggregateSeq] != "3" {
+		t.Fatalf("no headers, seq 3: %v", got)
+	}
+	plain := map[string]string{"a": "b"}
+	if got := withAggregateSeq(plain, 0); len(got) != 1 || got["a"] != "b" {
+		t.Fatalf("nothing to change: %v", got)
 	}
 }

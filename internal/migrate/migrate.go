@@ -161,3 +161,19 @@ func lockID(key string) int64 {
 	}
 	return int64(h >> 1)
 }
+
+// UpTo applies the pending migrations up to and including version, and
+// returns the versions applied. Tests use it to build an older schema.
+func (r *Runner) UpTo(ctx context.Context, version int64) ([]int64, error) {
+	res, err := r.provider.UpTo(ctx, version)
+	var applied []int64
+	for _, m := range res {
+		if m.Error == nil && m.Source != nil {
+			applied = append(applied, m.Source.Version)
+		}
+	}
+	if err != nil {
+		return applied, fmt.Errorf("apply migrations: %w", unwrapPartial(err))
+	}
+	return applied, nil
+}

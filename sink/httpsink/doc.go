@@ -35,6 +35,8 @@
 //	Outbox-Aggregate-Type  e.g. payment
 //	Outbox-Aggregate-Id    e.g. the transaction number
 //	Outbox-Attempt         1 for the first attempt, then 2, 3, ...
+//	Outbox-Aggregate-Seq   the event's number in its aggregate, 1, 2, 3 ...
+//	                       (when the store numbered it)
 //	webhook-id             the event id        } only with
 //	webhook-timestamp      Unix seconds        } Config.SigningSecret
 //	webhook-signature      v1,<base64 HMAC>    } (Standard Webhooks)

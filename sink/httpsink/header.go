@@ -18,6 +18,7 @@ const (
 	headerAggregateType  = "Outbox-Aggregate-Type"
 	headerAggregateID    = "Outbox-Aggregate-Id"
 	headerAttempt        = "Outbox-Attempt"
+	headerAggregateSeq   = "Outbox-Aggregate-Seq" // when the store numbered the event
 	headerWebhookID      = "Webhook-Id"
 	headerWebhookTime    = "Webhook-Timestamp"
 	headerWebhookSig     = "Webhook-Signature"
@@ -110,5 +111,8 @@ func (s *Sink) requestHeader(m *outbox.Message) (http.Header, error) {
 	h[headerAggregateType] = []string{m.AggregateType}
 	h[headerAggregateID] = []string{m.AggregateID}
 	h[headerAttempt] = []string{strconv.Itoa(m.Attempt)}
+	if m.AggregateSeq > 0 {
+		h[headerAggregateSeq] = []string{strconv.FormatInt(m.AggregateSeq, 10)}
+	}
 	return h, nil
 }

@@ -23,6 +23,7 @@ func TestPublishSendsHeadersAndExactPayload(t *testing.T) {
 	})
 	m := message("tx-1", 1)
 	m.Attempt = 3
+	m.AggregateSeq = 12
 	// Whitespace, escapes and non-ASCII must arrive untouched.
 	m.Payload = json.RawMessage("{ \"amount\" : 1000,\n  \"memo\": \"caf\\u00e9 é <&>\", \"list\": [1, 2.50] }")
 	m.Headers = map[string]string{
@@ -61,6 +62,7 @@ func TestPublishSendsHeadersAndExactPayload(t *testing.T) {
 		"Outbox-Aggregate-Type": "payment",
 		"Outbox-Aggregate-Id":   "tx-1",
 		"Outbox-Attempt":        "3",
+		"Outbox-Aggregate-Seq":  "12",
 		"Authorization":         "Bearer token-1",
 		"X-Team":                "payments",
 		"Traceparent":           m.Headers["traceparent"],

@@ -155,7 +155,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 				store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "), strings.Join(store.AdoptionRequired, ", "))
 		}
 	}
-	siblings := []string{s.t.DeadLetters, s.t.Attempts, s.locks}
+	siblings := []string{s.t.DeadLetters, s.t.Attempts, s.t.Outbox + "_aggregate_locks"}
 	if !sc.Adopted {
 		for _, sib := range siblings {
 			exists, err := s.tableExists(ctx, sib)

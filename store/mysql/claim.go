@@ -340,11 +340,13 @@ func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, ids []int64, now
 			ev               store.Claimed
 			payload, headers []byte
 			created, expires nullTime
+			seq              sql.NullInt64
 		)
 		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
-			&payload, &headers, &ev.RetryCount, &created, &expires); err != nil {
+			&payload, &headers, &ev.RetryCount, &created, &expires, &seq); err != nil {
 			return nil, err
 		}
+		ev.AggregateSeq = seq.Int64
 		ev.Payload = json.RawMessage(payload)
 		ev.Headers = store.DecodeHeaders(headers)
 		ev.Attempt = ev.RetryCount + 1

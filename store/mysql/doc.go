@@ -57,8 +57,9 @@
 //     two reads without locks and one short transaction that locks and
 //     changes rows by primary key (six round trips); a completion is one
 //     transaction of two to six statements.
-//   - The per-aggregate order of producers comes from a fixed lock table
-//     (see [Config].NoAggregateLock), as MySQL's GET_LOCK is not
+//   - The per-aggregate order of producers comes from the row locks of the
+//     <table>_aggregates table, which the outbox table's trigger takes for
+//     every producer (Enqueue takes them first), as MySQL's GET_LOCK is not
 //     transactional.
 //   - Timestamps are DATETIME(6) in UTC, to the microsecond, as on
 //     PostgreSQL.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"hash/fnv"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/txoutbox/outbox"
@@ -21,19 +19,15 @@ const (
 	maxBytesPerInsert = 4 << 20
 )
 
-// lockBuckets is the number of rows of the aggregate-lock table (see the
-// migration). It must not change without a migration that refills it.
-const lockBuckets = 65536
-
 // EnqueueLimits returns the limits Enqueue enforces.
 func (s *Store) EnqueueLimits() outbox.Limits { return s.cfg.Limits }
 
 // Enqueue validates events and inserts them in tx, the caller's transaction
 // on the same database. It is outbox.Enqueue(ctx, s, tx, events...).
 //
-// Unless Config.NoAggregateLock, it first locks the events' aggregates (in
-// a fixed order), so a concurrent transaction that enqueues for one of them
-// waits at its Enqueue until tx ends. Enqueue as the last step of the
+// It first locks the events' aggregates (in a fixed order), so a concurrent
+// transaction that enqueues for one of them, through Enqueue or plain SQL,
+// waits until tx ends. Enqueue as the last step of the
 // transaction, so that the lock is held only until the COMMIT, and call it
 // once per transaction (several calls that name aggregates in different
 // orders can deadlock with another transaction; MySQL then rolls one of them
@@ -56,10 +50,8 @@ func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Eve
 				"nests arrays and objects %d levels deep; MariaDB's JSON_VALID refuses more than %d", d, maxJSONDepth)}
 		}
 	}
-	if !s.cfg.NoAggregateLock {
-		if err := s.lockAggregates(ctx, tx, events); err != nil {
-			return err
-		}
+	if err := s.lockAggregates(ctx, tx, events); err != nil {
+		return err
 	}
 	start := 0
 	for start < len(events) {
@@ -120,59 +112,56 @@ func eventSize(e *outbox.Event) int {
 	return n
 }
 
-// bucket maps an aggregate to a row of the aggregate-lock table (FNV-1a).
-func bucket(aggregateType, aggregateID string) int {
-	h := fnv.New32a()
-	h.Write([]byte(aggregateType))
-	h.Write([]byte{0})
-	h.Write([]byte(aggregateID))
-	return int(h.Sum32() % lockBuckets)
-}
-
-// lockAggregates locks the lock-table rows of the events' aggregates in
-// ascending order (one statement, a primary-key range scan), until tx ends.
+// lockAggregates locks the rows of the events' aggregates in the
+// aggregates table (migration 2), in ascending order, in one statement,
+// until tx ends: INSERT ... ON DUPLICATE KEY UPDATE locks a row that exists
+// and creates (and locks) one that does not. The table's trigger takes the
+// same locks row by row, for every producer; taking them all first matters
+// for a multi-row INSERT, whose AUTO_INCREMENT ids InnoDB may draw at its
+// first row (innodb_autoinc_lock_mode 1): every aggregate of the INSERT is
+// then already held, so its ids follow every earlier commit of those
+// aggregates. The sorted order keeps two Enqueue calls from deadlocking.
 func (s *Store) lockAggregates(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
-	buckets := make([]int, 0, len(events))
+	type key struct{ typ, id string }
+	keys := make([]key, 0, len(events))
 	for i := range events {
-		buckets = append(buckets, bucket(events[i].AggregateType, events[i].AggregateID))
+		keys = append(keys, key{events[i].AggregateType, events[i].AggregateID})
 	}
-	slices.Sort(buckets)
-	buckets = slices.Compact(buckets)
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := strings.Compare(a.typ, b.typ); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	keys = slices.Compact(keys)
 	var b strings.Builder
-	b.WriteString("SELECT bucket FROM `" + s.locks + "` WHERE bucket IN (")
-	for i, k := range buckets {
+	args := make([]any, 0, 2*len(keys))
+	b.WriteString("INSERT INTO `" + s.aggregates + "` (aggregate_type, aggregate_id, last_seq) VALUES ")
+	for i, k := range keys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.Itoa(k))
+		b.WriteString("(?,?,0)")
+		args = append(args, k.typ, k.id)
 	}
-	b.WriteString(") ORDER BY bucket FOR UPDATE")
-	rows, err := tx.QueryContext(ctx, b.String())
-	if err != nil {
+	b.WriteString(" ON DUPLICATE KEY UPDATE last_seq = last_seq")
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 		return s.wrap("enqueue: lock aggregates", err)
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return s.wrap("enqueue: lock aggregates", err)
-	}
-	if n != len(buckets) {
-		return fmt.Errorf("enqueue: lock aggregates: table %s has %d of the %d rows it needs: run `outbox migrate` again", s.locks, n, len(buckets))
 	}
 	return nil
 }
 
 // insertStatement builds one multi-row INSERT. created_at and durations
 // (TTL, delay) use the database clock: UTC_TIMESTAMP(6) is one value for
-// the whole statement. Absolute times are written as UTC text.
+// the whole statement. Absolute times are written as UTC text, and
+// aggregate_seq = 0 tells the table's trigger so (it moves the times of
+// other producers from their session's time zone to UTC, and numbers the
+// row, replacing the 0).
 func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []any, error) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*8)
 	b.WriteString("INSERT INTO `" + s.t.Outbox + "` (event_id, aggregate_type, aggregate_id, event_type, payload, headers, " +
-		"status, created_at, expires_at, available_at) VALUES ")
+		"status, created_at, expires_at, available_at, aggregate_seq) VALUES ")
 	for i := range events {
 		e := &events[i]
 		headers, err := store.EncodeHeaders(offset+i, e.Headers)
@@ -198,13 +187,13 @@ func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []an
 		}
 		switch {
 		case !e.AvailableAt.IsZero():
-			b.WriteString("CAST(? AS DATETIME(6)))")
+			b.WriteString("CAST(? AS DATETIME(6)),0)")
 			args = append(args, formatTime(e.AvailableAt))
 		case e.Delay > 0:
-			b.WriteString("UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)")
+			b.WriteString("UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,0)")
 			args = append(args, micros(e.Delay))
 		default:
-			b.WriteString("UTC_TIMESTAMP(6))")
+			b.WriteString("UTC_TIMESTAMP(6),0)")
 		}
 	}
 	return b.String(), args, nil

@@ -30,7 +30,7 @@ func payment(agg string, n int) outbox.Event {
 func lockWaiting(ctx context.Context, db *sql.DB, conn int64) (bool, error) {
 	var n int
 	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
-        WHERE id = ? AND info LIKE 'SELECT bucket FROM %FOR UPDATE'`, conn).Scan(&n)
+        WHERE id = ? AND info LIKE 'INSERT INTO %\\_aggregates%'`, conn).Scan(&n)
 	return n > 0, err
 }
 
@@ -109,14 +109,15 @@ func TestAggregateLockSerializesProducers(t *testing.T) {
 	}
 }
 
-// TestNoAggregateLockHazard shows what the lock prevents: without it, a
-// transaction that takes a lower id but commits later is delivered after a
-// later event of its aggregate.
-func TestNoAggregateLockHazard(t *testing.T) {
+// TestPlainInsertWaitsForEnqueue: a producer that writes the outbox table
+// with plain SQL, and knows nothing of Enqueue, waits for an open Enqueue
+// of its aggregate (the table's trigger takes the same row lock), so that
+// it comes after it in id order and in aggregate_seq.
+func TestPlainInsertWaitsForEnqueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := openDB(t)
-	s := newStore(t, db, mysql.Config{NoAggregateLock: true})
+	s := newStore(t, db, mysql.Config{})
 	t1, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -126,26 +127,40 @@ func TestNoAggregateLockHazard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t2, err := db.BeginTx(ctx, nil)
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, t2, payment("tx-1", 2)); err != nil { // does not wait
+	defer conn.Close()
+	var conn2 int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn2); err != nil {
 		t.Fatal(err)
 	}
-	if err := t2.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if evs := claimAll(t, s); len(evs) != 1 || evs[0].EventID == first[0] {
-		t.Fatalf("claimed %v; want only the second transaction's event (the first is not committed)", evs)
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.ExecContext(ctx, "INSERT INTO `"+s.Table()+"` (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'tx-1', 'E', '{}')")
+		done <- err
+	}()
+	waitUntil(t, 30*time.Second, "the plain INSERT to wait for the aggregate's lock", func() (bool, error) {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
+            WHERE id = ? AND info LIKE 'INSERT INTO %'`, conn2).Scan(&n)
+		return n > 0, err
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the plain INSERT of tx-1 returned (%v) while the Enqueue's transaction was open", err)
+	default:
 	}
 	if err := t1.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	// The earlier event is now the aggregate's head and is claimed while
-	// the later one is already out: order is lost.
-	if evs := claimAll(t, s); len(evs) != 1 || evs[0].EventID != first[0] {
-		t.Fatalf("claimed %v; want the first transaction's event, after the later one", evs)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	evs := claimAll(t, s)
+	if len(evs) != 2 || evs[0].EventID != first[0] || evs[0].AggregateSeq != 1 || evs[1].AggregateSeq != 2 || evs[0].ID > evs[1].ID {
+		t.Fatalf("claimed %+v; want the Enqueue's event (seq 1), then the plain INSERT's (seq 2)", evs)
 	}
 }
 
@@ -222,11 +237,15 @@ func TestMigrateIdempotentSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx.Commit()
+	_, latest, err := s.MigrationVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.ExecContext(ctx, "DELETE FROM `"+s.Tables().Migrations+"` WHERE version_id > 0"); err != nil {
 		t.Fatal(err)
 	}
 	applied, err := s.MigrateUp(ctx)
-	if err != nil || len(applied) != 1 {
+	if err != nil || int64(len(applied)) != latest {
 		t.Fatalf("migrating again over existing tables = %v, %v", applied, err)
 	}
 	if n := countRows(t, db, s.Table()); n != 1 {

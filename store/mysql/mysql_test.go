@@ -92,6 +92,8 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 			return s2
 		},
 		Scale: scale(),
+		SQL:   db,
+		Table: s.Table(),
 	}
 }
 

@@ -126,7 +126,8 @@ LEFT JOIN (
 // reads them (claimSQL's l): SKIP LOCKED, so a concurrent claim keeps its
 // rows and this one never waits. The ids are rendered in (%s); ? is now.
 const lockClaimSQL = `
-SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, created_at, expires_at
+SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, created_at, expires_at,
+    aggregate_seq
 FROM {t} FORCE INDEX (PRIMARY)
 WHERE id IN (%s) AND status = 'PENDING' AND available_at <= CAST(? AS DATETIME(6))
 ORDER BY id

@@ -23,15 +23,12 @@ type Config struct {
 	Table string
 	// Limits bound what Enqueue accepts; zero fields mean the defaults.
 	Limits outbox.Limits
-	// NoAggregateLock turns off the per-aggregate lock that Enqueue takes.
-	// With the lock, two transactions that enqueue events of the same
-	// aggregate are serialized (the second waits at its Enqueue until the
-	// first commits or rolls back), so that id order is commit order within
-	// an aggregate and the relay never sees a later event of an aggregate
-	// before an earlier one commits. Turn it off only if your own row locks
-	// already serialize the writers of an aggregate (for example, every
-	// transaction that enqueues for payment P first locks P's row with
-	// SELECT ... FOR UPDATE).
+	// NoAggregateLock has no effect. Since migration 2 the outbox table's
+	// trigger serializes the producers of an aggregate for every producer,
+	// Enqueue or plain SQL (docs/PRODUCERS.md), so that id order is commit
+	// order within an aggregate; Enqueue takes the same locks first.
+	//
+	// Deprecated: the database keeps the order itself.
 	NoAggregateLock bool
 	// Logger receives the store's own messages: each retried deadlock or
 	// lock wait timeout at DEBUG, a conflict still failing after the
@@ -45,13 +42,13 @@ type Config struct {
 
 // Store is the MySQL/MariaDB outbox. It is safe for concurrent use.
 type Store struct {
-	db    *sql.DB
-	ownDB bool
-	cfg   Config
-	t     store.Tables
-	locks string // the per-aggregate lock table
-	log   *slog.Logger
-	q     queries
+	db         *sql.DB
+	ownDB      bool
+	cfg        Config
+	t          store.Tables
+	aggregates string // the per-aggregate table (last_seq; its row locks order producers)
+	log        *slog.Logger
+	q          queries
 	// txOpts is nil when every connection of db already runs at READ
 	// COMMITTED (opened with NewConnector); otherwise each of the store's
 	// transactions asks for it.
@@ -86,7 +83,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.Table, cfg.Limits = t.Outbox, limits
-	s := &Store{db: db, cfg: cfg, t: t, locks: t.Outbox + "_aggregate_locks", log: log, q: buildQueries(t)}
+	s := &Store{db: db, cfg: cfg, t: t, aggregates: t.Outbox + "_aggregates", log: log, q: buildQueries(t)}
 	if !readCommittedDB(db) {
 		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
@@ -173,8 +170,8 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Table returns the outbox table name.
 func (s *Store) Table() string { return s.t.Outbox }
 
-// Tables returns the names of the outbox's tables (the aggregate-lock
-// table is Tables().Outbox + "_aggregate_locks").
+// Tables returns the names of the outbox's tables (the per-aggregate
+// table is Tables().Outbox + "_aggregates").
 func (s *Store) Tables() store.Tables { return s.t }
 
 // Features reports SKIP LOCKED and claims behind the relay's own batches

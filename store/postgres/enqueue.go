@@ -105,7 +105,9 @@ func (s *Store) writeChunks(events []outbox.Event, exec func(string, []any) erro
 
 // insertStatement builds one multi-row INSERT. Expiry and delay given as
 // durations are added to the database's now(); the optional per-aggregate
-// advisory locks are taken, in a fixed order, before any row gets its id.
+// advisory locks are taken, in a fixed order, before any row is written.
+// The table's trigger then locks each row's aggregate row, numbers the
+// event and draws its id (see Config.NoAggregateLock).
 func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*10+8)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
@@ -62,6 +63,8 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
 	return &storetest.Harness{
 		Store: s,
 		Begin: func(ctx context.Context) (storetest.Tx, error) {
@@ -76,6 +79,9 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 			return s2
 		},
 		Scale: scale(),
+		SQL:   db,
+		Table: table,
+		Bind:  storetest.DollarPlaceholders,
 	}
 }
 

@@ -147,7 +147,7 @@ UPDATE {t} o SET status = 'PROCESSING', lock_token = $1::uuid,
 WHERE o.id = ANY(ARRAY(SELECT c.id FROM c WHERE c.head_id = ANY(ARRAY(SELECT id FROM l))))
 RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
     o.retry_count, o.created_at, o.expires_at,
-    (o.expires_at IS NOT NULL AND o.expires_at <= now()) AS expired, now(), o.locked_until`
+    (o.expires_at IS NOT NULL AND o.expires_at <= now()) AS expired, now(), o.locked_until, o.aggregate_seq`
 
 // completeSQL applies a batch of outcomes under one claim token ($1) in one
 // statement: the guarded state change, dead letters for new FAILED rows,

@@ -73,11 +73,15 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 				payload   []byte
 				headers   []byte
 				expiresAt *time.Time
+				seq       *int64
 			)
 			if err := rows.Scan(&ev.ID, &eventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
 				&payload, &headers, &ev.RetryCount, &ev.CreatedAt, &expiresAt, &ev.Expired,
-				&c.DBTime, &c.LockedUntil); err != nil {
+				&c.DBTime, &c.LockedUntil, &seq); err != nil {
 				return err
+			}
+			if seq != nil {
+				ev.AggregateSeq = *seq
 			}
 			ev.EventID = outbox.EventID(eventID)
 			ev.Payload = json.RawMessage(payload)

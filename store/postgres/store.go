@@ -35,12 +35,15 @@ type Config struct {
 	Table string
 	// Limits bound what Enqueue accepts; zero fields mean the defaults.
 	Limits outbox.Limits
-	// NoAggregateLock turns off the transaction-scoped advisory lock that
-	// Enqueue takes per aggregate. With the lock, two transactions that
-	// enqueue events of the same aggregate are serialized, so that id order
-	// is commit order within an aggregate and the relay can never see a
-	// later event of an aggregate before an earlier one commits. Turn it off
-	// only if your own row locks already serialize writers per aggregate.
+	// NoAggregateLock turns off the transaction-scoped advisory locks that
+	// Enqueue takes, per aggregate and in sorted order, before its INSERT.
+	// Per-aggregate order does not depend on them: the outbox table's
+	// trigger (migration 2) locks each row's aggregate for every producer,
+	// Enqueue or plain SQL, and draws the row's id after that lock, so
+	// that id order is commit order within an aggregate. The advisory
+	// locks keep the rows of one Enqueue in the order given while two
+	// Enqueue calls that name several aggregates still take their locks
+	// in one order, and so cannot deadlock on the trigger's row locks.
 	NoAggregateLock bool
 	// NoNotify turns off the NOTIFY that Enqueue sends to wake relays.
 	NoNotify bool

@@ -65,6 +65,8 @@ func newConformanceHarness(t testing.TB) *storetest.Harness {
 		},
 		SingleWriter: true,
 		Scale:        scale,
+		SQL:          app,
+		Table:        table,
 	}
 }
 

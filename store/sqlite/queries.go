@@ -137,7 +137,7 @@ const claimUpdateSQL = `
 UPDATE {t} SET status = 'PROCESSING', lock_token = ?2, locked_until = ?3
 WHERE id IN (SELECT value FROM json_each(?4)) AND status = 'PENDING'
 RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
-    retry_count, created_at, expires_at, (expires_at IS NOT NULL AND expires_at <= ?1)`
+    retry_count, created_at, expires_at, (expires_at IS NOT NULL AND expires_at <= ?1), aggregate_seq`
 
 // completeUpdateSQL is the guarded state change of completeSQL: ?1 is now,
 // ?2 the claim token, ?3 the outcomes as a JSON array of objects.

@@ -75,11 +75,13 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 				createdAt          string
 				expiresAt          sql.NullString
 				retryCount, expInt int64
+				seq                sql.NullInt64
 			)
 			if err := rows.Scan(&ev.ID, &ev.EventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
-				&payload, &headers, &retryCount, &createdAt, &expiresAt, &expInt); err != nil {
+				&payload, &headers, &retryCount, &createdAt, &expiresAt, &expInt, &seq); err != nil {
 				return err
 			}
+			ev.AggregateSeq = seq.Int64
 			ev.Payload = json.RawMessage(payload)
 			ev.Headers = store.DecodeHeaders([]byte(headers))
 			ev.RetryCount = int(retryCount)

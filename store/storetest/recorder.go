@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // Delivery is one message as a Recorder saw it.
@@ -16,7 +17,11 @@ type Delivery struct {
 	EventID outbox.EventID
 	Key     string
 	Attempt int
-	Sink    string
+	// Seq is the message's AggregateSeq and SeqHeader its
+	// outbox-aggregate-seq header, as the sink received them.
+	Seq       int64
+	SeqHeader string
+	Sink      string
 	// Deadline is the deadline the relay passed with the message.
 	Deadline time.Time
 }
@@ -86,7 +91,8 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) []error {
 				continue
 			}
 		}
-		d := Delivery{ID: m.ID, EventID: m.EventID, Key: m.OrderingKey(), Attempt: m.Attempt, Sink: r.Name, Deadline: m.Deadline}
+		d := Delivery{ID: m.ID, EventID: m.EventID, Key: m.OrderingKey(), Attempt: m.Attempt, Sink: r.Name, Deadline: m.Deadline,
+			Seq: m.AggregateSeq, SeqHeader: m.Headers[sink.HeaderAggregateSeq]}
 		r.mu.Lock()
 		r.deliveries = append(r.deliveries, d)
 		r.mu.Unlock()

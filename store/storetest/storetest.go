@@ -42,6 +42,14 @@ type Harness struct {
 	SingleWriter bool
 	// Scale multiplies the event counts of the heavier tests (1 = full).
 	Scale float64
+	// SQL is a database/sql handle on the store's database, for the
+	// producers that write the outbox table with plain SQL
+	// (docs/PRODUCERS.md); Table names that table, and Bind rewrites the
+	// suite's ? placeholders for the backend ($1, $2 ... on PostgreSQL; nil
+	// keeps them). The producer tests are skipped when SQL is nil.
+	SQL   *sql.DB
+	Table string
+	Bind  func(query string) string
 }
 
 // Factory returns a fresh harness on new tables; it registers its own cleanup.
@@ -54,6 +62,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
 	t.Run("Outcome", func(t *testing.T) { RunOutcome(t, newHarness) })
 	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
+	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
@@ -133,8 +142,9 @@ func countStatus(t testing.TB, s store.Store, status outbox.Status) int64 {
 // DropPostgresTables returns one PostgreSQL statement that drops every
 // table of the outbox named table in the current schema: the outbox
 // table and every table whose name starts with table + "_" (dead
-// letters, attempts, the migration versions that a MigrateDown keeps,
-// and whatever tables later migrations add). Harnesses run it at cleanup,
+// letters, attempts, aggregates, the migration versions that a
+// MigrateDown keeps, and whatever tables later migrations add), and the
+// functions whose name starts with table + "_" (the trigger's). Harnesses run it at cleanup,
 // also when the test failed, so that shared databases do not fill up.
 // table must be a valid outbox table name (store.ValidateTable), which is
 // why it may be written into the statement.
@@ -146,6 +156,9 @@ func DropPostgresTables(table string) string {
   FOR r IN SELECT tablename FROM pg_tables
            WHERE schemaname = current_schema() AND (tablename = '` + table + `' OR starts_with(tablename, '` + table + `_'))
   LOOP EXECUTE 'DROP TABLE IF EXISTS ' || quote_ident(r.tablename) || ' CASCADE'; END LOOP;
+  FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
+           WHERE p.pronamespace = current_schema()::regnamespace AND starts_with(p.proname, '` + table + `_')
+  LOOP EXECUTE 'DROP FUNCTION IF EXISTS ' || r.fn::text; END LOOP;
 END $$`
 }
 
@@ -201,4 +214,20 @@ func StaleFuzzTable(name string, now time.Time) bool {
 	}
 	sec, err := strconv.ParseInt(m[1], 10, 64)
 	return err == nil && now.Sub(time.Unix(sec, 0)) > 10*time.Minute
+}
+
+// DollarPlaceholders rewrites the ? placeholders of query as $1, $2 ...
+// for PostgreSQL (Harness.Bind). The suite's queries have no ? in literals.
+func DollarPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

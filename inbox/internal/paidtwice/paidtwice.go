@@ -317,7 +317,25 @@ func (f *Fixture) Check(ctx context.Context, via string, deliveries int64) {
 		WHERE NOT EXISTS (SELECT 1 FROM "`+f.Backlog.Table+`" o WHERE o.event_id::text = c.event_id)`).Scan(&unknown); err != nil {
 		t.Fatal(err)
 	}
+	// The sequence the inbox checked is the outbox's own aggregate_seq,
+	// carried by the relay: per aggregate, the highest it recorded is the
+	// aggregate's event count, and it saw neither a gap nor a reorder.
+	var aggs, offSeq int
+	if err := f.DB.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE s.last_seq IS DISTINCT FROM o.n)
+		FROM (SELECT aggregate_type, aggregate_id, count(*) AS n, max(aggregate_seq) AS top FROM "`+f.Backlog.Table+`" GROUP BY 1, 2) o
+		LEFT JOIN "`+f.Inbox.Tables().Sequences+`" s ON s.aggregate_type = o.aggregate_type AND s.aggregate_id = o.aggregate_id
+		WHERE o.top = o.n`).Scan(&aggs, &offSeq); err != nil {
+		t.Fatal(err)
+	}
 	st := f.Inbox.Stats()
+	switch {
+	case aggs == 0:
+		t.Fatal("no aggregate of the backlog is numbered 1 to n in the outbox")
+	case offSeq != 0:
+		t.Fatalf("%d of %d aggregates: the inbox's last sequence is not the outbox's last aggregate_seq", offSeq, aggs)
+	case st.Gaps != 0 || st.Reorders != 0:
+		t.Fatalf("the inbox saw %d gaps and %d reorders in the relay's outbox-aggregate-seq", st.Gaps, st.Reorders)
+	}
 	t.Logf("paid twice, over %s: %d events, %d relays killed mid-batch leaving %d charged events unrecorded; delivered %d, duplicates delivered %d, charges %d, duplicates dropped by the inbox %d (inbox stats %+v)",
 		via, f.N, f.Kills, len(f.unrecorded), deliveries, deliveries-int64(f.N), rows, st.Duplicates, st)
 	switch {

@@ -1,0 +1,14 @@
+package postgres
+
+import "context"
+
+// MigrateUpTo applies the migrations up to version, for upgrade tests.
+func (s *Store) MigrateUpTo(ctx context.Context, version int64) error {
+	r, done, err := s.migrator()
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = r.UpTo(ctx, version)
+	return err
+}

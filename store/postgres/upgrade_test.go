@@ -1,0 +1,40 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/txoutbox/outbox/store/postgres"
+	"github.com/txoutbox/outbox/store/storetest"
+)
+
+// TestUpgradeFromVersion1 applies migration 2 to a populated version-1
+// table: rows in every state are kept and the unfinished ones numbered.
+func TestUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	table := storetest.TableName("pgup")
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	s, err := postgres.New(pool, postgres.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MigrateUpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	storetest.RunUpgradeFromV1(t, storetest.UpgradeHarness{
+		Store: s, DB: db, Table: table, Bind: storetest.DollarPlaceholders,
+		InsertV1: `INSERT INTO ` + table + ` (event_id, aggregate_type, aggregate_id, event_type, payload, status, locked_until)
+			VALUES (?::uuid, 'payment', ?, 'OldEvent', '{"old":true}', ?, now() - interval '1 hour')`,
+		MigrateUp: func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
+	})
+}

@@ -1,0 +1,13 @@
+package sqlite
+
+import "context"
+
+// MigrateUpTo applies the migrations up to version, for upgrade tests.
+func (s *Store) MigrateUpTo(ctx context.Context, version int64) error {
+	r, err := s.migrator()
+	if err != nil {
+		return err
+	}
+	_, err = r.UpTo(ctx, version)
+	return err
+}
