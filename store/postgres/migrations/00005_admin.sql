@@ -1,0 +1,21 @@
+-- The admin API: relays report a heartbeat row, and the event list's
+-- filters on status and on an aggregate (any status) read an index
+-- instead of the whole table.
+
+-- +goose Up
+SET LOCAL lock_timeout = '10s';
+
+CREATE TABLE IF NOT EXISTS "{{.Outbox}}_relays" (
+    relay_id     VARCHAR(200) PRIMARY KEY,
+    host         VARCHAR(200) NOT NULL,
+    started_at   TIMESTAMPTZ  NOT NULL,
+    heartbeat_at TIMESTAMPTZ  NOT NULL,
+    in_flight    INT          NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_status_id_idx" ON "{{.Outbox}}" (status, id);
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_aggregate_all_idx" ON "{{.Outbox}}" (aggregate_type, aggregate_id, id);
+
+-- +goose Down
+DROP INDEX IF EXISTS "{{.Outbox}}_aggregate_all_idx";
+DROP INDEX IF EXISTS "{{.Outbox}}_status_id_idx";
+DROP TABLE IF EXISTS "{{.Outbox}}_relays";

@@ -1,0 +1,19 @@
+-- The admin API: relays report a heartbeat row, and the event list's
+-- filters on status and on an aggregate (any status) read an index
+-- instead of the whole table. Timestamps are UTC text as in 00001.
+
+-- +goose Up
+CREATE TABLE IF NOT EXISTS "{{.Outbox}}_relays" (
+    relay_id     TEXT    PRIMARY KEY,
+    host         TEXT    NOT NULL,
+    started_at   TEXT    NOT NULL,
+    heartbeat_at TEXT    NOT NULL,
+    in_flight    INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_status_id_idx" ON "{{.Outbox}}" (status, id);
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_aggregate_all_idx" ON "{{.Outbox}}" (aggregate_type, aggregate_id, id);
+
+-- +goose Down
+DROP INDEX IF EXISTS "{{.Outbox}}_aggregate_all_idx";
+DROP INDEX IF EXISTS "{{.Outbox}}_status_id_idx";
+DROP TABLE IF EXISTS "{{.Outbox}}_relays";
