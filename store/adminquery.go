@@ -36,6 +36,9 @@ type AdminQueries interface {
 	// BlockedChains returns up to limit aggregates held behind a FAILED
 	// head, each with its head and up to chainLimit BLOCKED events after it.
 	BlockedChains(ctx context.Context, limit, chainLimit int) ([]BlockedChain, error)
+	// Throughput counts the attempts of the last `since` per minute and
+	// outcome, from the attempts table's finished_at index.
+	Throughput(ctx context.Context, since time.Duration) ([]ThroughputBucket, error)
 	// Relays returns the relays whose heartbeat is younger than within.
 	Relays(ctx context.Context, within time.Duration) ([]RelayHeartbeat, error)
 	// Heartbeat upserts one relay's heartbeat row (heartbeat_at = the
@@ -109,3 +112,10 @@ type RelayHeartbeat struct {
 
 // RelaysTable is the heartbeat table of outbox table t (migration 00005).
 func RelaysTable(t Tables) string { return t.Outbox + "_relays" }
+
+// ThroughputBucket counts one minute's attempts of one outcome.
+type ThroughputBucket struct {
+	Minute  time.Time
+	Outcome OutcomeKind
+	Count   int64
+}

@@ -18,6 +18,7 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Ago:     func(m string) string { return "UTC_TIMESTAMP(6) - INTERVAL " + m + " MICROSECOND" },
 		Text:    func(c string) string { return c },
 		TimeArg: func(t time.Time) any { return t.UTC() },
+		Minute:  func(c string) string { return "DATE_FORMAT(" + c + ", '%Y-%m-%d %H:%i:00')" },
 		Upsert: func(cols []string) string {
 			out := "ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(6)"
 			for _, c := range cols {

@@ -23,6 +23,7 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Ago:     func(m string) string { return "now() - " + m + "::bigint * interval '1 microsecond'" },
 		Text:    func(c string) string { return c + "::text" },
 		TimeArg: func(t time.Time) any { return t },
+		Minute:  func(c string) string { return "date_trunc('minute', " + c + ")" },
 		Upsert:  func(cols []string) string { return upsertExcluded(cols, "now()") },
 	}, s.t)
 }

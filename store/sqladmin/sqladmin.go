@@ -29,6 +29,9 @@ type Dialect struct {
 	Text func(col string) string
 	// TimeArg turns a time into an argument compared with a stored time.
 	TimeArg func(t time.Time) any
+	// Minute renders a stored time truncated to the minute, in a form
+	// timeValue reads.
+	Minute func(col string) string
 	// Upsert renders the heartbeat upsert's conflict clause, given the
 	// columns to update.
 	Upsert func(cols []string) string
@@ -259,6 +262,30 @@ func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]s
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// Throughput implements store.AdminQueries.
+func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
+	a := &args{d: q.d}
+	m := q.d.Minute("finished_at")
+	rows, err := q.db.QueryContext(ctx, `SELECT `+m+`, outcome, count(*) FROM `+q.d.Quote(q.t.Attempts)+
+		` WHERE finished_at > `+q.d.Ago(a.add(since.Microseconds()))+` GROUP BY `+m+`, outcome ORDER BY 1`, a.vals...)
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	defer rows.Close()
+	var out []store.ThroughputBucket
+	for rows.Next() {
+		var b store.ThroughputBucket
+		var minute timeValue
+		var outcome string
+		if err := rows.Scan(&minute, &outcome, &b.Count); err != nil {
+			return nil, fmt.Errorf("throughput: %w", err)
+		}
+		b.Minute, b.Outcome = minute.t, store.OutcomeKind(outcome)
+		out = append(out, b)
+	}
+	return out, rows.Err()
 }
 
 // Relays implements store.AdminQueries.

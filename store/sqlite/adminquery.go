@@ -22,6 +22,7 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		},
 		Text:    func(c string) string { return c },
 		TimeArg: func(t time.Time) any { return formatTime(t) },
+		Minute:  func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
 		Upsert: func(cols []string) string {
 			out := "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow
 			for _, c := range cols {

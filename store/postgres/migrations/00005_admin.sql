@@ -14,8 +14,11 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_relays" (
 );
 CREATE INDEX IF NOT EXISTS "{{.Outbox}}_status_id_idx" ON "{{.Outbox}}" (status, id);
 CREATE INDEX IF NOT EXISTS "{{.Outbox}}_aggregate_all_idx" ON "{{.Outbox}}" (aggregate_type, aggregate_id, id);
+-- The overview's throughput graph counts the last hour's attempts.
+CREATE INDEX IF NOT EXISTS "{{.Attempts}}_finished_idx" ON "{{.Attempts}}" (finished_at, outcome);
 
 -- +goose Down
+DROP INDEX IF EXISTS "{{.Attempts}}_finished_idx";
 DROP INDEX IF EXISTS "{{.Outbox}}_aggregate_all_idx";
 DROP INDEX IF EXISTS "{{.Outbox}}_status_id_idx";
 DROP TABLE IF EXISTS "{{.Outbox}}_relays";
