@@ -149,29 +149,38 @@ func (h *Handler) actOne(w http.ResponseWriter, r *http.Request, who Identity, c
 	if err != nil {
 		return err
 	}
-	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
-	rec, err := h.st.GetEvent(r.Context(), id)
+	res, err := h.actOneCore(r.Context(), who, c, id, p)
 	if err != nil {
 		return err
 	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// actOneCore checks and (unless a dry run) applies c to one event.
+func (h *Handler) actOneCore(ctx context.Context, who Identity, c store.OperatorChange, id outbox.EventID, p actionParams) (actionResult, error) {
+	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
+	rec, err := h.st.GetEvent(ctx, id)
+	if err != nil {
+		return res, err
+	}
 	action := store.OperatorAction{EventID: id, Actor: who.Name, Reason: p.reason, NewTTL: p.ttl}
 	if err := c.Check(action, string(rec.Status)); err != nil {
-		return err
+		return res, err
 	}
 	res.Matched, res.ByStatus[rec.Status] = 1, 1
-	if err := h.blastRadius(r.Context(), &res, []store.MatchedEvent{{ID: rec.ID, EventID: rec.EventID, Status: rec.Status}}); err != nil {
-		return err
+	if err := h.blastRadius(ctx, &res, []store.MatchedEvent{{ID: rec.ID, EventID: rec.EventID, Status: rec.Status}}); err != nil {
+		return res, err
 	}
 	if !p.dryRun {
-		if err := h.apply(r.Context(), c, action); err != nil {
-			return err
+		if err := h.apply(ctx, c, action); err != nil {
+			return res, err
 		}
 		res.Applied = 1
 		h.log.Info("admin action", "action", res.Action, "actor", who.Name, "event_id", id.String(), "reason", p.reason)
 	}
 	res.summarize()
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return res, nil
 }
 
 // blastRadius adds what changing the matched events releases.
@@ -214,24 +223,39 @@ func (h *Handler) actMatching(w http.ResponseWriter, r *http.Request, who Identi
 	if err != nil {
 		return err
 	}
+	ctx := r.Context()
+	if !p.dryRun {
+		ctx = context.WithoutCancel(ctx)
+	}
+	res, err := h.actMatchingCore(ctx, who, c, f, p)
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return err
+		}
+		return h.partial(w, &res, err)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// actMatchingCore is actMatching without HTTP. On a database error it
+// returns what it did until then with the error.
+func (h *Handler) actMatchingCore(ctx context.Context, who Identity, c store.OperatorChange, f filter, p actionParams) (actionResult, error) {
+	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
 	if len(f.Statuses) == 0 {
 		f.Statuses = c.From
 	}
 	for _, s := range f.Statuses {
 		if !slices.Contains(c.From, s) {
-			return badRequest("status: %s applies to %s events, not %s", actionName(c), strings.Join(store.StatusNames(c.From), " or "), s)
+			return res, badRequest("status: %s applies to %s events, not %s", actionName(c), strings.Join(store.StatusNames(c.From), " or "), s)
 		}
 	}
-	ctx := r.Context()
-	if !p.dryRun {
-		ctx = context.WithoutCancel(ctx)
-	}
-	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
 	var after int64
 	for {
 		ms, err := h.q.MatchIDs(ctx, f.EventQuery, after, h.cfg.BulkPageSize)
 		if err != nil {
-			return h.partial(w, &res, err)
+			return res, err
 		}
 		if len(ms) == 0 {
 			break
@@ -245,7 +269,7 @@ func (h *Handler) actMatching(w http.ResponseWriter, r *http.Request, who Identi
 			res.ByStatus[m.Status]++
 		}
 		if err := h.blastRadius(ctx, &res, ms); err != nil {
-			return h.partial(w, &res, err)
+			return res, err
 		}
 		if p.dryRun {
 			continue
@@ -260,7 +284,7 @@ func (h *Handler) actMatching(w http.ResponseWriter, r *http.Request, who Identi
 			case errors.Is(err, outbox.ErrNotFound):
 				res.Gone++
 			default:
-				return h.partial(w, &res, err)
+				return res, err
 			}
 		}
 	}
@@ -269,8 +293,7 @@ func (h *Handler) actMatching(w http.ResponseWriter, r *http.Request, who Identi
 			"conflicts", res.Conflict, "reason", p.reason)
 	}
 	res.summarize()
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return res, nil
 }
 
 // onRoute keeps the matched events whose route is route.

@@ -16,6 +16,7 @@
 package admin
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -44,6 +45,9 @@ type Config struct {
 	// Route names the destination an event goes to, for the route filter
 	// and the failure groups; nil means "{aggregate_type}.events".
 	Route func(aggregateType, aggregateID, eventType string) string
+	// RouteStates, when set, lists the routes and their breaker states on
+	// the relays page (the hook for stores that keep route state).
+	RouteStates func(ctx context.Context) ([]RouteState, error)
 	// RelayWithin: a relay whose heartbeat is older is not listed as
 	// alive. Default 30s.
 	RelayWithin time.Duration

@@ -24,6 +24,9 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
+// Status is the HTTP status the error answers with.
+func (e *apiError) Status() int { return e.status }
+
 func badRequest(format string, args ...any) error {
 	return &apiError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
