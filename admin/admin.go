@@ -71,6 +71,8 @@ type Handler struct {
 	log      *slog.Logger
 	ui       *ui
 	sessions *sessions
+	// throughput caches the overview's per-minute counts.
+	throughput throughputCache
 }
 
 // New checks cfg and returns the handler.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -61,32 +62,13 @@ func (h *Handler) stats(ctx context.Context) (statsJSON, error) {
 		return s, err
 	}
 	s.Relays = len(relays)
-	buckets, err := h.q.Throughput(ctx, time.Hour)
-	if err != nil {
+	if s.Throughput, err = h.throughput.read(ctx, h.q, snap.DBTime); err != nil {
 		return s, err
 	}
-	byMinute := map[time.Time]*minuteJSON{}
-	for _, b := range buckets {
-		m := byMinute[b.Minute]
-		if m == nil {
-			m = &minuteJSON{Minute: b.Minute}
-			byMinute[b.Minute] = m
-		}
-		switch b.Outcome {
-		case store.Delivered:
-			m.Delivered += b.Count
-			s.DeliveredLastHour += b.Count
-		case store.Retry:
-			m.Retried += b.Count
-		case store.Failed:
-			m.Failed += b.Count
-			s.FailedLastHour += b.Count
-		}
+	for _, m := range s.Throughput {
+		s.DeliveredLastHour += m.Delivered
+		s.FailedLastHour += m.Failed
 	}
-	for _, m := range byMinute {
-		s.Throughput = append(s.Throughput, *m)
-	}
-	sort.Slice(s.Throughput, func(i, j int) bool { return s.Throughput[i].Minute.Before(s.Throughput[j].Minute) })
 	if n := s.DeliveredLastHour + s.FailedLastHour; n > 0 {
 		s.FailureRateLastHour = float64(s.FailedLastHour) / float64(n)
 	}
@@ -103,6 +85,84 @@ func (h *Handler) getStats(w http.ResponseWriter, r *http.Request, _ Identity) e
 	}
 	writeJSON(w, http.StatusOK, s)
 	return nil
+}
+
+// throughputCache keeps the per-minute counts of the minutes that are
+// over, so that an overview reads only the attempts of the last two
+// minutes (the one before the current minute may still get late rows),
+// not the whole hour; the first overview after a start reads the hour.
+type throughputCache struct {
+	mu      sync.Mutex
+	minutes map[time.Time]minuteJSON
+}
+
+func (c *throughputCache) read(ctx context.Context, q store.AdminQueries, dbNow time.Time) ([]minuteJSON, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.minutes == nil {
+		c.minutes = map[time.Time]minuteJSON{}
+	}
+	end := dbNow.UTC().Truncate(time.Minute) // the current minute
+	first := end.Add(-59 * time.Minute)
+	for m := range c.minutes {
+		if m.Before(first) {
+			delete(c.minutes, m)
+		}
+	}
+	from := first
+	for from.Before(end.Add(-time.Minute)) {
+		if _, ok := c.minutes[from]; !ok {
+			break
+		}
+		from = from.Add(time.Minute)
+	}
+	buckets, err := q.Throughput(ctx, dbNow.Sub(from))
+	if err != nil {
+		return nil, err
+	}
+	fresh := map[time.Time]*minuteJSON{}
+	for _, b := range buckets {
+		key := b.Minute.UTC()
+		if key.Before(from) {
+			continue
+		}
+		m := fresh[key]
+		if m == nil {
+			m = &minuteJSON{Minute: key}
+			fresh[key] = m
+		}
+		switch b.Outcome {
+		case store.Delivered:
+			m.Delivered += b.Count
+		case store.Retry:
+			m.Retried += b.Count
+		case store.Failed:
+			m.Failed += b.Count
+		}
+	}
+	var out []minuteJSON
+	for m := first; !m.After(end); m = m.Add(time.Minute) {
+		if m.Before(from) {
+			if v, ok := c.minutes[m]; ok {
+				out = append(out, v)
+			}
+			continue
+		}
+		v := minuteJSON{Minute: m}
+		if f := fresh[m]; f != nil {
+			v = *f
+		}
+		if m.Before(end.Add(-time.Minute)) {
+			c.minutes[m] = v // over, and no longer late
+		}
+		if v.Delivered+v.Retried+v.Failed > 0 {
+			out = append(out, v)
+		}
+	}
+	if out == nil {
+		out = []minuteJSON{}
+	}
+	return out, nil
 }
 
 // failureGroupLimit bounds the FAILED events one grouping reads.
