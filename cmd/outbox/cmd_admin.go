@@ -35,7 +35,7 @@ type AdminCmd struct {
 
 // Run serves until SIGINT/SIGTERM.
 func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
-	srv, err := listenAdmin(c.Listen, g.logger)
+	srv, err := listenAdminAuth(c.Listen, g.logger, !c.InsecureNoAuth)
 	if err != nil {
 		return err
 	}
