@@ -63,7 +63,7 @@ func TestThroughputCacheReadsTheHourOnceThenTwoMinutes(t *testing.T) {
 	if d, _ := sum(second); len(second) != 60 || d != 600 {
 		t.Fatalf("second read: %d minutes, %d delivered; want 60 and 600 (the oldest minute left the window)", len(second), d)
 	}
-	if got := f.asked[1]; got > 3*time.Minute {
-		t.Fatalf("the second read asked for %s, want the last two minutes", got)
+	if got := f.asked[1]; got > 2*time.Minute {
+		t.Fatalf("the second read asked for %s, want the last minute", got)
 	}
 }

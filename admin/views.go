@@ -88,9 +88,14 @@ func (h *Handler) getStats(w http.ResponseWriter, r *http.Request, _ Identity) e
 }
 
 // throughputCache keeps the per-minute counts of the minutes that are
-// over, so that an overview reads only the attempts of the last two
-// minutes (the one before the current minute may still get late rows),
-// not the whole hour; the first overview after a start reads the hour.
+// over, so that an overview reads only the attempts of the current minute
+// (and of the one before during the first lateGrace of a minute, while
+// late rows may still arrive), not the whole hour; the first overview
+// after a start reads the hour.
+// lateGrace is how late an attempt row may commit after its finished_at
+// and still be counted in its minute.
+const lateGrace = 10 * time.Second
+
 type throughputCache struct {
 	mu      sync.Mutex
 	minutes map[time.Time]minuteJSON
@@ -109,8 +114,12 @@ func (c *throughputCache) read(ctx context.Context, q store.AdminQueries, dbNow 
 			delete(c.minutes, m)
 		}
 	}
+	settled := end.Add(-time.Minute) // minutes before this one are final
+	if dbNow.Sub(end) >= lateGrace {
+		settled = end
+	}
 	from := first
-	for from.Before(end.Add(-time.Minute)) {
+	for from.Before(settled) {
 		if _, ok := c.minutes[from]; !ok {
 			break
 		}
@@ -152,7 +161,7 @@ func (c *throughputCache) read(ctx context.Context, q store.AdminQueries, dbNow 
 		if f := fresh[m]; f != nil {
 			v = *f
 		}
-		if m.Before(end.Add(-time.Minute)) {
+		if m.Before(settled) {
 			c.minutes[m] = v // over, and no longer late
 		}
 		if v.Delivered+v.Retried+v.Failed > 0 {
