@@ -123,6 +123,10 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
+// Close releases what New opened (a database/sql handle on a PostgreSQL
+// pool); the store stays open.
+func (h *Handler) Close() error { return h.q.Close() }
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")

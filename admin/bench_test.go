@@ -105,6 +105,7 @@ func BenchmarkAdminPostgres(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer h.Close()
 	cases := []struct{ name, path string }{
 		{"list", "/api/v1/events"},
 		{"list_status_failed", "/api/v1/events?status=FAILED"},

@@ -264,7 +264,12 @@ func serve(t testing.TB, cfg admin.Config) string {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := h.Close(); err != nil {
+			t.Errorf("close the handler: %v", err)
+		}
+	})
 	return srv.URL
 }
 

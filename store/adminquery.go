@@ -46,6 +46,9 @@ type AdminQueries interface {
 	Heartbeat(ctx context.Context, h RelayHeartbeat) error
 	// RemoveRelay deletes a relay's heartbeat row (at a clean stop).
 	RemoveRelay(ctx context.Context, relayID string) error
+	// Close releases what the queries opened of their own (never the
+	// store's pool or database).
+	Close() error
 }
 
 // EventQuery is the admin API's event filter. Zero fields match anything.

@@ -39,7 +39,13 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	defer srv.close()
+	var h *admin.Handler
+	defer func() {
+		srv.close()
+		if h != nil {
+			_ = h.Close() // once no request can be in flight
+		}
+	}()
 	policy, err := relay.ParseFailurePolicy(c.OnFailure)
 	if err != nil {
 		return err
@@ -56,8 +62,7 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 	if err := requireMigrated(ctx, b, g.Table); err != nil {
 		return err
 	}
-	h, err := c.handler(g, c.Listen, b.store, policy, routes)
-	if err != nil {
+	if h, err = c.handler(g, c.Listen, b.store, policy, routes); err != nil {
 		return err
 	}
 	srv.mux.Handle("/", h)
@@ -162,6 +167,7 @@ func heartbeat(ctx context.Context, st store.Store, relayID string, interval tim
 		if err := q.RemoveRelay(rctx, relayID); err != nil {
 			log.Debug("removing the relay's heartbeat row", "err", err)
 		}
+		_ = q.Close()
 	}
 }
 

@@ -54,11 +54,15 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	var admin *adminServer
+	closeAdminAPI := func() error { return nil }
 	if c.Admin != "" { // bound first: a busy port fails before any other work
 		if admin, err = listenAdmin(c.Admin, g.logger); err != nil {
 			return err
 		}
-		defer admin.close()
+		defer func() {
+			admin.close()
+			_ = closeAdminAPI() // once no request can be in flight
+		}()
 	}
 	sk, err := openSinkLimited(ctx, c.Sink, c.RouteLimit, sinkOptions{Routes: routes, Logger: g.logger, Table: g.Table})
 	if err != nil {
@@ -99,6 +103,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 			if err != nil {
 				return err
 			}
+			closeAdminAPI = h.Close
 			admin.mux.Handle("/", h) // /metrics, /healthz and /readyz are more specific
 		}
 		m, stopGauges, err := c.startAdminEndpoints(ctx, g, admin, b, sk, policy)

@@ -13,10 +13,10 @@ import (
 var _ store.AdminQuerier = (*Store)(nil)
 
 // AdminQueries implements store.AdminQuerier over a database/sql handle on
-// the store's pool, which opens no connections of its own. Call it once
-// per consumer.
+// the store's pool, which opens no connections of its own; Close the
+// queries when done (it leaves the pool open).
 func (s *Store) AdminQueries() store.AdminQueries {
-	return sqladmin.New(stdlib.OpenDBFromPool(s.pool), sqladmin.Dialect{
+	return sqladmin.NewOwned(stdlib.OpenDBFromPool(s.pool), sqladmin.Dialect{
 		Mark:    func(n int) string { return "$" + strconv.Itoa(n) },
 		Quote:   func(n string) string { return `"` + n + `"` },
 		Now:     "now()",

@@ -44,6 +44,8 @@ type Queries struct {
 	t  store.Tables
 	// q* are the quoted table names.
 	qt, qr string
+	// own: Close closes db.
+	own bool
 }
 
 var _ store.AdminQueries = (*Queries)(nil)
@@ -51,6 +53,21 @@ var _ store.AdminQueries = (*Queries)(nil)
 // New returns the admin queries of the outbox tables t on db.
 func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
 	return &Queries{db: db, d: d, t: t, qt: d.Quote(t.Outbox), qr: d.Quote(store.RelaysTable(t))}
+}
+
+// NewOwned is New for a db the queries own: Close closes it.
+func NewOwned(db *sql.DB, d Dialect, t store.Tables) *Queries {
+	q := New(db, d, t)
+	q.own = true
+	return q
+}
+
+// Close implements store.AdminQueries.
+func (q *Queries) Close() error {
+	if q.own {
+		return q.db.Close()
+	}
+	return nil
 }
 
 // args collects arguments and renders their placeholders.
