@@ -20,8 +20,9 @@ import (
 // BenchmarkAdminPostgres measures the admin API on a PostgreSQL outbox of
 // OUTBOX_ADMIN_BENCH_ROWS events (default 1,000,000: 0.1% FAILED each with
 // a BLOCKED event behind it, 2,000 PENDING, the rest PROCESSED, one event
-// every 10 ms, and an attempt row for every event of the last hour). Each
-// request is timed; p95 and p50 per request kind are reported.
+// every 10 ms, an attempt row for every event of the last hour, and 6,000
+// fresh attempts in the last minute). Each request is timed; p95 and p50
+// per request kind are reported.
 //
 //	go test -run '^$' -bench BenchmarkAdminPostgres -benchtime 200x ./admin/
 func BenchmarkAdminPostgres(b *testing.B) {
@@ -94,6 +95,13 @@ func BenchmarkAdminPostgres(b *testing.B) {
 		}
 	}
 	b.Logf("loaded %d events in %s", rows, time.Since(start).Round(time.Millisecond))
+	// The last minute as a relay delivering 100 events/s leaves it, not
+	// yet vacuumed: what the overview reads on every refresh.
+	if _, err := pool.Exec(ctx, `INSERT INTO "`+table+`_attempts" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at)
+        SELECT gen_random_uuid(), gen_random_uuid(), 'DELIVERED', i, 1, 'bench', now() - i * interval '10 ms', now() - i * interval '10 ms'
+        FROM generate_series(1, 6000) AS i`); err != nil {
+		b.Fatal(err)
+	}
 	var someID, failedID string
 	if err := pool.QueryRow(ctx, `SELECT event_id::text FROM "`+table+`" WHERE id = $1`, rows/2).Scan(&someID); err != nil {
 		b.Fatal(err)
