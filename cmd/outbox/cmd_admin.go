@@ -20,7 +20,7 @@ import (
 // `outbox relay --admin`. The tokens themselves are never flags (they
 // would show in the process list): a file, or OUTBOX_ADMIN_TOKENS.
 type AdminAuth struct {
-	TokensFile     string `help:"File of admin API tokens, one 'ROLE NAME TOKEN' a line (ROLE: viewer or operator); OUTBOX_ADMIN_TOKENS holds the same lines." env:"OUTBOX_ADMIN_TOKENS_FILE" placeholder:"FILE"`
+	TokensFile     string `help:"File of admin API tokens, one 'ROLE NAME TOKEN' a line (ROLE: viewer or operator); OUTBOX_ADMIN_TOKENS holds the same lines." env:"TOKENS_FILE" placeholder:"FILE"`
 	InsecureNoAuth bool   `help:"Serve the admin API and dashboard without authentication, everyone an operator; only on a loopback address."`
 	RedactPayloads bool   `help:"Hide payloads and header values from viewers."`
 }
@@ -28,9 +28,9 @@ type AdminAuth struct {
 // AdminCmd serves the admin API and the dashboard without a relay.
 type AdminCmd struct {
 	Listen    string   `help:"Address of the admin API and dashboard." default:"127.0.0.1:9465" env:"OUTBOX_ADMIN_LISTEN" placeholder:"ADDR"`
-	OnFailure string   `help:"The relays' policy (block or continue): with block, events behind a FAILED one are blocked aggregates." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
-	Route     []string `help:"The relays' per-aggregate-type destinations (as relay --route), for the route filter and the failure groups." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
-	AdminAuth
+	OnFailure string   `help:"The relays' policy (block or continue): with block, events behind a FAILED one are blocked aggregates." default:"block" enum:"block,continue" env:"OUTBOX_ADMIN_ON_FAILURE"`
+	Route     []string `help:"The relays' per-aggregate-type destinations (as relay --route), for the route filter and the failure groups." env:"OUTBOX_ADMIN_ROUTE" placeholder:"TYPE=DEST"`
+	AdminAuth `envprefix:"OUTBOX_ADMIN_"`
 }
 
 // Run serves until SIGINT/SIGTERM.

@@ -36,7 +36,7 @@ type RelayCmd struct {
 	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty); these have no authentication. With --admin-tokens-file, OUTBOX_ADMIN_TOKENS or --admin-insecure-no-auth also the admin API and dashboard." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
 	GaugeInterval time.Duration `help:"With --admin: how often the cluster-wide gauges are refreshed (by one relay at a time)." default:"15s" env:"OUTBOX_GAUGE_INTERVAL"`
 	Heartbeat     time.Duration `help:"How often the relay writes its heartbeat row, which the admin API lists (0: never)." default:"5s" env:"OUTBOX_HEARTBEAT"`
-	AdminAuth     `prefix:"admin-"`
+	AdminAuth     `prefix:"admin-" envprefix:"OUTBOX_RELAY_ADMIN_"`
 }
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
