@@ -116,12 +116,6 @@ func (f RequeueFilter) Where(d FilterSQL, after int64) (string, []any) {
 	return strings.Join(where, " AND "), args
 }
 
-// MatchedEvent is one row a page of RequeueMatching found.
-type MatchedEvent struct {
-	ID      int64
-	EventID outbox.EventID
-}
-
 // RequeuePages is RequeueMatching for backends: page returns up to limit
 // matching events with an id above after, in id order; each is requeued
 // with requeue (the backend's audited Store.Requeue), with a reason that

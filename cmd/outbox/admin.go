@@ -37,6 +37,13 @@ type adminServer struct {
 // listenAdmin binds addr (host:port) or returns a one-line error that says
 // what to fix. Nothing is served until serve.
 func listenAdmin(addr string, log *slog.Logger) (*adminServer, error) {
+	return listenAdminAuth(addr, log, false)
+}
+
+// listenAdminAuth is listenAdmin; authenticated says that everything served
+// there needs a token (`outbox admin`), so that listening beyond this
+// machine is no reason for a warning.
+func listenAdminAuth(addr string, log *slog.Logger, authenticated bool) (*adminServer, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --admin %q is not host:port: use e.g. 127.0.0.1:9464", outbox.ErrInvalidConfig, addr)
@@ -56,7 +63,7 @@ func listenAdmin(addr string, log *slog.Logger) (*adminServer, error) {
 		}
 		return nil, fmt.Errorf("--admin %s: cannot listen: %w", addr, err)
 	}
-	if !loopback(host) {
+	if !loopback(host) && !authenticated {
 		log.Warn("the admin endpoint has no authentication and listens beyond this machine: bind it to 127.0.0.1 or protect it with a firewall or proxy",
 			"addr", ln.Addr().String())
 	}

@@ -35,7 +35,7 @@ type RelayCmd struct {
 	Drain         bool          `help:"Exit 0 once no event can move without an operator." env:"OUTBOX_DRAIN"`
 	StartWait     time.Duration `help:"How long to wait at start for a database or broker that cannot be reached, then exit 1 (0: as long as it takes)." default:"0" env:"OUTBOX_START_WAIT"`
 	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
-	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty). The endpoints have no authentication." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
+	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty); these have no authentication. With --admin-tokens-file, OUTBOX_ADMIN_TOKENS or --admin-insecure-no-auth also the admin API and dashboard." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
 	GaugeInterval time.Duration `help:"With --admin: how often the cluster-wide gauges are refreshed (by one relay at a time)." default:"15s" env:"OUTBOX_GAUGE_INTERVAL"`
 	Source        string        `help:"How the relay finds new events: poll (the claim statement, every --poll-interval and on wake-ups) or logical (PostgreSQL logical replication, see docs/CDC.md)." default:"poll" enum:"poll,logical" env:"OUTBOX_SOURCE"`
 	cdcFlags
@@ -43,6 +43,8 @@ type RelayCmd struct {
 	StreamLease time.Duration `help:"With --source logical: the stream lease; a standby relay takes over within about this long after the streaming one dies." default:"15s" env:"OUTBOX_STREAM_LEASE"`
 
 	extraCollectors []prometheus.Collector
+	Heartbeat       time.Duration `help:"How often the relay writes its heartbeat row, which the admin API lists (0: never)." default:"5s" env:"OUTBOX_HEARTBEAT"`
+	AdminAuth       `prefix:"admin-" envprefix:"OUTBOX_RELAY_ADMIN_"`
 }
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
@@ -60,11 +62,15 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	var admin *adminServer
+	closeAdminAPI := func() error { return nil }
 	if c.Admin != "" { // bound first: a busy port fails before any other work
 		if admin, err = listenAdmin(c.Admin, g.logger); err != nil {
 			return err
 		}
-		defer admin.close()
+		defer func() {
+			admin.close()
+			_ = closeAdminAPI() // once no request can be in flight
+		}()
 	}
 	sk, err := openSinkLimited(ctx, c.Sink, c.RouteLimit, sinkOptions{Routes: routes, Logger: g.logger, Table: g.Table})
 	if err != nil {
@@ -107,15 +113,25 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		relayStore = src
 		c.extraCollectors = append(c.extraCollectors, slotLagGauge(src))
 	}
-	var observer relay.Observer
+	observer := &inFlightObserver{}
 	if admin != nil {
+		if c.AdminAuth.enabled() {
+			h, err := c.AdminAuth.handler(g, c.Admin, b.store, policy, routes)
+			if err != nil {
+				return err
+			}
+			closeAdminAPI = h.Close
+			admin.mux.Handle("/", h) // /metrics, /healthz and /readyz are more specific
+		}
 		m, stopGauges, err := c.startAdminEndpoints(ctx, g, admin, b, sk, policy)
 		if err != nil {
 			return err
 		}
 		defer stopGauges()
-		observer = m
+		observer.next = m
 	}
+	stopHeartbeat := heartbeat(ctx, b.store, c.RelayID, c.Heartbeat, observer.inFlight, g.logger)
+	defer stopHeartbeat()
 	tracer, stopTracing, err := setupTracing(ctx, g.logger, c.Sink)
 	if err != nil {
 		return err

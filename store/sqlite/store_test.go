@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -204,20 +205,20 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}
 	cur, latest, err := s.MigrationVersion(ctx)
 	if err != nil || cur != 0 || latest < 1 {
-		t.Fatalf("version before = %d, %d, %v; want 0 and the embedded migrations", cur, latest, err)
+		t.Fatalf("version before = %d, %d, %v; want 0 and the latest", cur, latest, err)
 	}
-	all := latest // every migration, 1 to latest
 
 	applied, err := s.MigrateUp(ctx)
-	if err != nil || int64(len(applied)) != all || applied[0] != 1 || applied[len(applied)-1] != latest {
+	if err != nil || len(applied) == 0 || applied[0] != 1 || applied[len(applied)-1] != latest {
 		t.Fatalf("up = %v, %v; want 1 to %d", applied, err, latest)
 	}
+	nApplied := len(applied)
 	applied, err = s.MigrateUp(ctx)
 	if err != nil || len(applied) != 0 {
 		t.Fatalf("second up = %v, %v; want nothing", applied, err)
 	}
 	if cur, l, err := s.MigrationVersion(ctx); err != nil || cur != latest || l != latest {
-		t.Fatalf("version after up = %d, %d, %v; want %d", cur, l, err, latest)
+		t.Fatalf("version after up = %d, %d, %v", cur, l, err)
 	}
 	tables := func() []string {
 		rows, err := s.DB().QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'outbox_events%' ORDER BY name`)
@@ -233,8 +234,10 @@ func TestMigrateUpDownUp(t *testing.T) {
 		}
 		return out
 	}
-	if got := strings.Join(tables(), ","); got != "outbox_events,outbox_events_aggregates,outbox_events_attempts,outbox_events_dead_letters,outbox_events_schema_migrations" {
-		t.Fatalf("tables after up: %s", got)
+	for _, want := range []string{"outbox_events", "outbox_events_aggregates", "outbox_events_attempts", "outbox_events_dead_letters", "outbox_events_relays", "outbox_events_schema_migrations"} {
+		if !slices.Contains(tables(), want) {
+			t.Fatalf("tables after up: %v, no %s", tables(), want)
+		}
 	}
 	// The partial indexes exist.
 	var nIdx int
@@ -252,7 +255,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 		t.Fatalf("version after down = %d, %v", cur, err)
 	}
 	applied, err = s.MigrateUp(ctx)
-	if err != nil || int64(len(applied)) != all {
+	if err != nil || len(applied) != nApplied {
 		t.Fatalf("up after down = %v, %v", applied, err)
 	}
 	if _, err := s.Stats(ctx, true); err != nil {
@@ -264,7 +267,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := other.MigrateUp(ctx); err != nil || int64(len(applied)) != all {
+	if applied, err := other.MigrateUp(ctx); err != nil || len(applied) != nApplied {
 		t.Fatalf("second outbox up = %v, %v", applied, err)
 	}
 }

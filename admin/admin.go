@@ -1,0 +1,169 @@
+// Package admin is the outbox's admin surface: a JSON API under /api/v1/
+// (described by docs/openapi.yaml) and a server-rendered dashboard, in one
+// embeddable http.Handler:
+//
+//	h, err := admin.New(admin.Config{Store: st, Tokens: tokens})
+//	mux.Handle("/", h)
+//
+// Every request is authenticated (bearer token or the dashboard's session
+// cookie) unless Config.InsecureNoAuth. A viewer reads; an operator also
+// acts (retry, skip, purge), and every action writes an audit row per
+// event that names the operator. Every action takes dry_run=true, which
+// changes nothing and reports the blast radius.
+//
+// The root package and the relay do not import admin; `outbox admin` and
+// `outbox relay --admin` mount it.
+package admin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Config configures the handler.
+type Config struct {
+	// Store is the outbox. It must implement store.AdminQuerier and
+	// store.Snapshotter (the PostgreSQL, MySQL and SQLite stores do).
+	Store store.Store
+	// Tokens are the accepted bearer tokens (see ParseTokens).
+	Tokens []Token
+	// InsecureNoAuth serves everyone as an operator named "anonymous".
+	// Only for a listener on a loopback address: the commands refuse it
+	// elsewhere.
+	InsecureNoAuth bool
+	// RedactPayloads hides payloads and header values from viewers.
+	RedactPayloads bool
+	// FailedBlocks: the relays hold an aggregate behind its FAILED event
+	// (the default policy of `outbox relay`).
+	FailedBlocks bool
+	// Route names the destination an event goes to, for the route filter
+	// and the failure groups; nil means "{aggregate_type}.events".
+	Route func(aggregateType, aggregateID, eventType string) string
+	// RouteStates, when set, lists the routes and their breaker states on
+	// the relays page (the hook for stores that keep route state).
+	RouteStates func(ctx context.Context) ([]RouteState, error)
+	// RelayWithin: a relay whose heartbeat is older is not listed as
+	// alive. Default 30s.
+	RelayWithin time.Duration
+	// BulkPageSize is how many events a bulk action changes per page;
+	// default 500.
+	BulkPageSize int
+	// SessionTTL bounds a dashboard session; default 12h.
+	SessionTTL time.Duration
+	// Logger receives the audit of actions; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler serves the admin API and the dashboard.
+type Handler struct {
+	cfg      Config
+	st       store.Store
+	q        store.AdminQueries
+	snap     store.Snapshotter
+	auth     *authenticator
+	mux      *http.ServeMux
+	log      *slog.Logger
+	ui       *ui
+	sessions *sessions
+	// throughput caches the overview's per-minute counts.
+	throughput throughputCache
+}
+
+// New checks cfg and returns the handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: admin.Config.Store is required", outbox.ErrInvalidConfig)
+	}
+	aq, ok := cfg.Store.(store.AdminQuerier)
+	if !ok {
+		return nil, fmt.Errorf("%w: the store %T does not answer admin queries (store.AdminQuerier)", outbox.ErrInvalidConfig, cfg.Store)
+	}
+	snap, ok := cfg.Store.(store.Snapshotter)
+	if !ok {
+		return nil, fmt.Errorf("%w: the store %T cannot take snapshots (store.Snapshotter)", outbox.ErrInvalidConfig, cfg.Store)
+	}
+	if len(cfg.Tokens) == 0 && !cfg.InsecureNoAuth {
+		return nil, fmt.Errorf("%w: the admin handler needs tokens (--tokens-file or OUTBOX_ADMIN_TOKENS), or --insecure-no-auth on a loopback address", outbox.ErrInvalidConfig)
+	}
+	if err := checkTokens(cfg.Tokens); err != nil {
+		return nil, err
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(aggregateType, _, _ string) string { return aggregateType + ".events" }
+	}
+	if cfg.RelayWithin <= 0 {
+		cfg.RelayWithin = 30 * time.Second
+	}
+	if cfg.BulkPageSize <= 0 {
+		cfg.BulkPageSize = 500
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Handler{cfg: cfg, st: cfg.Store, q: aq.AdminQueries(), snap: snap, log: cfg.Logger,
+		mux: http.NewServeMux(), sessions: newSessions(cfg.SessionTTL)}
+	h.auth = newAuthenticator(cfg.Tokens, cfg.InsecureNoAuth)
+	var err error
+	if h.ui, err = newUI(); err != nil {
+		return nil, err
+	}
+	for _, r := range apiRoutes(h) {
+		h.mux.Handle(r.Method+" "+r.Path, h.api(r.Role, r.Handle))
+	}
+	h.mountUI()
+	return h, nil
+}
+
+// Close releases what New opened (a database/sql handle on a PostgreSQL
+// pool); the store stays open.
+func (h *Handler) Close() error { return h.q.Close() }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	h.mux.ServeHTTP(w, r)
+}
+
+// route is one API route: what the OpenAPI document describes.
+type route struct {
+	Method, Path string
+	Role         Role
+	Handle       func(w http.ResponseWriter, r *http.Request, id Identity) error
+}
+
+// Routes lists the API's routes as "METHOD /path" (for the OpenAPI check).
+func Routes() []string {
+	var out []string
+	for _, r := range apiRoutes(&Handler{}) {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
+func apiRoutes(h *Handler) []route {
+	return []route{
+		{"GET", "/api/v1/stats", Viewer, h.getStats},
+		{"GET", "/api/v1/events", Viewer, h.listEvents},
+		{"GET", "/api/v1/events/{event_id}", Viewer, h.getEvent},
+		{"POST", "/api/v1/events/{event_id}/retry", Operator, h.retryOne},
+		{"POST", "/api/v1/events/{event_id}/skip", Operator, h.skipOne},
+		{"POST", "/api/v1/events/retry", Operator, h.retryMatching},
+		{"POST", "/api/v1/events/skip", Operator, h.skipMatching},
+		{"POST", "/api/v1/purge", Operator, h.purge},
+		{"GET", "/api/v1/dead-letters", Viewer, h.listDeadLetters},
+		{"GET", "/api/v1/failure-groups", Viewer, h.failureGroups},
+		{"GET", "/api/v1/blocked", Viewer, h.blocked},
+		{"GET", "/api/v1/relays", Viewer, h.relays},
+		{"GET", "/api/v1/whoami", Viewer, h.whoami},
+	}
+}

@@ -1,0 +1,38 @@
+package postgres
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/sqladmin"
+)
+
+var _ store.AdminQuerier = (*Store)(nil)
+
+// AdminQueries implements store.AdminQuerier over a database/sql handle on
+// the store's pool, which opens no connections of its own; Close the
+// queries when done (it leaves the pool open).
+func (s *Store) AdminQueries() store.AdminQueries {
+	return sqladmin.NewOwned(stdlib.OpenDBFromPool(s.pool), sqladmin.Dialect{
+		Mark:    func(n int) string { return "$" + strconv.Itoa(n) },
+		Quote:   func(n string) string { return `"` + n + `"` },
+		Now:     "now()",
+		Ago:     func(m string) string { return "now() - " + m + "::bigint * interval '1 microsecond'" },
+		Text:    func(c string) string { return c + "::text" },
+		TimeArg: func(t time.Time) any { return t },
+		Minute:  func(c string) string { return "date_trunc('minute', " + c + ")" },
+		Upsert:  func(cols []string) string { return upsertExcluded(cols, "now()") },
+	}, s.t)
+}
+
+// upsertExcluded renders ON CONFLICT (relay_id) DO UPDATE for the heartbeat.
+func upsertExcluded(cols []string, now string) string {
+	out := "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + now
+	for _, c := range cols {
+		out += ", " + c + " = excluded." + c
+	}
+	return out
+}

@@ -1,0 +1,391 @@
+// Package sqladmin implements store.AdminQueries once over database/sql
+// for the three backends; each backend supplies its Dialect (placeholders,
+// quoting, the database clock, how times are stored).
+package sqladmin
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// Dialect is what differs between the backends.
+type Dialect struct {
+	// Mark renders the placeholder of the n-th argument, from 1.
+	Mark func(n int) string
+	// Quote quotes a table name.
+	Quote func(name string) string
+	// Now is the SQL expression of the database clock in the stored form.
+	Now string
+	// Ago renders "the database clock minus the microseconds in the
+	// argument mark" in the stored form.
+	Ago func(mark string) string
+	// Text renders a UUID column as text.
+	Text func(col string) string
+	// TimeArg turns a time into an argument compared with a stored time.
+	TimeArg func(t time.Time) any
+	// Minute renders a stored time truncated to the minute, in a form
+	// timeValue reads.
+	Minute func(col string) string
+	// Upsert renders the heartbeat upsert's conflict clause, given the
+	// columns to update.
+	Upsert func(cols []string) string
+}
+
+// Queries implements store.AdminQueries on db.
+type Queries struct {
+	db *sql.DB
+	d  Dialect
+	t  store.Tables
+	// q* are the quoted table names.
+	qt, qr string
+	// own: Close closes db.
+	own bool
+}
+
+var _ store.AdminQueries = (*Queries)(nil)
+
+// New returns the admin queries of the outbox tables t on db.
+func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
+	return &Queries{db: db, d: d, t: t, qt: d.Quote(t.Outbox), qr: d.Quote(store.RelaysTable(t))}
+}
+
+// NewOwned is New for a db the queries own: Close closes it.
+func NewOwned(db *sql.DB, d Dialect, t store.Tables) *Queries {
+	q := New(db, d, t)
+	q.own = true
+	return q
+}
+
+// Close implements store.AdminQueries.
+func (q *Queries) Close() error {
+	if q.own {
+		return q.db.Close()
+	}
+	return nil
+}
+
+// args collects arguments and renders their placeholders.
+type args struct {
+	d    Dialect
+	vals []any
+}
+
+func (a *args) add(v any) string {
+	a.vals = append(a.vals, v)
+	return a.d.Mark(len(a.vals))
+}
+
+// likeEscape escapes LIKE's pattern characters with '!'.
+func likeEscape(s string) string {
+	return strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(s)
+}
+
+func (q *Queries) where(a *args, f store.EventQuery, prefix string) []string {
+	var w []string
+	col := func(c string) string { return prefix + c }
+	if len(f.Statuses) > 0 {
+		marks := make([]string, len(f.Statuses))
+		for i, s := range f.Statuses {
+			marks[i] = a.add(string(s))
+		}
+		w = append(w, col("status")+" IN ("+strings.Join(marks, ", ")+")")
+	}
+	if f.AggregateType != "" {
+		w = append(w, col("aggregate_type")+" = "+a.add(f.AggregateType))
+	}
+	if f.AggregateID != "" {
+		w = append(w, col("aggregate_id")+" = "+a.add(f.AggregateID))
+	}
+	if f.EventType != "" {
+		w = append(w, col("event_type")+" = "+a.add(f.EventType))
+	}
+	if !f.CreatedAfter.IsZero() {
+		w = append(w, col("created_at")+" >= "+a.add(q.d.TimeArg(f.CreatedAfter)))
+	}
+	if !f.CreatedBefore.IsZero() {
+		w = append(w, col("created_at")+" < "+a.add(q.d.TimeArg(f.CreatedBefore)))
+	}
+	if f.ErrorContains != "" {
+		w = append(w, col("last_error")+" LIKE "+a.add("%"+likeEscape(f.ErrorContains)+"%")+" ESCAPE '!'")
+	}
+	if f.BeforeID > 0 {
+		w = append(w, col("id")+" < "+a.add(f.BeforeID))
+	}
+	return w
+}
+
+func whereSQL(conds []string) string {
+	if len(conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(conds, " AND ")
+}
+
+func (q *Queries) summaryColumns(prefix string) string {
+	cols := []string{"id", q.d.Text(prefix + "event_id"), "aggregate_type", "aggregate_id", "event_type", "status",
+		"retry_count", "created_at", "processed_at", "available_at", "expires_at", "last_error"}
+	for i, c := range cols {
+		if !strings.Contains(c, "event_id") {
+			cols[i] = prefix + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+func scanSummary(rows *sql.Rows) (store.Record, error) {
+	var (
+		r                                      store.Record
+		eventID, status                        string
+		created, processed, available, expires timeValue
+		lastError                              sql.NullString
+	)
+	if err := rows.Scan(&r.ID, &eventID, &r.AggregateType, &r.AggregateID, &r.EventType, &status, &r.RetryCount,
+		&created, &processed, &available, &expires, &lastError); err != nil {
+		return r, err
+	}
+	id, err := outbox.ParseEventID(eventID)
+	if err != nil {
+		return r, fmt.Errorf("row %d: %w", r.ID, err)
+	}
+	r.EventID, r.Status, r.LastError = id, outbox.Status(status), lastError.String
+	r.CreatedAt, r.ProcessedAt, r.AvailableAt, r.ExpiresAt = created.t, processed.t, available.t, expires.t
+	return r, nil
+}
+
+func (q *Queries) records(ctx context.Context, op, query string, vals []any) ([]store.Record, error) {
+	rows, err := q.db.QueryContext(ctx, query, vals...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	defer rows.Close()
+	var out []store.Record
+	for rows.Next() {
+		r, err := scanSummary(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
+
+// QueryEvents implements store.AdminQueries.
+func (q *Queries) QueryEvents(ctx context.Context, f store.EventQuery) ([]store.Record, error) {
+	f, err := f.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	a := &args{d: q.d}
+	w := whereSQL(q.where(a, f, ""))
+	lim := a.add(f.Limit)
+	return q.records(ctx, "query events", `SELECT `+q.summaryColumns("")+` FROM `+q.qt+w+` ORDER BY id DESC LIMIT `+lim, a.vals)
+}
+
+// MatchIDs implements store.AdminQueries.
+func (q *Queries) MatchIDs(ctx context.Context, f store.EventQuery, afterID int64, limit int) ([]store.MatchedEvent, error) {
+	f.BeforeID = 0
+	a := &args{d: q.d}
+	conds := q.where(a, f, "")
+	conds = append(conds, "id > "+a.add(afterID))
+	lim := a.add(limit)
+	rows, err := q.db.QueryContext(ctx, `SELECT id, `+q.d.Text("event_id")+`, status, expires_at FROM `+q.qt+
+		whereSQL(conds)+` ORDER BY id LIMIT `+lim, a.vals...)
+	if err != nil {
+		return nil, fmt.Errorf("match events: %w", err)
+	}
+	defer rows.Close()
+	var out []store.MatchedEvent
+	for rows.Next() {
+		var m store.MatchedEvent
+		var id, status string
+		var exp timeValue
+		if err := rows.Scan(&m.ID, &id, &status, &exp); err != nil {
+			return nil, fmt.Errorf("match events: %w", err)
+		}
+		if m.EventID, err = outbox.ParseEventID(id); err != nil {
+			return nil, fmt.Errorf("match events: %w", err)
+		}
+		m.Status, m.ExpiresAt = outbox.Status(status), exp.t
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// CountBlockedBehind implements store.AdminQueries.
+func (q *Queries) CountBlockedBehind(ctx context.Context, ids []int64) (blocked, past int64, err error) {
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	a := &args{d: q.d}
+	marks := make([]string, len(ids))
+	for i, id := range ids {
+		marks[i] = a.add(id)
+	}
+	var p sql.NullInt64
+	err = q.db.QueryRowContext(ctx, `SELECT count(*), SUM(CASE WHEN b.expires_at <= `+q.d.Now+` THEN 1 ELSE 0 END)
+        FROM `+q.qt+` b WHERE b.status = 'BLOCKED' AND EXISTS (SELECT 1 FROM `+q.qt+` h
+            WHERE h.id IN (`+strings.Join(marks, ", ")+`) AND h.aggregate_type = b.aggregate_type
+              AND h.aggregate_id = b.aggregate_id AND h.id < b.id)`, a.vals...).Scan(&blocked, &p)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count blocked events: %w", err)
+	}
+	return blocked, p.Int64, nil
+}
+
+// FailedEvents implements store.AdminQueries.
+func (q *Queries) FailedEvents(ctx context.Context, limit int) ([]store.Record, error) {
+	a := &args{d: q.d}
+	lim := a.add(limit)
+	return q.records(ctx, "failed events", `SELECT `+q.summaryColumns("")+` FROM `+q.qt+
+		` WHERE status = 'FAILED' ORDER BY id LIMIT `+lim, a.vals)
+}
+
+// BlockedChains implements store.AdminQueries.
+func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]store.BlockedChain, error) {
+	a := &args{d: q.d}
+	lim := a.add(limit)
+	heads, err := q.records(ctx, "blocked chains", `SELECT `+q.summaryColumns("f.")+` FROM `+q.qt+` f
+        WHERE f.status = 'FAILED'
+          AND EXISTS (SELECT 1 FROM `+q.qt+` b WHERE b.status = 'BLOCKED' AND b.aggregate_type = f.aggregate_type
+                      AND b.aggregate_id = f.aggregate_id AND b.id > f.id)
+          AND NOT EXISTS (SELECT 1 FROM `+q.qt+` e WHERE e.status = 'FAILED' AND e.aggregate_type = f.aggregate_type
+                      AND e.aggregate_id = f.aggregate_id AND e.id < f.id)
+        ORDER BY f.id LIMIT `+lim, a.vals)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.BlockedChain, 0, len(heads))
+	for _, h := range heads {
+		c := store.BlockedChain{Head: h}
+		a := &args{d: q.d}
+		cond := ` FROM ` + q.qt + ` WHERE status = 'BLOCKED' AND aggregate_type = ` + a.add(h.AggregateType) +
+			` AND aggregate_id = ` + a.add(h.AggregateID) + ` AND id > ` + a.add(h.ID)
+		if err := q.db.QueryRowContext(ctx, `SELECT count(*)`+cond, a.vals...).Scan(&c.BlockedCount); err != nil {
+			return nil, fmt.Errorf("blocked chains: %w", err)
+		}
+		lim := a.add(chainLimit)
+		if c.Blocked, err = q.records(ctx, "blocked chains", `SELECT `+q.summaryColumns("")+cond+` ORDER BY id LIMIT `+lim, a.vals); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Throughput implements store.AdminQueries.
+func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
+	a := &args{d: q.d}
+	m := q.d.Minute("finished_at")
+	rows, err := q.db.QueryContext(ctx, `SELECT `+m+`, outcome, count(*) FROM `+q.d.Quote(q.t.Attempts)+
+		` WHERE finished_at > `+q.d.Ago(a.add(since.Microseconds()))+` GROUP BY `+m+`, outcome ORDER BY 1`, a.vals...)
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	defer rows.Close()
+	var out []store.ThroughputBucket
+	for rows.Next() {
+		var b store.ThroughputBucket
+		var minute timeValue
+		var outcome string
+		if err := rows.Scan(&minute, &outcome, &b.Count); err != nil {
+			return nil, fmt.Errorf("throughput: %w", err)
+		}
+		b.Minute, b.Outcome = minute.t, store.OutcomeKind(outcome)
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// Relays implements store.AdminQueries.
+func (q *Queries) Relays(ctx context.Context, within time.Duration) ([]store.RelayHeartbeat, error) {
+	a := &args{d: q.d}
+	rows, err := q.db.QueryContext(ctx, `SELECT relay_id, host, started_at, heartbeat_at, in_flight FROM `+q.qr+
+		` WHERE heartbeat_at > `+q.d.Ago(a.add(within.Microseconds()))+` ORDER BY relay_id`, a.vals...)
+	if err != nil {
+		return nil, fmt.Errorf("relays: %w", err)
+	}
+	defer rows.Close()
+	var out []store.RelayHeartbeat
+	for rows.Next() {
+		var h store.RelayHeartbeat
+		var started, beat timeValue
+		if err := rows.Scan(&h.RelayID, &h.Host, &started, &beat, &h.InFlight); err != nil {
+			return nil, fmt.Errorf("relays: %w", err)
+		}
+		h.StartedAt, h.HeartbeatAt = started.t, beat.t
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// Heartbeat implements store.AdminQueries.
+func (q *Queries) Heartbeat(ctx context.Context, h store.RelayHeartbeat) error {
+	if h.RelayID == "" {
+		return fmt.Errorf("%w: a heartbeat needs a relay id", outbox.ErrInvalidConfig)
+	}
+	a := &args{d: q.d}
+	started := h.StartedAt
+	if started.IsZero() {
+		started = time.Now()
+	}
+	_, err := q.db.ExecContext(ctx, `INSERT INTO `+q.qr+` (relay_id, host, started_at, heartbeat_at, in_flight)
+        VALUES (`+a.add(store.TruncateRunes(h.RelayID, 200))+`, `+a.add(store.TruncateRunes(h.Host, 200))+`, `+
+		a.add(q.d.TimeArg(started))+`, `+q.d.Now+`, `+a.add(h.InFlight)+`) `+
+		q.d.Upsert([]string{"host", "started_at", "in_flight"}), a.vals...)
+	if err != nil {
+		return fmt.Errorf("relay heartbeat: %w", err)
+	}
+	return nil
+}
+
+// RemoveRelay implements store.AdminQueries.
+func (q *Queries) RemoveRelay(ctx context.Context, relayID string) error {
+	a := &args{d: q.d}
+	_, err := q.db.ExecContext(ctx, `DELETE FROM `+q.qr+` WHERE relay_id = `+a.add(relayID), a.vals...)
+	if err != nil {
+		return fmt.Errorf("remove relay: %w", err)
+	}
+	return nil
+}
+
+// timeValue scans a stored time: a time.Time (PostgreSQL, MySQL with
+// parseTime) or UTC text (SQLite); NULL is the zero time.
+type timeValue struct{ t time.Time }
+
+func (v *timeValue) Scan(src any) error {
+	switch x := src.(type) {
+	case nil:
+		v.t = time.Time{}
+	case time.Time:
+		v.t = x
+	case []byte:
+		return v.parse(string(x))
+	case string:
+		return v.parse(x)
+	default:
+		return fmt.Errorf("cannot read a time from %T", src)
+	}
+	return nil
+}
+
+func (v *timeValue) parse(s string) error {
+	t, err := time.ParseInLocation("2006-01-02 15:04:05", s, time.UTC)
+	if err != nil {
+		if t2, err2 := time.Parse(time.RFC3339Nano, s); err2 == nil {
+			v.t = t2.UTC()
+			return nil
+		}
+		return fmt.Errorf("cannot read timestamp %q: %w", s, err)
+	}
+	v.t = t
+	return nil
+}

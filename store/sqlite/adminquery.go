@@ -1,0 +1,34 @@
+package sqlite
+
+import (
+	"time"
+
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/sqladmin"
+)
+
+var _ store.AdminQuerier = (*Store)(nil)
+
+const sqliteNow = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+// AdminQueries implements store.AdminQuerier.
+func (s *Store) AdminQueries() store.AdminQueries {
+	return sqladmin.New(s.db, sqladmin.Dialect{
+		Mark:  func(int) string { return "?" },
+		Quote: func(n string) string { return `"` + n + `"` },
+		Now:   sqliteNow,
+		Ago: func(m string) string {
+			return "strftime('%Y-%m-%d %H:%M:%f', 'now', (-" + m + " / 1000000.0) || ' seconds')"
+		},
+		Text:    func(c string) string { return c },
+		TimeArg: func(t time.Time) any { return formatTime(t) },
+		Minute:  func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
+		Upsert: func(cols []string) string {
+			out := "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow
+			for _, c := range cols {
+				out += ", " + c + " = excluded." + c
+			}
+			return out
+		},
+	}, s.t)
+}
