@@ -63,6 +63,8 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	msgs := make([]outbox.Message, 0, len(events))
 	msgPos := make([]int, 0, len(events)) // message index -> event index
 	heldHere := map[string]aggregateState{}
+	admits := map[string]admission{} // per route, decided once per batch
+	probeAt := map[string]int{}      // route -> message index of its probe
 	now := r.now()
 	for i := range events {
 		ev := &events[i]
@@ -73,6 +75,10 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			outcomes[i].Kind = store.Expired
 			outcomes[i].Attempted = true
 			outcomes[i].Error = "expired before delivery: deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
+			if since, open := r.breaker.openSince(breakerKey(b.route(i))); open {
+				outcomes[i].Error = "expired before delivery: destination unavailable since " + since.UTC().Format(time.RFC3339) +
+					" (circuit breaker open); deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
+			}
 			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
 			continue
 		}
@@ -80,6 +86,36 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			outcomes[i].Kind, outcomes[i].RetryIn, outcomes[i].Block = store.Released, st.retryIn, st.block
 			heldHere[ev.OrderingKey()] = st
 			continue
+		}
+		if st, ok := heldHere[ev.OrderingKey()]; ok {
+			// An earlier event of the aggregate in this batch waits for
+			// its route's breaker: this one waits behind it.
+			outcomes[i].Kind, outcomes[i].RetryIn, outcomes[i].Block = store.Released, st.retryIn, st.block
+			continue
+		}
+		route := breakerKey(b.route(i))
+		ad, seen := admits[route]
+		if !seen {
+			ad = r.breaker.admit(ctx, route)
+			admits[route] = ad
+		}
+		_, probing := probeAt[route]
+		if ad.kind == admitWait || (ad.kind == admitProbe && probing) {
+			// The route's breaker is open (or this batch's probe goes
+			// first): give the event back unsent, no retry counted. An
+			// event whose deadline comes first is due at its deadline, so
+			// that a relay ends it EXPIRED saying why.
+			wait := ad.wait
+			if !deadline.IsZero() {
+				wait = min(wait, max(deadline.Sub(now), 0))
+			}
+			outcomes[i].Kind, outcomes[i].RetryIn = store.Released, wait
+			outcomes[i].Error = "destination unavailable since " + ad.since.UTC().Format(time.RFC3339) + " (circuit breaker open)"
+			heldHere[ev.OrderingKey()] = aggregateState{stopped: true, retryIn: wait}
+			continue
+		}
+		if ad.kind == admitProbe {
+			probeAt[route] = len(msgs)
 		}
 		m := ev.Message
 		m.Deadline = deadline
@@ -115,6 +151,31 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			results[i] = err
 		}
 	}
+	// The breakers learn from the results first, so that the events of a
+	// route that is now open are given back rather than retried.
+	faults := map[string]string{} // route -> its last destination fault
+	for mi, err := range results {
+		route := breakerKey(b.route(msgPos[mi]))
+		k := kindOf(err, pctx.Err())
+		if pi, ok := probeAt[route]; ok && pi == mi {
+			errText := ""
+			if err != nil {
+				errText = truncate(err.Error(), 1000)
+			}
+			r.breaker.probeDone(ctx, route, k, errText)
+		} else {
+			r.breaker.observe(route, k)
+		}
+		if k == attemptFault {
+			faults[route] = truncate(err.Error(), 1000)
+		}
+	}
+	down := map[string]*routeDown{}
+	for route, lastErr := range faults {
+		if open, _ := r.breaker.settle(ctx, route, lastErr); open {
+			down[route] = r.breaker.down(route)
+		}
+	}
 	aggs := make(map[string]*aggregateState)
 	for mi, err := range results {
 		i := msgPos[mi]
@@ -127,7 +188,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			st = &aggregateState{}
 			aggs[key] = st
 		}
-		b.classify(ev, o, err, st, pctx, msgs[mi].Deadline, finished)
+		b.classify(ev, o, err, st, pctx, msgs[mi].Deadline, finished, down[breakerKey(b.route(i))])
 	}
 	for key, st := range aggs {
 		if st.stopped {
@@ -138,8 +199,10 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 }
 
 // classify turns one sink result into an outcome.
+// down is set when the event's route has its breaker open: a destination
+// fault then gives the event back without a retry counted.
 func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *aggregateState,
-	pctx context.Context, deadline, finished time.Time) {
+	pctx context.Context, deadline, finished time.Time, down *routeDown) {
 	r := b.relay
 	if err == nil {
 		o.Kind = store.Delivered
@@ -169,6 +232,14 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Kind, o.Attempted = store.Failed, true
 		o.Error = "permanent error: " + o.Error
 		st.stopped, st.block = true, r.failedBlocks()
+	case down != nil:
+		wait := down.wait
+		if !deadline.IsZero() {
+			wait = min(wait, max(deadline.Sub(finished), 0))
+		}
+		o.Kind, o.Attempted, o.RetryIn = store.Released, true, wait
+		o.Error = "destination unavailable since " + down.since.UTC().Format(time.RFC3339) + " (circuit breaker open): " + o.Error
+		st.stopped, st.retryIn = true, wait
 	default:
 		failures := ev.RetryCount + 1
 		if r.cfg.NoRetries || failures > r.cfg.MaxRetries {
