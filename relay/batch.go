@@ -105,10 +105,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			// first): give the event back unsent, no retry counted. An
 			// event whose deadline comes first is due at its deadline, so
 			// that a relay ends it EXPIRED saying why.
-			wait := ad.wait
-			if !deadline.IsZero() {
-				wait = min(wait, max(deadline.Sub(now), 0))
-			}
+			wait := dueBy(ad.wait, deadline, now)
 			outcomes[i].Kind, outcomes[i].RetryIn = store.Released, wait
 			outcomes[i].Error = "destination unavailable since " + ad.since.UTC().Format(time.RFC3339) + " (circuit breaker open)"
 			heldHere[ev.OrderingKey()] = aggregateState{stopped: true, retryIn: wait}
@@ -233,10 +230,7 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Error = "permanent error: " + o.Error
 		st.stopped, st.block = true, r.failedBlocks()
 	case down != nil:
-		wait := down.wait
-		if !deadline.IsZero() {
-			wait = min(wait, max(deadline.Sub(finished), 0))
-		}
+		wait := dueBy(down.wait, deadline, finished)
 		o.Kind, o.Attempted, o.RetryIn = store.Released, true, wait
 		o.Error = "destination unavailable since " + down.since.UTC().Format(time.RFC3339) + " (circuit breaker open): " + o.Error
 		st.stopped, st.retryIn = true, wait
@@ -255,6 +249,26 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Kind, o.Attempted, o.RetryIn = store.Retry, true, delay
 		st.stopped, st.retryIn = true, delay
 	}
+}
+
+// deadlineLead is how long before its deadline an event given back by the
+// breaker is due again at the latest: its outcome is recorded a moment
+// after the wait is computed, and an event due after its deadline would be
+// expired by the sweeper, which cannot say that the destination was down.
+const deadlineLead = 250 * time.Millisecond
+
+// dueBy shortens wait (from now) so that an event with a deadline is due
+// again just before it: deadlineLead before, or at the deadline when that
+// is closer than deadlineLead.
+func dueBy(wait time.Duration, deadline, now time.Time) time.Duration {
+	if deadline.IsZero() {
+		return wait
+	}
+	left := max(deadline.Sub(now), 0)
+	if left > deadlineLead {
+		left -= deadlineLead
+	}
+	return min(wait, left)
 }
 
 func truncate(s string, n int) string {
