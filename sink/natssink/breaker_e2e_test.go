@@ -24,7 +24,8 @@ func TestE2EServerDownBehindBreaker(t *testing.T) {
 	_, js := jsClient(t, e.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), outage+4*time.Minute)
 	defer cancel()
-	relay := sinktest.StartCLI(t, append(b.RelayArgs(e.URL+"?reconnect_wait=50ms"), "--poll-interval", "1s", "--batch", "100")...)
+	// A rate limit keeps most of the backlog waiting when the server stops.
+	relay := sinktest.StartCLI(t, append(b.RelayArgs(e.URL+"?reconnect_wait=50ms&rate=100/s"), "--poll-interval", "1s", "--batch", "100")...)
 	relay.Await(ctx, t, 20*time.Millisecond, fmt.Sprintf("%d events in the stream", n/10), func() bool {
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
 		defer scancel()
