@@ -100,12 +100,22 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			admits[route] = ad
 		}
 		_, probing := probeAt[route]
+		if ad.kind == admitWait && ad.untilProbe && !deadline.IsZero() && deadline.Before(now.Add(ad.wait)) {
+			// Its deadline comes before the route's next probe: nothing
+			// of the route is sent until then, so it cannot be in time.
+			outcomes[i].Kind, outcomes[i].Attempted = store.Expired, true
+			outcomes[i].Error = "expired before delivery: destination unavailable since " + ad.since.UTC().Format(time.RFC3339) +
+				" (circuit breaker open); the deadline " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano) +
+				" comes before the next probe"
+			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
+			continue
+		}
 		if ad.kind == admitWait || (ad.kind == admitProbe && probing) {
 			// The route's breaker is open (or this batch's probe goes
 			// first): give the event back unsent, no retry counted. An
 			// event whose deadline comes first is due at its deadline, so
 			// that a relay ends it EXPIRED saying why.
-			wait := dueBy(ad.wait, deadline, now)
+			wait := dueBy(ad.wait, deadline, now, r.deadlineLead())
 			outcomes[i].Kind, outcomes[i].RetryIn = store.Released, wait
 			outcomes[i].Error = "destination unavailable since " + ad.since.UTC().Format(time.RFC3339) + " (circuit breaker open)"
 			heldHere[ev.OrderingKey()] = aggregateState{stopped: true, retryIn: wait}
@@ -230,7 +240,7 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Error = "permanent error: " + o.Error
 		st.stopped, st.block = true, r.failedBlocks()
 	case down != nil:
-		wait := dueBy(down.wait, deadline, finished)
+		wait := dueBy(down.wait, deadline, finished, r.deadlineLead())
 		o.Kind, o.Attempted, o.RetryIn = store.Released, true, wait
 		o.Error = "destination unavailable since " + down.since.UTC().Format(time.RFC3339) + " (circuit breaker open): " + o.Error
 		st.stopped, st.retryIn = true, wait
@@ -252,21 +262,24 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 }
 
 // deadlineLead is how long before its deadline an event given back by the
-// breaker is due again at the latest: its outcome is recorded a moment
-// after the wait is computed, and an event due after its deadline would be
-// expired by the sweeper, which cannot say that the destination was down.
-const deadlineLead = 250 * time.Millisecond
+// breaker is due again at the latest: a poll interval (an idle relay looks
+// that seldom) and a quarter of a second (the outcome is recorded a moment
+// after the wait is computed). A relay then sees it again before its
+// deadline and, while the route stays open, ends it EXPIRED saying why,
+// rather than leaving it to the sweeper, which cannot say that the
+// destination was down.
+func (r *Relay) deadlineLead() time.Duration { return r.cfg.PollInterval + 250*time.Millisecond }
 
 // dueBy shortens wait (from now) so that an event with a deadline is due
-// again just before it: deadlineLead before, or at the deadline when that
-// is closer than deadlineLead.
-func dueBy(wait time.Duration, deadline, now time.Time) time.Duration {
+// again before it: lead before, or at the deadline when that is closer
+// than lead.
+func dueBy(wait time.Duration, deadline, now time.Time, lead time.Duration) time.Duration {
 	if deadline.IsZero() {
 		return wait
 	}
 	left := max(deadline.Sub(now), 0)
-	if left > deadlineLead {
-		left -= deadlineLead
+	if left > lead {
+		left -= lead
 	}
 	return min(wait, left)
 }

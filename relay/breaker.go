@@ -224,6 +224,9 @@ type admission struct {
 	kind  admitKind
 	wait  time.Duration // admitWait, and the events behind the probe
 	since time.Time     // start of the outage (database clock)
+	// untilProbe: the wait ends at the route's next probe (OPEN, not by
+	// hand), so no event of the route can be sent before it.
+	untilProbe bool
 }
 
 // admit decides, once per batch and route, what the batch does with the
@@ -240,7 +243,8 @@ func (b *breaker) admit(ctx context.Context, route string) admission {
 		return admission{kind: admitSend}
 	}
 	if w, waiting := b.waitOf(rt, now); waiting {
-		return admission{kind: admitWait, since: rt.OpenedAt, wait: w}
+		return admission{kind: admitWait, since: rt.OpenedAt, wait: w,
+			untilProbe: rt.State == store.BreakerOpen && !rt.Forced}
 	}
 	wait := admission{kind: admitWait, since: rt.OpenedAt, wait: b.cfg.Refresh}
 	reason := "probe: the wait after opening ended"

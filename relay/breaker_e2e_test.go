@@ -145,6 +145,27 @@ func TestBreakerHTTPGatewayDownAtDefaults(t *testing.T) {
 	accepted, violations := gw.figures()
 	lost := int64(enqueued) - c[outbox.StatusProcessed] - c[outbox.StatusExpired]
 	withReason := ob.scalar(t, `SELECT count(*) FROM %s WHERE status = 'EXPIRED' AND last_error LIKE '%%destination unavailable since%%'`)
+	reasons := map[string]int{}
+	rows, err := ob.pool.Query(context.Background(), `SELECT left(last_error, 70), count(*) FROM "`+ob.store.Table()+`" WHERE status = 'EXPIRED' GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var r string
+		var n int
+		if err := rows.Scan(&r, &n); err != nil {
+			t.Fatal(err)
+		}
+		reasons[r] = n
+	}
+	rows.Close()
+	t.Logf("EXPIRED reasons: %v", reasons)
+	for _, l := range logs.Lines("level=WARN") {
+		t.Logf("relay: %.300s", l)
+	}
+	for _, e := range ob.routeLog(t, "") {
+		t.Logf("breaker: %s %s -> %s by %s: %s", e.At.Format("15:04:05.000"), e.From, e.To, e.Actor, e.Reason)
+	}
 	opens := 0
 	for _, e := range ob.routeLog(t, "") {
 		if e.To == store.BreakerOpen {

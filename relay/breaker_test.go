@@ -87,16 +87,20 @@ func TestKindOf(t *testing.T) {
 
 func TestDueBy(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	if got := dueBy(5*time.Second, time.Time{}, now); got != 5*time.Second {
+	const lead = 1250 * time.Millisecond
+	if got := dueBy(5*time.Second, time.Time{}, now, lead); got != 5*time.Second {
 		t.Errorf("no deadline: %s", got)
 	}
-	if got := dueBy(5*time.Second, now.Add(2*time.Second), now); got != 2*time.Second-deadlineLead {
-		t.Errorf("deadline in 2s: %s, want just before it", got)
+	if got := dueBy(5*time.Second, now.Add(3*time.Second), now, lead); got != 3*time.Second-lead {
+		t.Errorf("deadline in 3s: %s, want the lead before it", got)
 	}
-	if got := dueBy(5*time.Second, now.Add(100*time.Millisecond), now); got != 100*time.Millisecond {
-		t.Errorf("deadline in 100ms: %s, want at it", got)
+	if got := dueBy(5*time.Second, now.Add(time.Second), now, lead); got != time.Second {
+		t.Errorf("deadline in 1s: %s, want at it", got)
 	}
-	if got := dueBy(5*time.Second, now.Add(-time.Second), now); got != 0 {
+	if got := dueBy(time.Second, now.Add(time.Minute), now, lead); got != time.Second {
+		t.Errorf("deadline far away: %s, want the wait", got)
+	}
+	if got := dueBy(5*time.Second, now.Add(-time.Second), now, lead); got != 0 {
 		t.Errorf("deadline passed: %s", got)
 	}
 }
