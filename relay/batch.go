@@ -271,17 +271,18 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 func (r *Relay) deadlineLead() time.Duration { return r.cfg.PollInterval + 250*time.Millisecond }
 
 // dueBy shortens wait (from now) so that an event with a deadline is due
-// again before it: lead before, or at the deadline when that is closer
-// than lead.
+// again before it: lead before, or, when the deadline is closer than
+// that, halfway to it (at least 50ms later, so that an event near its
+// deadline is looked at a few times, not in a tight loop).
 func dueBy(wait time.Duration, deadline, now time.Time, lead time.Duration) time.Duration {
 	if deadline.IsZero() {
 		return wait
 	}
 	left := max(deadline.Sub(now), 0)
 	if left > lead {
-		left -= lead
+		return min(wait, left-lead)
 	}
-	return min(wait, left)
+	return min(wait, max(left/2, 50*time.Millisecond))
 }
 
 func truncate(s string, n int) string {

@@ -196,8 +196,8 @@ func TestBreakerHTTPGatewayDownAtDefaults(t *testing.T) {
 	if c[outbox.StatusExpired] != int64(withTTL) {
 		t.Errorf("EXPIRED %d, want the %d events whose deadline passed during the outage", c[outbox.StatusExpired], withTTL)
 	}
-	if withReason == 0 {
-		t.Errorf("no EXPIRED event says the destination was unavailable")
+	if withReason*10 < c[outbox.StatusExpired]*9 {
+		t.Errorf("%d of %d EXPIRED events say the destination was unavailable, want at least 90%% (reasons %v)", withReason, c[outbox.StatusExpired], reasons)
 	}
 	if maxRetriesDuringOutage > 1 {
 		t.Errorf("an event's retry_count reached %d during the outage: the breaker should stop the count after at most one", maxRetriesDuringOutage)

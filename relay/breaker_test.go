@@ -94,13 +94,16 @@ func TestDueBy(t *testing.T) {
 	if got := dueBy(5*time.Second, now.Add(3*time.Second), now, lead); got != 3*time.Second-lead {
 		t.Errorf("deadline in 3s: %s, want the lead before it", got)
 	}
-	if got := dueBy(5*time.Second, now.Add(time.Second), now, lead); got != time.Second {
-		t.Errorf("deadline in 1s: %s, want at it", got)
+	if got := dueBy(5*time.Second, now.Add(time.Second), now, lead); got != 500*time.Millisecond {
+		t.Errorf("deadline in 1s: %s, want halfway to it", got)
+	}
+	if got := dueBy(5*time.Second, now.Add(20*time.Millisecond), now, lead); got != 50*time.Millisecond {
+		t.Errorf("deadline in 20ms: %s, want the 50ms floor", got)
 	}
 	if got := dueBy(time.Second, now.Add(time.Minute), now, lead); got != time.Second {
 		t.Errorf("deadline far away: %s, want the wait", got)
 	}
-	if got := dueBy(5*time.Second, now.Add(-time.Second), now, lead); got != 0 {
+	if got := dueBy(5*time.Second, now.Add(-time.Second), now, lead); got != 50*time.Millisecond {
 		t.Errorf("deadline passed: %s", got)
 	}
 }
