@@ -121,6 +121,8 @@ type Metrics struct {
 	nRoutes  int
 
 	gauges *gauges
+	// circuit is outbox_circuit_state (circuit.go).
+	circuit *prometheus.GaugeVec
 }
 
 var _ relay.Observer = (*Metrics)(nil)
@@ -178,11 +180,12 @@ func New(cfg Config) (*Metrics, error) {
 	}, []string{"relay_id", "version"})
 	info.WithLabelValues(cfg.RelayID, cfg.Version).Set(1)
 	m.gauges = newGauges(cfg, m.storeErrors)
+	m.circuit = newCircuitGauge()
 	for _, op := range []string{relay.OpClaim, relay.OpComplete, relay.OpSweep, relay.OpPurge, relay.OpCount, OpSnapshot} {
 		m.storeErrors.WithLabelValues(op) // present from the start, at 0
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.leaseLost, m.storeErrors, m.publishDuration,
-		m.deliveryLag, m.deadlineMargin, m.claimDuration, m.completeDuration, info, m.gauges} {
+		m.deliveryLag, m.deadlineMargin, m.claimDuration, m.completeDuration, info, m.gauges, m.circuit} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}

@@ -65,6 +65,8 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	msgs := make([]outbox.Message, 0, len(events))
 	msgPos := make([]int, 0, len(events)) // message index -> event index
 	heldHere := map[string]aggregateState{}
+	admits := map[string]admission{} // per route, decided once per batch
+	probeAt := map[string]int{}      // route -> message index of its probe
 	now := r.now()
 	for i := range events {
 		ev := &events[i]
@@ -75,6 +77,10 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			outcomes[i].Kind = store.Expired
 			outcomes[i].Attempted = true
 			outcomes[i].Error = "expired before delivery: deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
+			if since, open := r.breaker.openSince(breakerKey(b.route(i))); open {
+				outcomes[i].Error = "expired before delivery: destination unavailable since " + since.UTC().Format(time.RFC3339) +
+					" (circuit breaker open); deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
+			}
 			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
 			continue
 		}
@@ -82,6 +88,43 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			outcomes[i].Kind, outcomes[i].RetryIn, outcomes[i].Block = store.Released, st.retryIn, st.block
 			heldHere[ev.OrderingKey()] = st
 			continue
+		}
+		if st, ok := heldHere[ev.OrderingKey()]; ok {
+			// An earlier event of the aggregate in this batch waits for
+			// its route's breaker: this one waits behind it.
+			outcomes[i].Kind, outcomes[i].RetryIn, outcomes[i].Block = store.Released, st.retryIn, st.block
+			continue
+		}
+		route := breakerKey(b.route(i))
+		ad, seen := admits[route]
+		if !seen {
+			ad = r.breaker.admit(ctx, route)
+			admits[route] = ad
+		}
+		_, probing := probeAt[route]
+		if ad.kind == admitWait && ad.untilProbe && !deadline.IsZero() && deadline.Before(now.Add(ad.wait)) {
+			// Its deadline comes before the route's next probe: nothing
+			// of the route is sent until then, so it cannot be in time.
+			outcomes[i].Kind, outcomes[i].Attempted = store.Expired, true
+			outcomes[i].Error = "expired before delivery: destination unavailable since " + ad.since.UTC().Format(time.RFC3339) +
+				" (circuit breaker open); the deadline " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano) +
+				" comes before the next probe"
+			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
+			continue
+		}
+		if ad.kind == admitWait || (ad.kind == admitProbe && probing) {
+			// The route's breaker is open (or this batch's probe goes
+			// first): give the event back unsent, no retry counted. An
+			// event whose deadline comes first is due at its deadline, so
+			// that a relay ends it EXPIRED saying why.
+			wait := dueBy(ad.wait, deadline, now, r.deadlineLead())
+			outcomes[i].Kind, outcomes[i].RetryIn = store.Released, wait
+			outcomes[i].Error = "destination unavailable since " + ad.since.UTC().Format(time.RFC3339) + " (circuit breaker open)"
+			heldHere[ev.OrderingKey()] = aggregateState{stopped: true, retryIn: wait}
+			continue
+		}
+		if ad.kind == admitProbe {
+			probeAt[route] = len(msgs)
 		}
 		m := ev.Message
 		m.Deadline = deadline
@@ -118,6 +161,31 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			results[i] = err
 		}
 	}
+	// The breakers learn from the results first, so that the events of a
+	// route that is now open are given back rather than retried.
+	faults := map[string]string{} // route -> its last destination fault
+	for mi, err := range results {
+		route := breakerKey(b.route(msgPos[mi]))
+		k := kindOf(err, pctx.Err())
+		if pi, ok := probeAt[route]; ok && pi == mi {
+			errText := ""
+			if err != nil {
+				errText = truncate(err.Error(), 1000)
+			}
+			r.breaker.probeDone(ctx, route, k, errText)
+		} else {
+			r.breaker.observe(route, k)
+		}
+		if k == attemptFault {
+			faults[route] = truncate(err.Error(), 1000)
+		}
+	}
+	down := map[string]*routeDown{}
+	for route, lastErr := range faults {
+		if open, _ := r.breaker.settle(ctx, route, lastErr); open {
+			down[route] = r.breaker.down(route)
+		}
+	}
 	aggs := make(map[string]*aggregateState)
 	for mi, err := range results {
 		i := msgPos[mi]
@@ -130,7 +198,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			st = &aggregateState{}
 			aggs[key] = st
 		}
-		b.classify(ev, o, err, st, pctx, msgs[mi].Deadline, finished)
+		b.classify(ev, o, err, st, pctx, msgs[mi].Deadline, finished, down[breakerKey(b.route(i))])
 	}
 	for key, st := range aggs {
 		if st.stopped {
@@ -141,8 +209,10 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 }
 
 // classify turns one sink result into an outcome.
+// down is set when the event's route has its breaker open: a destination
+// fault then gives the event back without a retry counted.
 func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *aggregateState,
-	pctx context.Context, deadline, finished time.Time) {
+	pctx context.Context, deadline, finished time.Time, down *routeDown) {
 	r := b.relay
 	if err == nil {
 		o.Kind = store.Delivered
@@ -172,6 +242,11 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Kind, o.Attempted = store.Failed, true
 		o.Error = "permanent error: " + o.Error
 		st.stopped, st.block = true, r.failedBlocks()
+	case down != nil:
+		wait := dueBy(down.wait, deadline, finished, r.deadlineLead())
+		o.Kind, o.Attempted, o.RetryIn = store.Released, true, wait
+		o.Error = "destination unavailable since " + down.since.UTC().Format(time.RFC3339) + " (circuit breaker open): " + o.Error
+		st.stopped, st.retryIn = true, wait
 	default:
 		failures := ev.RetryCount + 1
 		if r.cfg.NoRetries || failures > r.cfg.MaxRetries {
@@ -247,4 +322,35 @@ func withAggregateSeq(headers map[string]string, seq int64) map[string]string {
 		out[sink.HeaderAggregateSeq] = strconv.FormatInt(seq, 10)
 	}
 	return out
+}
+
+// deadlineLead is how long before its deadline an event given back by the
+// breaker is due again at the latest: a poll interval (an idle relay looks
+// that seldom) and a quarter of a second (the outcome is recorded a moment
+// after the wait is computed). A relay then sees it again before its
+// deadline and, while the route stays open, ends it EXPIRED saying why,
+// rather than leaving it to the sweeper, which cannot say that the
+// destination was down.
+func (r *Relay) deadlineLead() time.Duration { return r.cfg.PollInterval + 250*time.Millisecond }
+
+// dueBy shortens wait (from now) so that an event with a deadline is due
+// again before it: lead before, or, when the deadline is closer than
+// that, halfway to it (at least 50ms later, so that an event near its
+// deadline is looked at a few times, not in a tight loop).
+func dueBy(wait time.Duration, deadline, now time.Time, lead time.Duration) time.Duration {
+	if deadline.IsZero() {
+		return wait
+	}
+	left := max(deadline.Sub(now), 0)
+	if left > lead {
+		return min(wait, left-lead)
+	}
+	return min(wait, max(left/2, 50*time.Millisecond))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

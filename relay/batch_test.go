@@ -61,7 +61,7 @@ func TestClassify(t *testing.T) {
 		ev := &store.Claimed{RetryCount: tc.retries}
 		o := &store.Outcome{}
 		st := &aggregateState{}
-		b.classify(ev, o, tc.err, st, tc.pctx, tc.deadline, now)
+		b.classify(ev, o, tc.err, st, tc.pctx, tc.deadline, now, nil)
 		if o.Kind != tc.want || st.stopped != tc.stops {
 			t.Errorf("%s: outcome %s (stops aggregate %v), want %s (%v)", tc.name, o.Kind, st.stopped, tc.want, tc.stops)
 		}
@@ -79,22 +79,22 @@ func TestClassifyRetryAfterAndFollowers(t *testing.T) {
 	ctx := context.Background()
 	st := &aggregateState{}
 	head := &store.Outcome{}
-	b.classify(&store.Claimed{}, head, outbox.Retryable(errors.New("429"), 42*time.Second), st, ctx, time.Time{}, time.Now())
+	b.classify(&store.Claimed{}, head, outbox.Retryable(errors.New("429"), 42*time.Second), st, ctx, time.Time{}, time.Now(), nil)
 	if head.Kind != store.Retry || head.RetryIn != 42*time.Second {
 		t.Fatalf("Retry-After 42s gave %s in %s", head.Kind, head.RetryIn)
 	}
 	// A later event of the same aggregate waits for the head, whatever the
 	// sink said about it.
 	next := &store.Outcome{}
-	b.classify(&store.Claimed{}, next, errors.New("also failed"), st, ctx, time.Time{}, time.Now())
+	b.classify(&store.Claimed{}, next, errors.New("also failed"), st, ctx, time.Time{}, time.Now(), nil)
 	if next.Kind != store.Released || next.RetryIn != 42*time.Second || !next.Attempted {
 		t.Fatalf("follower of a retried event: %+v", next)
 	}
 	// After a FAILED event (block policy) followers are held as BLOCKED.
 	st = &aggregateState{}
-	b.classify(&store.Claimed{}, &store.Outcome{}, outbox.Permanent(errors.New("400")), st, ctx, time.Time{}, time.Now())
+	b.classify(&store.Claimed{}, &store.Outcome{}, outbox.Permanent(errors.New("400")), st, ctx, time.Time{}, time.Now(), nil)
 	f := &store.Outcome{}
-	b.classify(&store.Claimed{}, f, fmt.Errorf("%w", outbox.ErrNotAttempted), st, ctx, time.Time{}, time.Now())
+	b.classify(&store.Claimed{}, f, fmt.Errorf("%w", outbox.ErrNotAttempted), st, ctx, time.Time{}, time.Now(), nil)
 	if f.Kind != store.Released || !f.Block || f.Attempted {
 		t.Fatalf("follower of a FAILED event: %+v", f)
 	}

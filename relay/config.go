@@ -106,6 +106,11 @@ type Config struct {
 	// batch in flight before it releases the rest. Default 10s.
 	StopTimeout time.Duration
 
+	// Breaker configures the circuit breaker of each route (see
+	// BreakerConfig). It needs a store that implements store.RouteStore
+	// (every backend of this module does); with another store it is off.
+	Breaker BreakerConfig
+
 	// NoListen turns off database wake-ups (PostgreSQL LISTEN/NOTIFY): the
 	// relay then finds new events by polling alone.
 	NoListen bool
@@ -187,6 +192,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Breaker = c.Breaker.withDefaults()
 	return c
 }
 
@@ -220,5 +226,5 @@ func (c Config) validate() error {
 	case c.OnFailure != BlockAggregate && c.OnFailure != ContinueAggregate:
 		return bad("unknown failure policy %d", c.OnFailure)
 	}
-	return nil
+	return c.Breaker.validate()
 }

@@ -40,6 +40,9 @@ type Relay struct {
 	now func() time.Time
 	// hooks feed the route-health log and Config.Observer (observer.go).
 	hooks hooks
+	// breaker is this relay's view of the routes' circuit breakers; nil
+	// when they are off (breaker.go).
+	breaker *breaker
 }
 
 // New validates cfg and returns a relay.
@@ -59,6 +62,7 @@ func New(cfg Config) (*Relay, error) {
 		now:     time.Now,
 	}
 	r.hooks = newHooks(r) // observer hook
+	r.breaker = newBreaker(r)
 	return r, nil
 }
 
@@ -121,6 +125,14 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 		defer wg.Done()
 		r.sweepLoop(bgCtx)
 	}()
+	if r.breaker != nil {
+		r.breaker.refresh(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.breaker.refreshLoop(bgCtx)
+		}()
+	}
 	if l, ok := r.cfg.Store.(store.Listener); ok && !r.cfg.NoListen {
 		wg.Add(1)
 		go func() {

@@ -45,6 +45,30 @@ type RelayCmd struct {
 	extraCollectors []prometheus.Collector
 	Heartbeat       time.Duration `help:"How often the relay writes its heartbeat row, which the admin API lists (0: never)." default:"5s" env:"OUTBOX_HEARTBEAT"`
 	AdminAuth       `prefix:"admin-" envprefix:"OUTBOX_RELAY_ADMIN_"`
+
+	BreakerOff         bool          `help:"Turn the per-route circuit breaker off: every destination fault then costs a retry." env:"OUTBOX_BREAKER_OFF"`
+	BreakerWindow      time.Duration `help:"Circuit breaker: the window over which the rate of destination faults is measured." default:"30s" env:"OUTBOX_BREAKER_WINDOW"`
+	BreakerMinAttempts int           `help:"Circuit breaker: least attempts within the window before the rate counts." default:"10" env:"OUTBOX_BREAKER_MIN_ATTEMPTS"`
+	BreakerRatio       float64       `help:"Circuit breaker: share of faulty attempts within the window that opens it (0 to 1)." default:"0.5" env:"OUTBOX_BREAKER_RATIO"`
+	BreakerConsecutive int           `help:"Circuit breaker: faulty attempts in a row that open it." default:"3" env:"OUTBOX_BREAKER_CONSECUTIVE"`
+	BreakerOpenMin     time.Duration `help:"Circuit breaker: wait after opening before the first probe (doubles after each failed probe)." default:"5s" env:"OUTBOX_BREAKER_OPEN_MIN"`
+	BreakerOpenMax     time.Duration `help:"Circuit breaker: longest wait between two probes." default:"30s" env:"OUTBOX_BREAKER_OPEN_MAX"`
+	BreakerRefresh     time.Duration `help:"Circuit breaker: how often this relay reads the shared breaker state." default:"1s" env:"OUTBOX_BREAKER_REFRESH"`
+}
+
+// breakerConfig is the relay's circuit breaker from the flags.
+func (c *RelayCmd) breakerConfig() (relay.BreakerConfig, error) {
+	if c.BreakerRatio <= 0 || c.BreakerRatio > 1 {
+		return relay.BreakerConfig{}, fmt.Errorf("%w: --breaker-ratio must be more than 0 and at most 1, got %g", outbox.ErrInvalidConfig, c.BreakerRatio)
+	}
+	for name, v := range map[string]int{"--breaker-min-attempts": c.BreakerMinAttempts, "--breaker-consecutive": c.BreakerConsecutive} {
+		if v < 1 {
+			return relay.BreakerConfig{}, fmt.Errorf("%w: %s must be at least 1, got %d", outbox.ErrInvalidConfig, name, v)
+		}
+	}
+	return relay.BreakerConfig{Disabled: c.BreakerOff, Window: c.BreakerWindow, MinAttempts: c.BreakerMinAttempts,
+		FailureRatio: c.BreakerRatio, ConsecutiveFailures: c.BreakerConsecutive, OpenMin: c.BreakerOpenMin,
+		OpenMax: c.BreakerOpenMax, Refresh: c.BreakerRefresh}, nil
 }
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
@@ -58,6 +82,10 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("%w: --max-retries must be 0 or more, got %d", outbox.ErrInvalidConfig, c.MaxRetries)
 	}
 	routes, err := sink.ParseRouteOverrides(c.Route)
+	if err != nil {
+		return err
+	}
+	breaker, err := c.breakerConfig()
 	if err != nil {
 		return err
 	}
@@ -158,6 +186,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		Logger:        g.logger,
 
 		MaxBatchesInFlight: c.InFlight,
+		Breaker:            breaker,
 	})
 	if err != nil {
 		return err

@@ -46,6 +46,7 @@ type CLI struct {
 	Status  StatusCmd  `cmd:"" help:"Counts by status, oldest pending age and blocked aggregates."`
 	Events  EventsCmd  `cmd:"" help:"List, show, retry, skip or purge events."`
 	Admin   AdminCmd   `cmd:"" help:"Serve the admin API and dashboard (no relay)."`
+	Routes  RoutesCmd  `cmd:"" help:"List the routes' circuit breakers, or open or close one by hand (audited)."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmark this project on PostgreSQL: drain, steady and latency (docs/BENCHMARKS.md)."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }

@@ -46,9 +46,13 @@ func RunRelay(t *testing.T, newHarness Factory) {
 	}
 }
 
-// testConfig is a relay configuration with short timings for tests.
+// testConfig is a relay configuration with short timings for tests. The
+// circuit breaker is off: these tests check the retry policy, order and
+// fencing with sinks that fail some events on purpose, which would open
+// it (its own tests are in the relay package and RunRoutes).
 func testConfig(h *Harness, s sink.Sink, id string) relay.Config {
 	return relay.Config{
+		Breaker:       relay.BreakerConfig{Disabled: true},
 		Store:         h.Store,
 		Sink:          s,
 		RelayID:       id,

@@ -63,6 +63,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Outcome", func(t *testing.T) { RunOutcome(t, newHarness) })
 	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
+	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
 }
 
 var tableSeq atomic.Int64

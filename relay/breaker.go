@@ -1,0 +1,522 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// BreakerConfig configures the circuit breaker each route (the sink plus
+// the destination routing computes: a topic, subject, stream or URL) gets.
+// Its state lives in the database (store.RouteStore), so every relay on
+// the outbox sees the same one. Zero values mean the documented defaults.
+//
+// A breaker opens when, within Window, at least MinAttempts deliveries to
+// the route were attempted and FailureRatio of them met a destination
+// fault, or when ConsecutiveFailures attempts in a row did. Destination
+// faults are the retryable errors (connection refused, DNS, TLS, timeouts,
+// 5xx, 429, a broker that is unavailable); event faults (other 4xx, an
+// oversized message, an invalid destination: outbox.Permanent) never open
+// it. While it is open, the route's events are not sent: they return to
+// PENDING without a retry counted, due again when a probe may go
+// (OpenMin after opening, doubling after each failed probe up to
+// OpenMax). Then exactly one relay sends one probe, the route's oldest due
+// event it claimed: if it is delivered the breaker closes.
+type BreakerConfig struct {
+	// Disabled turns the breaker off: every fault is a retry.
+	Disabled bool
+	// Window is the time over which the fault rate is measured. Default 30s.
+	Window time.Duration
+	// MinAttempts is the least number of attempts in Window before the
+	// rate counts. Default 10.
+	MinAttempts int
+	// FailureRatio is the share of faulty attempts in Window that opens
+	// the breaker. Default 0.5.
+	FailureRatio float64
+	// ConsecutiveFailures opens the breaker after this many faulty
+	// attempts in a row, whatever the window holds. Default 3 (below the
+	// default MaxRetries, so that a lone event meeting an outage is not
+	// dead-lettered before the breaker opens).
+	ConsecutiveFailures int
+	// OpenMin is the wait between opening and the first probe, OpenMax
+	// the longest wait between two probes. Defaults 5s and 30s.
+	OpenMin, OpenMax time.Duration
+	// Refresh is how often a relay reads the shared state of the breakers
+	// (one small query), and how soon an event held back behind another
+	// relay's probe is looked at again. Default 1s.
+	Refresh time.Duration
+}
+
+// Breaker defaults.
+const (
+	DefaultBreakerWindow              = 30 * time.Second
+	DefaultBreakerMinAttempts         = 10
+	DefaultBreakerFailureRatio        = 0.5
+	DefaultBreakerConsecutiveFailures = 3
+	DefaultBreakerOpenMin             = 5 * time.Second
+	DefaultBreakerOpenMax             = 30 * time.Second
+	DefaultBreakerRefresh             = time.Second
+)
+
+func (c BreakerConfig) withDefaults() BreakerConfig {
+	if c.Window == 0 {
+		c.Window = DefaultBreakerWindow
+	}
+	if c.MinAttempts == 0 {
+		c.MinAttempts = DefaultBreakerMinAttempts
+	}
+	if c.FailureRatio == 0 {
+		c.FailureRatio = DefaultBreakerFailureRatio
+	}
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveFailures = DefaultBreakerConsecutiveFailures
+	}
+	if c.OpenMin == 0 {
+		c.OpenMin = DefaultBreakerOpenMin
+	}
+	if c.OpenMax == 0 {
+		c.OpenMax = max(DefaultBreakerOpenMax, c.OpenMin)
+	}
+	if c.Refresh == 0 {
+		c.Refresh = DefaultBreakerRefresh
+	}
+	return c
+}
+
+func (c BreakerConfig) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: breaker: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Disabled:
+		return nil
+	case c.Window < time.Second:
+		return bad("window %s is too short: use at least 1s (the default is %s)", c.Window, DefaultBreakerWindow)
+	case c.MinAttempts < 1:
+		return bad("min attempts %d must be at least 1", c.MinAttempts)
+	case c.FailureRatio <= 0 || c.FailureRatio > 1:
+		return bad("failure ratio %g is out of range: use more than 0 and at most 1 (e.g. 0.5)", c.FailureRatio)
+	case c.ConsecutiveFailures < 1:
+		return bad("consecutive failures %d must be at least 1", c.ConsecutiveFailures)
+	case c.OpenMin < 100*time.Millisecond:
+		return bad("open-min %s is too short: use at least 100ms", c.OpenMin)
+	case c.OpenMax < c.OpenMin:
+		return bad("open-max %s is shorter than open-min %s", c.OpenMax, c.OpenMin)
+	case c.Refresh < 10*time.Millisecond || c.Refresh > time.Minute:
+		return bad("refresh %s is out of range: use 10ms to 1m", c.Refresh)
+	}
+	return nil
+}
+
+// BreakerObserver is implemented by observers (Config.Observer) that
+// follow the state of the routes' breakers, such as the metrics package's
+// outbox_circuit_state gauge. The relay reports every route it reads from
+// the database, on each refresh, when its state changed.
+type BreakerObserver interface {
+	BreakerState(route string, state store.BreakerState)
+}
+
+// breaker is one relay's view of the shared breakers, and its own count of
+// recent faults per route.
+type breaker struct {
+	r   *Relay
+	cfg BreakerConfig
+	rs  store.RouteStore
+
+	mu       sync.Mutex
+	shared   map[string]store.Route
+	dbAt     time.Time // database clock at the last read
+	localAt  time.Time // local clock at the last read
+	windows  map[string]*faultWindow
+	reported map[string]store.BreakerState
+}
+
+// newBreaker returns nil (no breaker) when it is disabled or the store
+// cannot keep its state.
+func newBreaker(r *Relay) *breaker {
+	if r.cfg.Breaker.Disabled {
+		return nil
+	}
+	rs, ok := r.cfg.Store.(store.RouteStore)
+	if !ok {
+		r.log.Info("circuit breaker off: the store does not keep route state", "store", fmt.Sprintf("%T", r.cfg.Store))
+		return nil
+	}
+	return &breaker{r: r, cfg: r.cfg.Breaker, rs: rs, shared: map[string]store.Route{},
+		windows: map[string]*faultWindow{}, reported: map[string]store.BreakerState{}}
+}
+
+// breakerCallTimeout bounds one read or change of the shared state.
+const breakerCallTimeout = 10 * time.Second
+
+// refreshLoop reads the shared state every Refresh until ctx ends.
+func (b *breaker) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(b.cfg.Refresh)
+	defer t.Stop()
+	for {
+		b.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh reads the shared state; a failed read keeps the last one.
+func (b *breaker) refresh(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), breakerCallTimeout)
+	defer cancel()
+	local := b.r.now()
+	snap, err := b.rs.Routes(cctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			b.r.log.Warn("could not read the circuit breakers' state; using the last one read", "err", err)
+		}
+		return
+	}
+	obs, _ := b.r.hooks.obs.(BreakerObserver)
+	var changed []store.Route
+	b.mu.Lock()
+	b.dbAt, b.localAt = snap.DBTime, local
+	for _, rt := range snap.Routes {
+		b.shared[rt.Name] = rt
+		if b.reported[rt.Name] != rt.State {
+			b.reported[rt.Name] = rt.State
+			changed = append(changed, rt)
+		}
+	}
+	b.mu.Unlock()
+	if obs != nil {
+		for _, rt := range changed {
+			obs.BreakerState(rt.Name, rt.State)
+		}
+	}
+}
+
+// dbNow is the database clock, from the last read and the local
+// monotonic clock since. Call with mu held.
+func (b *breaker) dbNow() time.Time {
+	if b.dbAt.IsZero() {
+		return time.Time{}
+	}
+	return b.dbAt.Add(b.r.now().Sub(b.localAt))
+}
+
+// admitKind is what a batch does with a route's events.
+type admitKind int
+
+const (
+	admitSend  admitKind = iota // closed: send
+	admitWait                   // open: release unsent until wait ends
+	admitProbe                  // this relay holds the probe: send the first event only
+)
+
+type admission struct {
+	kind  admitKind
+	wait  time.Duration // admitWait, and the events behind the probe
+	since time.Time     // start of the outage (database clock)
+	// untilProbe: the wait ends at the route's next probe (OPEN, not by
+	// hand), so no event of the route can be sent before it.
+	untilProbe bool
+}
+
+// admit decides, once per batch and route, what the batch does with the
+// route's events. Taking the probe is a compare-and-set on the route's row.
+func (b *breaker) admit(ctx context.Context, route string) admission {
+	if b == nil {
+		return admission{kind: admitSend}
+	}
+	b.mu.Lock()
+	rt, ok := b.shared[route]
+	now := b.dbNow()
+	b.mu.Unlock()
+	if !ok || rt.State == store.BreakerClosed {
+		return admission{kind: admitSend}
+	}
+	if w, waiting := b.waitOf(rt, now); waiting {
+		return admission{kind: admitWait, since: rt.OpenedAt, wait: w,
+			untilProbe: rt.State == store.BreakerOpen && !rt.Forced}
+	}
+	wait := admission{kind: admitWait, since: rt.OpenedAt, wait: b.cfg.Refresh}
+	reason := "probe: the wait after opening ended"
+	if rt.State == store.BreakerHalfOpen {
+		reason = fmt.Sprintf("probe: taking over the probe of %s, whose lease ended", rt.ProbeBy)
+	}
+	if !b.change(ctx, rt, store.RouteChange{To: store.BreakerHalfOpen, ProbeIn: b.r.cfg.Lease,
+		ProbeBy: b.r.cfg.RelayID, Opens: rt.Opens, Reason: reason, LastError: rt.LastError}) {
+		return wait
+	}
+	b.r.log.Warn("circuit breaker half-open: sending one probe to the route", "route", route,
+		"open_since", rt.OpenedAt, "opens", rt.Opens)
+	return admission{kind: admitProbe, since: rt.OpenedAt, wait: b.cfg.Refresh}
+}
+
+// waitOf says whether the events of rt must wait (and how long) rather
+// than probe, at database time now.
+func (b *breaker) waitOf(rt store.Route, now time.Time) (time.Duration, bool) {
+	switch {
+	case rt.State == store.BreakerClosed:
+		return 0, false
+	case rt.State == store.BreakerOpen && rt.Forced:
+		return b.cfg.OpenMax, true
+	case rt.State == store.BreakerOpen && now.Before(rt.ProbeAt):
+		return max(rt.ProbeAt.Sub(now), 10*time.Millisecond), true
+	case rt.State == store.BreakerHalfOpen && now.Before(rt.ProbeAt):
+		return b.cfg.Refresh, true // another relay's probe is under way
+	}
+	return 0, false
+}
+
+// routeDown describes a route whose breaker is not closed, for the
+// events a batch gives back: since when, and how long they wait.
+type routeDown struct {
+	since time.Time
+	wait  time.Duration
+}
+
+// down returns the route's routeDown, or nil when it is closed.
+func (b *breaker) down(route string) *routeDown {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rt, ok := b.shared[route]
+	if !ok || rt.State == store.BreakerClosed {
+		return nil
+	}
+	w, waiting := b.waitOf(rt, b.dbNow())
+	if !waiting {
+		w = b.cfg.Refresh // a probe may go: the next claim decides who sends it
+	}
+	return &routeDown{since: rt.OpenedAt, wait: w}
+}
+
+// openSince returns when the route's breaker opened, if it is not closed.
+func (b *breaker) openSince(route string) (time.Time, bool) {
+	if b == nil {
+		return time.Time{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rt, ok := b.shared[route]
+	if !ok || rt.State == store.BreakerClosed {
+		return time.Time{}, false
+	}
+	return rt.OpenedAt, true
+}
+
+// change applies c to rt (at rt's version) in the database and in the
+// local view; on a lost compare-and-set it re-reads the shared state.
+func (b *breaker) change(ctx context.Context, rt store.Route, c store.RouteChange) bool {
+	c.Route, c.Version, c.Actor = rt.Name, rt.Version, b.r.cfg.RelayID
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), breakerCallTimeout)
+	ok, err := b.rs.ChangeRoute(cctx, c)
+	cancel()
+	if err != nil {
+		b.r.log.Warn("could not change a circuit breaker", "route", rt.Name, "to", string(c.To), "err", err)
+		return false
+	}
+	if ok {
+		b.mu.Lock()
+		if w := b.windows[rt.Name]; w != nil && c.To != store.BreakerOpen {
+			w.reset()
+		}
+		b.mu.Unlock()
+	}
+	b.refresh(ctx) // the new version, or what another relay did
+	return ok
+}
+
+// faultKind is what one attempt says about the destination.
+type faultKind int
+
+const (
+	attemptOK    faultKind = iota // delivered, or refused as an event fault: the destination answers
+	attemptFault                  // a destination fault
+	attemptNone                   // not attempted, or interrupted by the relay: says nothing
+)
+
+// kindOf classifies one sink result for the breaker.
+func kindOf(err error, pctxErr error) faultKind {
+	switch {
+	case err == nil, outbox.IsPermanent(err):
+		return attemptOK
+	case errors.Is(err, outbox.ErrNotAttempted):
+		return attemptNone
+	case pctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return attemptNone
+	}
+	return attemptFault
+}
+
+// observe counts one attempt on a route that is closed in this relay's view.
+func (b *breaker) observe(route string, k faultKind) {
+	if b == nil || k == attemptNone {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.windows[route]
+	if w == nil {
+		w = &faultWindow{}
+		b.windows[route] = w
+	}
+	w.add(b.r.now(), b.cfg.Window, k == attemptFault)
+}
+
+// settle opens the route's breaker when its faults call for it, and
+// reports whether the route is now open (by this relay or another).
+func (b *breaker) settle(ctx context.Context, route, lastErr string) (bool, time.Time) {
+	if b == nil {
+		return false, time.Time{}
+	}
+	b.mu.Lock()
+	rt, known := b.shared[route]
+	if known && rt.State != store.BreakerClosed {
+		b.mu.Unlock()
+		return true, rt.OpenedAt
+	}
+	w := b.windows[route]
+	var trip bool
+	var why string
+	if w != nil {
+		trip, why = w.trips(b.r.now(), b.cfg)
+	}
+	b.mu.Unlock()
+	if !trip {
+		return false, time.Time{}
+	}
+	if !known {
+		rt = store.Route{Name: route, State: store.BreakerClosed}
+	}
+	if b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, ProbeIn: b.cfg.OpenMin, Opens: 1,
+		Reason: why, LastError: lastErr}) {
+		b.r.log.Warn("circuit breaker opened: the route's events wait, PENDING and without a retry counted, until a probe gets through",
+			"route", route, "reason", why, "last_error", lastErr, "probe_in", b.cfg.OpenMin)
+	}
+	since, open := b.openSince(route)
+	return open, since
+}
+
+// probeDone records the probe's result on the route.
+func (b *breaker) probeDone(ctx context.Context, route string, k faultKind, errText string) {
+	b.mu.Lock()
+	rt, ok := b.shared[route]
+	b.mu.Unlock()
+	if !ok || rt.State != store.BreakerHalfOpen || rt.ProbeBy != b.r.cfg.RelayID {
+		return // an operator or another relay moved it meanwhile
+	}
+	switch k {
+	case attemptOK:
+		down := time.Duration(0)
+		if !rt.OpenedAt.IsZero() {
+			b.mu.Lock()
+			down = b.dbNow().Sub(rt.OpenedAt).Round(time.Millisecond)
+			b.mu.Unlock()
+		}
+		if b.change(ctx, rt, store.RouteChange{To: store.BreakerClosed, Reason: "probe delivered"}) {
+			b.r.log.Info("circuit breaker closed: the probe got through; the route's events flow again",
+				"route", route, "down_for", down, "opens", rt.Opens)
+		}
+	case attemptFault:
+		next := b.probeWait(rt.Opens + 1)
+		if b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, ProbeIn: next, Opens: rt.Opens + 1,
+			Reason: "probe failed", LastError: errText}) {
+			b.r.log.Warn("circuit breaker probe failed: the route stays open", "route", route,
+				"open_since", rt.OpenedAt, "next_probe_in", next, "last_error", errText)
+		}
+	default: // the probe was not sent or was cut short: probe again soon
+		b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, Opens: rt.Opens,
+			Reason: "probe not completed (relay stopping or event not sent)", LastError: rt.LastError})
+	}
+}
+
+// probeWait is the wait before the next probe after opens openings.
+func (b *breaker) probeWait(opens int) time.Duration {
+	d := b.cfg.OpenMin
+	for i := 1; i < opens && d < b.cfg.OpenMax; i++ {
+		d *= 2
+	}
+	return min(d, b.cfg.OpenMax)
+}
+
+// faultWindow counts a route's attempts and faults per second over the
+// window, and the faults in a row.
+type faultWindow struct {
+	buckets     []faultBucket
+	consecutive int
+}
+
+type faultBucket struct {
+	sec             int64
+	attempts, fault int
+}
+
+func (w *faultWindow) add(now time.Time, window time.Duration, fault bool) {
+	sec := now.Unix()
+	w.prune(sec, window)
+	if n := len(w.buckets); n == 0 || w.buckets[n-1].sec != sec {
+		w.buckets = append(w.buckets, faultBucket{sec: sec})
+	}
+	last := &w.buckets[len(w.buckets)-1]
+	last.attempts++
+	if fault {
+		last.fault++
+		w.consecutive++
+	} else {
+		w.consecutive = 0
+	}
+}
+
+func (w *faultWindow) prune(sec int64, window time.Duration) {
+	oldest := sec - int64(window/time.Second)
+	i := 0
+	for i < len(w.buckets) && w.buckets[i].sec <= oldest {
+		i++
+	}
+	w.buckets = w.buckets[i:]
+}
+
+func (w *faultWindow) reset() { w.buckets, w.consecutive = nil, 0 }
+
+// trips reports whether the faults call for opening, and why.
+func (w *faultWindow) trips(now time.Time, cfg BreakerConfig) (bool, string) {
+	w.prune(now.Unix(), cfg.Window)
+	if w.consecutive >= cfg.ConsecutiveFailures {
+		return true, fmt.Sprintf("%d attempts in a row met a destination fault", w.consecutive)
+	}
+	attempts, faults := 0, 0
+	for _, bk := range w.buckets {
+		attempts += bk.attempts
+		faults += bk.fault
+	}
+	if attempts >= cfg.MinAttempts && float64(faults) >= cfg.FailureRatio*float64(attempts) {
+		return true, fmt.Sprintf("%d of %d attempts within %s met a destination fault", faults, attempts, cfg.Window)
+	}
+	return false, ""
+}
+
+// breakerKey is the name a route has in the route table: the route
+// itself, or for a route longer than the table holds, its start and a
+// hash of the whole, so that two long routes never share a breaker.
+func breakerKey(route string) string {
+	if len(route) <= store.MaxRouteLen {
+		return route
+	}
+	sum := sha256.Sum256([]byte(route))
+	cut := store.MaxRouteLen - 18
+	for cut > 0 && !utf8.RuneStart(route[cut]) {
+		cut--
+	}
+	return route[:cut] + "~" + hex.EncodeToString(sum[:])[:16]
+}

@@ -1,0 +1,48 @@
+package natssink_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/sink/sinktest"
+)
+
+// TestE2EServerDownBehindBreaker stops a private JetStream server for 2
+// minutes (15 s with -short) while `outbox relay` at its default retry and
+// breaker settings drains a backlog: the route's breaker opens, nothing
+// ends FAILED, no retry is counted beyond the opening, and once the server
+// is back the backlog drains within 60 s, in order.
+func TestE2EServerDownBehindBreaker(t *testing.T) {
+	t.Parallel()
+	outage := sinktest.BrokerOutage(testenv.Short())
+	e := startEmbedded(t)
+	n := 2000
+	b := sinktest.NewBacklog(t, "brk_nats", n, sinktest.Aggregates(80, 20))
+	_, js := jsClient(t, e.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), outage+4*time.Minute)
+	defer cancel()
+	// A rate limit keeps most of the backlog waiting when the server stops.
+	relay := sinktest.StartCLI(t, append(b.RelayArgs(e.URL+"?reconnect_wait=50ms&rate=100/s"), "--poll-interval", "1s", "--batch", "100")...)
+	relay.Await(ctx, t, 20*time.Millisecond, fmt.Sprintf("%d events in the stream", n/10), func() bool {
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		defer scancel()
+		st, err := js.Stream(sctx, "OUTBOX")
+		return err == nil && st.CachedInfo().State.Msgs >= uint64(n/10)
+	})
+	e.stop()
+	down := time.Now()
+	relay.Await(ctx, t, 200*time.Millisecond, "the breaker to open", func() bool { return b.BreakerOpened(t) })
+	if err := sinktest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	relay.Wait(ctx, t)
+	b.CheckOutage(t, n, outage, time.Since(back))
+	checkDelivered(t, readStream(t, js, "OUTBOX"), b, func(typ string) string { return typ + ".events" })
+}

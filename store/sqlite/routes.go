@@ -1,0 +1,36 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/routesql"
+)
+
+var _ store.RouteStore = (*Store)(nil)
+
+// Routes implements store.RouteStore.
+func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
+	snap, err := routesql.Snapshot(ctx, s.db, routesql.SQLite, s.t)
+	return snap, s.wrap("read routes", err)
+}
+
+// ChangeRoute implements store.RouteStore: one BEGIN IMMEDIATE transaction.
+func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, error) {
+	if err := c.Validate(); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := s.writeTx(ctx, func(conn *sql.Conn, _ string) (err error) {
+		ok, err = routesql.Change(ctx, conn, routesql.SQLite, s.t, c)
+		return err
+	})
+	return ok, s.wrap("change route", err)
+}
+
+// RouteLog implements store.RouteStore.
+func (s *Store) RouteLog(ctx context.Context, route string, limit int) ([]store.RouteLogEntry, error) {
+	out, err := routesql.Log(ctx, s.db, routesql.SQLite, s.t, route, limit)
+	return out, s.wrap("read route log", err)
+}
