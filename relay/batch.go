@@ -74,6 +74,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			outcomes[i].Attempted = true
 			outcomes[i].Error = "expired before delivery: deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
 			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
+			outcomes[i].TraceID = store.TraceIDOf(ev.Headers)
 			continue
 		}
 		if st, ok := held[ev.OrderingKey()]; ok {
@@ -121,6 +122,9 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 		ev := &events[i]
 		o := &outcomes[i]
 		o.StartedAt, o.FinishedAt = b.dbTime(started), b.dbTime(finished)
+		// The headers as sent: the tracer gave them the publish span's
+		// traceparent; without a tracer, they keep the producer's.
+		o.TraceID = store.TraceIDOf(msgs[mi].Headers)
 		key := msgs[mi].OrderingKey()
 		st := aggs[key]
 		if st == nil {

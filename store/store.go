@@ -185,6 +185,11 @@ type Outcome struct {
 	Attempted bool
 	// StartedAt and FinishedAt bound the delivery attempt, in the database clock.
 	StartedAt, FinishedAt time.Time
+	// TraceID is the W3C trace id (32 lowercase hex digits) of the
+	// attempt's publish span, or of the producer's traceparent when the
+	// relay traces nothing; empty when there is none. It goes in the
+	// attempt row.
+	TraceID string
 }
 
 // CompleteRequest applies the outcomes of one claim.
@@ -271,6 +276,9 @@ type Attempt struct {
 	FinishedAt time.Time
 	Outcome    OutcomeKind
 	Error      string
+	// TraceID is the W3C trace id the attempt was sent under (see
+	// Outcome.TraceID); empty for sweeper and operator rows.
+	TraceID string
 }
 
 // DeadLetter is one row of the dead-letter table.
@@ -329,4 +337,31 @@ func (f ListFilter) Normalize() ListFilter {
 		f.Limit = 1000
 	}
 	return f
+}
+
+// TraceIDOf returns the trace id of a W3C traceparent header value
+// ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"), or "" when the
+// value is missing or malformed or the trace id is all zeros.
+func TraceIDOf(headers map[string]string) string {
+	tp := headers["traceparent"]
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' {
+		return ""
+	}
+	id := tp[3:35]
+	zero := true
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return ""
+		}
+		if c != '0' {
+			zero = false
+		}
+	}
+	if zero {
+		return ""
+	}
+	return id
 }

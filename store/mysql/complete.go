@@ -393,19 +393,23 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		}
 		started, startedArg := at(o.StartedAt)
 		finished, finishedArg := at(o.FinishedAt)
-		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?)")
+		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?,?)")
 		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.TruncateRunes(req.RelayID, 200))
 		for _, a := range []any{startedArg, finishedArg} {
 			if a != nil {
 				args = append(args, a)
 			}
 		}
-		args = append(args, msg)
+		var traceID any
+		if o.TraceID != "" {
+			traceID = o.TraceID
+		}
+		args = append(args, msg, traceID)
 		n++
 	}
 	if n == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
+	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+", trace_id) VALUES "+b.String(), args...)
 	return err
 }

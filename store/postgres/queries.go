@@ -157,8 +157,8 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.pa
 const completeSQL = `
 WITH i AS (
     SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bigint[],
-                         $9::bool[], $10::bool[], $11::int[], $12::timestamptz[], $13::timestamptz[])
-        AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at)
+                         $9::bool[], $10::bool[], $11::int[], $12::timestamptz[], $13::timestamptz[], $14::text[])
+        AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at, trace_id)
 ),
 u AS (
     UPDATE {t} o SET
@@ -199,11 +199,12 @@ dfr AS (
       AND o.id > r.id AND o.status = 'PENDING' AND o.available_at < r.available_at
 ),
 att AS (
-    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
     SELECT i.event_id, $1::uuid, i.kind, i.id, i.attempt, $2, i.started_at, i.finished_at,
         CASE WHEN u.id IS NULL
             THEN concat_ws('; ', NULLIF(i.err, ''), 'lease lost before the mark: the row was not changed')
-            ELSE NULLIF(left(i.err, 2000), '') END
+            ELSE NULLIF(left(i.err, 2000), '') END,
+        NULLIF(i.trace_id, '')
     FROM i LEFT JOIN u ON u.id = i.id
     WHERE i.attempted
     ON CONFLICT DO NOTHING

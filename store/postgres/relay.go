@@ -139,6 +139,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	attempt := make([]int32, n)
 	started := make([]time.Time, n)
 	finished := make([]time.Time, n)
+	traceIDs := make([]string, n)
 	for i, o := range req.Outcomes {
 		ids[i] = o.ID
 		eventIDs[i] = o.EventID.String()
@@ -150,12 +151,13 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		attempt[i] = int32(o.Attempt)
 		started[i] = o.StartedAt
 		finished[i] = o.FinishedAt
+		traceIDs[i] = o.TraceID
 	}
 	applied := make(map[int64]bool, n)
 	err := retrySerialization(ctx, func() error {
 		clear(applied)
 		rows, err := s.pool.Query(ctx, s.q.complete, req.Token, req.RelayID, req.FailedBlocks,
-			ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished)
+			ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs)
 		if err != nil {
 			return err
 		}

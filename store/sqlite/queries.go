@@ -196,10 +196,10 @@ WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDIN
 // insertAttemptsSQL writes one attempt row per element of ?3 (claim token
 // ?1, relay ?2); a replay conflicts and writes nothing.
 const insertAttemptsSQL = `
-INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
 SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
     json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
-    json_extract(value, '$.error')
+    json_extract(value, '$.error'), json_extract(value, '$.trace_id')
 FROM json_each(?3) WHERE true
 ON CONFLICT DO NOTHING`
 

@@ -284,6 +284,7 @@ type attemptItem struct {
 	Started  string  `json:"started"`
 	Finished string  `json:"finished"`
 	Error    *string `json:"error"`
+	TraceID  *string `json:"trace_id"`
 }
 
 // appliedRow is a row completeUpdateSQL changed.
@@ -416,6 +417,9 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			}
 			if msg != "" {
 				a.Error = &msg
+			}
+			if o.TraceID != "" {
+				a.TraceID = &o.TraceID
 			}
 			atts = append(atts, a)
 		}

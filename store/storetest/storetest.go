@@ -49,6 +49,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
 	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
+	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
