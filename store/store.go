@@ -124,7 +124,19 @@ type ClaimRequest struct {
 	// and holds back a later event itself if an earlier one fails. Stores
 	// without Features.ClaimBehindOwn ignore it (the relay then sends none).
 	Own []string
+	// StrictFIFO turns earliest-deadline-first off: the claim's window is
+	// the first Limit due events in (available_at, id) order alone.
+	StrictFIFO bool
+	// FIFOShare is the part of Limit (above 0, at most 1) whose window is
+	// taken in plain (available_at, id) order; the rest of the window is
+	// the due PENDING events with the nearest deadlines. 0 means
+	// DefaultFIFOShare. See FIFOSlots.
+	FIFOShare float64
 }
+
+// DefaultFIFOShare is the part of each claim taken in plain id order when
+// earliest-deadline-first is on.
+const DefaultFIFOShare = 0.5
 
 // Claim is a batch of events under one claim token.
 type Claim struct {

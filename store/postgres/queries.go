@@ -45,8 +45,14 @@ func buildQueries(t store.Tables) queries {
 
 // claimSQL claims a batch in one statement.
 //
-//	win: the window, the first $LIMIT due PENDING rows in (available_at, id)
-//	     order; w: the aggregates they belong to, oldest first.
+//	win: the window: fifo, the first $LIMIT due PENDING rows in
+//	     (available_at, id) order, and edf, the $EDF due PENDING rows with
+//	     the nearest deadlines (earliest deadline first; $EDF is 0 for
+//	     strict FIFO). prio is 0 for the first $FIFO rows of fifo and for
+//	     edf, 1 for the rest of fifo; w: the aggregates they belong to,
+//	     oldest first, with their best prio. At most $LIMIT aggregates have
+//	     prio 0, so each of them gets its head claimed (c0 orders by pos,
+//	     then prio); the prio 1 ones fill what is left.
 //	r:   for each such aggregate, its first unfinished rows in id order (FAILED
 //	     counts when $4), about a fair share of $LIMIT per aggregate. The first
 //	     is the aggregate's head.
@@ -73,26 +79,41 @@ func buildQueries(t store.Tables) queries {
 // always a primary-key lookup: a plan cached while the table was empty
 // cannot turn it into a scan of every pending row.
 const claimSQL = `
-WITH win AS MATERIALIZED (
+WITH fifo AS MATERIALIZED (
     SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
     WHERE status = 'PENDING' AND available_at <= now()
     ORDER BY available_at, id
     LIMIT $LIMIT
 ),
+edf AS MATERIALIZED (
+    SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
+    WHERE status = 'PENDING' AND expires_at IS NOT NULL AND available_at <= now()
+    ORDER BY expires_at, id
+    LIMIT $EDF
+),
+win AS MATERIALIZED (
+    SELECT id, aggregate_type, aggregate_id, available_at, min(prio) AS prio FROM (
+        SELECT id, aggregate_type, aggregate_id, available_at,
+            CASE WHEN row_number() OVER (ORDER BY available_at, id) <= $FIFO THEN 0 ELSE 1 END AS prio
+        FROM fifo
+        UNION ALL
+        SELECT id, aggregate_type, aggregate_id, available_at, 0 FROM edf
+    ) x GROUP BY id, aggregate_type, aggregate_id, available_at
+),
 w AS MATERIALIZED (
-    SELECT row_number() OVER () AS agg_no, g.aggregate_type, g.aggregate_id, g.first_due,
+    SELECT row_number() OVER () AS agg_no, g.aggregate_type, g.aggregate_id, g.first_due, g.prio,
         CASE WHEN cardinality($4::uuid[]) > 0 THEN
             (SELECT max(m.id) FROM {t} m
               WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
                 AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[]))
         END AS last_mine
-    FROM (SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM win GROUP BY 1, 2) g
+    FROM (SELECT aggregate_type, aggregate_id, min(available_at) AS first_due, min(prio) AS prio FROM win GROUP BY 1, 2) g
 ),
 per AS (
     SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
 ),
 r AS MATERIALIZED (
-    SELECT w.agg_no, w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
+    SELECT w.agg_no, w.aggregate_type, w.aggregate_id, w.first_due, w.prio, x.id, x.status, x.available_at, x.ok,
         row_number() OVER run AS pos,
         sum(CASE WHEN (x.ok AND x.id > COALESCE(w.last_mine, 0)) OR x.mine THEN 0 ELSE 1 END) OVER run AS bad
     FROM w CROSS JOIN per CROSS JOIN LATERAL (
@@ -111,7 +132,7 @@ r AS MATERIALIZED (
 c0 AS (
     SELECT id, agg_no FROM r
     WHERE bad = 0 AND ok
-    ORDER BY pos, first_due, id
+    ORDER BY pos, prio, first_due, id
     LIMIT $LIMIT
 ),
 c AS MATERIALIZED (

@@ -38,7 +38,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		// on every poll. After a full batch the next claim is planned afresh.
 		// Either way the claim is one round trip: the transaction's four
 		// statements travel as one pgx batch.
-		claimSQL := s.claimSQL(req.Limit)
+		claimSQL := s.claimSQL(req)
 		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
 		var (
 			rows pgx.Rows
@@ -111,15 +111,18 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	return c, nil
 }
 
-// claimSQL returns the claim statement for a batch size: the limit is a
-// literal so that the planner sizes the window right, and the rendered
-// text is kept, since a relay asks for the same size every time.
-func (s *Store) claimSQL(limit int) string {
-	if q, ok := s.claimByLimit.Load(limit); ok {
+// claimSQL returns the claim statement for a batch size and its split
+// between id order and nearest deadline (store.ClaimRequest.FIFOSlots):
+// they are literals so that the planner sizes the window right, and the
+// rendered text is kept, since a relay asks for the same sizes every time.
+func (s *Store) claimSQL(req store.ClaimRequest) string {
+	fifo, edf := req.FIFOSlots()
+	key := [3]int{req.Limit, fifo, edf}
+	if q, ok := s.claimByLimit.Load(key); ok {
 		return q.(string)
 	}
-	q := strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(limit))
-	s.claimByLimit.Store(limit, q)
+	q := strings.NewReplacer("$LIMIT", strconv.Itoa(req.Limit), "$FIFO", strconv.Itoa(fifo), "$EDF", strconv.Itoa(edf)).Replace(s.q.claim)
+	s.claimByLimit.Store(key, q)
 	return q
 }
 

@@ -41,7 +41,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	err := s.writeTx(ctx, func(conn *sql.Conn, now string) error {
 		c.Events = nil
 		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
-		plan, err := s.planClaim(ctx, conn, now, req.Limit, req.FailedBlocks)
+		plan, err := s.planClaim(ctx, conn, now, req)
 		if err != nil {
 			return err
 		}
@@ -116,6 +116,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 // aggregate with due work.
 type runRow struct {
 	aggType, aggID, firstDue string
+	prio                     int // 0: the aggregate is in the window's FIFO share or its deadline part
 	id                       int64
 	status, availableAt      string
 	ok                       bool // PENDING and due
@@ -144,20 +145,22 @@ type claimPlan struct {
 // and, for a head that is not claimable, what it holds back: the rows behind
 // a head in backoff take its available_at, the rows behind a FAILED head
 // become BLOCKED, so that neither crowds the next window.
-func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit int, failedBlocks bool) (claimPlan, error) {
+func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, req store.ClaimRequest) (claimPlan, error) {
 	var plan claimPlan
+	limit := req.Limit
 	window, err := s.claimWindow(ctx, conn, now, limit)
 	if err != nil {
 		return plan, err
 	}
-	rows, err := conn.QueryContext(ctx, s.q.claimRuns, now, limit, failedBlocks)
+	fifo, edf := req.FIFOSlots()
+	rows, err := conn.QueryContext(ctx, s.q.claimRuns, now, limit, req.FailedBlocks, fifo, edf)
 	if err != nil {
 		return plan, err
 	}
 	var rs []runRow
 	for rows.Next() {
 		var r runRow
-		if err := rows.Scan(&r.aggType, &r.aggID, &r.firstDue, &r.id, &r.status, &r.availableAt, &r.ok); err != nil {
+		if err := rows.Scan(&r.aggType, &r.aggID, &r.firstDue, &r.prio, &r.id, &r.status, &r.availableAt, &r.ok); err != nil {
 			rows.Close()
 			return plan, err
 		}
@@ -168,9 +171,9 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 		return plan, err
 	}
 	type candidate struct {
-		pos      int
-		firstDue string
-		id       int64
+		pos, prio int
+		firstDue  string
+		id        int64
 	}
 	var cands []candidate
 	for start := 0; start < len(rs); {
@@ -183,7 +186,7 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 			if !r.ok {
 				break
 			}
-			cands = append(cands, candidate{pos: pos + 1, firstDue: r.firstDue, id: r.id})
+			cands = append(cands, candidate{pos: pos + 1, prio: r.prio, firstDue: r.firstDue, id: r.id})
 		}
 		head := run[0]
 		// The window's rows of a held aggregate (all PENDING and due) are
@@ -215,6 +218,9 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 		a, b := cands[i], cands[j]
 		if a.pos != b.pos {
 			return a.pos < b.pos
+		}
+		if a.prio != b.prio {
+			return a.prio < b.prio
 		}
 		if a.firstDue != b.firstDue {
 			return a.firstDue < b.firstDue

@@ -17,6 +17,11 @@ func RunDeadlines(t *testing.T, newHarness Factory) {
 		fn   func(*testing.T, *Harness)
 	}{
 		{"AttemptKeepsTraceID", testAttemptTraceID},
+		{"EDFClaimShare", testEDFClaimShare},
+		{"EDFKeepsAggregateOrder", testEDFKeepsAggregateOrder},
+		{"EDFFairness", testEDFFairness},
+		{"EDFMeetsDeadlinesUnderBacklog", testEDFMeetsDeadlines},
+		{"StrictFIFOMissesDeadlinesUnderBacklog", testStrictFIFOMissesDeadlines},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,6 @@
 -- Deadlines as a feature: the compensating event of an event that ends
--- EXPIRED, the trace id of each attempt, and the index the earliest-deadline-
--- first part of the claim reads.
+-- EXPIRED and the trace id of each attempt. The earliest-deadline-first
+-- part of the claim reads the expiry index of 00001.
 
 -- +goose Up
 SET LOCAL lock_timeout = '10s';
@@ -11,12 +11,8 @@ ALTER TABLE "{{.Outbox}}" ADD COLUMN IF NOT EXISTS on_expired JSON;
 -- The W3C trace id (32 hex digits) of the attempt's publish span, or of the
 -- producer's traceparent when the relay traces nothing.
 ALTER TABLE "{{.Attempts}}" ADD COLUMN IF NOT EXISTS trace_id VARCHAR(32);
--- The claim takes part of each batch by nearest deadline among due PENDING rows.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_deadline_idx"
-    ON "{{.Outbox}}" (expires_at, id) WHERE status = 'PENDING' AND expires_at IS NOT NULL;
 
 -- +goose Down
 SET LOCAL lock_timeout = '10s';
-DROP INDEX IF EXISTS "{{.Outbox}}_deadline_idx";
 ALTER TABLE "{{.Attempts}}" DROP COLUMN IF EXISTS trace_id;
 ALTER TABLE "{{.Outbox}}" DROP COLUMN IF EXISTS on_expired;

@@ -1,6 +1,6 @@
 -- Deadlines as a feature: the compensating event of an event that ends
--- EXPIRED, the trace id of each attempt, and the index the earliest-deadline-
--- first part of the claim reads.
+-- EXPIRED and the trace id of each attempt. The earliest-deadline-first
+-- part of the claim reads the expiry index of 00001.
 --
 -- goose runs this file in a transaction: it must not contain PRAGMAs.
 
@@ -11,11 +11,7 @@ ALTER TABLE "{{.Outbox}}" ADD COLUMN on_expired TEXT CHECK (on_expired IS NULL O
 -- The W3C trace id (32 hex digits) of the attempt's publish span, or of the
 -- producer's traceparent when the relay traces nothing.
 ALTER TABLE "{{.Attempts}}" ADD COLUMN trace_id TEXT;
--- The claim takes part of each batch by nearest deadline among due PENDING rows.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_deadline_idx"
-    ON "{{.Outbox}}" (expires_at, id) WHERE status = 'PENDING' AND expires_at IS NOT NULL;
 
 -- +goose Down
-DROP INDEX IF EXISTS "{{.Outbox}}_deadline_idx";
 ALTER TABLE "{{.Attempts}}" DROP COLUMN trace_id;
 ALTER TABLE "{{.Outbox}}" DROP COLUMN on_expired;
