@@ -151,7 +151,16 @@ func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteR
 			return err
 		}
 	}
-	return s.insertAttempts(ctx, tx, req, applied, now)
+	if err := s.insertAttempts(ctx, tx, req, applied, now); err != nil {
+		return err
+	}
+	var expired []int64
+	for _, r := range mine {
+		if byID[r.id].Kind == store.Expired {
+			expired = append(expired, r.id)
+		}
+	}
+	return s.compensateExpired(ctx, tx, expired, now, req.RelayID)
 }
 
 // follow is the first retried row of an aggregate in a completion and the

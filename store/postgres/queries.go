@@ -9,7 +9,7 @@ import (
 
 // queries holds the SQL of the hot path, with the table names rendered in.
 type queries struct {
-	claim, complete                               string
+	claim, complete, completeExpiring             string
 	reap, expire, block, unblock                  string
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
@@ -29,17 +29,18 @@ func placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 func buildQueries(t store.Tables) queries {
 	return queries{
-		claim:           render(t, claimSQL),
-		complete:        render(t, completeSQL),
-		reap:            render(t, reapSQL),
-		expire:          render(t, expireSQL),
-		block:           render(t, blockSQL),
-		unblock:         render(t, unblockSQL),
-		countMovable:    render(t, countMovableSQL),
-		stats:           render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
-		oldestPending:   render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
-		blockedAg:       render(t, blockedAggregatesSQL),
-		deadLetterCount: render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+		claim:            render(t, claimSQL),
+		complete:         render(t, completeSQL),
+		completeExpiring: render(t, strings.TrimSuffix(completeSQL, "\nSELECT id FROM u")+completeExpiringTail),
+		reap:             render(t, reapSQL),
+		expire:           render(t, expireSQL),
+		block:            render(t, blockSQL),
+		unblock:          render(t, unblockSQL),
+		countMovable:     render(t, countMovableSQL),
+		stats:            render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
+		oldestPending:    render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
+		blockedAg:        render(t, blockedAggregatesSQL),
+		deadLetterCount:  render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
 	}
 }
 
@@ -199,7 +200,7 @@ u AS (
     FROM i
     WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = $1::uuid
     RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-        o.retry_count, o.status, o.available_at, i.kind, i.err
+        o.retry_count, o.status, o.available_at, i.kind, i.err, o.expires_at, o.on_expired
 ),
 dl AS (
     INSERT INTO {dl} (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason)
@@ -232,6 +233,15 @@ att AS (
 )
 SELECT id FROM u`
 
+// completeExpiringTail replaces the last line of completeSQL for a batch
+// with EXPIRED outcomes: the applied rows come back as expiredColumns, the
+// payload and headers only for rows with a compensating event to enqueue.
+const completeExpiringTail = `
+SELECT id, event_id, aggregate_type, aggregate_id, event_type,
+    CASE WHEN c THEN payload END, CASE WHEN c THEN headers END, expires_at, retry_count,
+    CASE WHEN c THEN on_expired END
+FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u`
+
 // reapSQL returns PROCESSING rows whose lease ended to PENDING, keeping
 // retry_count, and audits each with the claim token it had.
 const reapSQL = `
@@ -256,7 +266,9 @@ att AS (
 )
 SELECT count(*) FROM u`
 
-// expireSQL ends waiting events past their deadline.
+// expireSQL ends waiting events past their deadline and returns them
+// (expiredColumns), for their compensating events to be enqueued in the
+// same transaction.
 const expireSQL = `
 WITH r AS (
     SELECT id, event_id, retry_count, expires_at FROM {t}
@@ -269,14 +281,15 @@ u AS (
         last_error = 'expired before delivery: deadline was ' ||
             to_char(r.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
     FROM r WHERE o.id = r.id
-    RETURNING o.id, o.event_id, o.retry_count, o.last_error
+    RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+        o.expires_at, o.retry_count, o.on_expired, o.last_error
 ),
 att AS (
     INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
     SELECT u.event_id, gen_random_uuid(), 'EXPIRED', u.id, u.retry_count + 1, $2, now(), now(), u.last_error
     FROM u
 )
-SELECT count(*) FROM u`
+SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired FROM u`
 
 // blockSQL moves PENDING events that wait behind a FAILED event of their
 // aggregate to BLOCKED.

@@ -157,10 +157,34 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		traceIDs[i] = o.TraceID
 	}
 	applied := make(map[int64]bool, n)
+	args := []any{req.Token, req.RelayID, req.FailedBlocks,
+		ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs}
+	if hasExpired(req.Outcomes) {
+		// An EXPIRED event may have a compensating event to enqueue: in
+		// the transaction of the move, so that it exists if and only if
+		// the event ended EXPIRED.
+		err := retrySerialization(ctx, func() error {
+			clear(applied)
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				rows, err := tx.Query(ctx, s.q.completeExpiring, args...)
+				if err != nil {
+					return err
+				}
+				xs, err := scanApplied(rows, applied)
+				if err != nil {
+					return err
+				}
+				return s.compensate(ctx, tx, xs, req.RelayID)
+			})
+		})
+		if err != nil {
+			return store.CompleteResult{}, s.wrap("complete", err)
+		}
+		return store.NewCompleteResult(req.Outcomes, applied), nil
+	}
 	err := retrySerialization(ctx, func() error {
 		clear(applied)
-		rows, err := s.pool.Query(ctx, s.q.complete, req.Token, req.RelayID, req.FailedBlocks,
-			ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs)
+		rows, err := s.pool.Query(ctx, s.q.complete, args...)
 		if err != nil {
 			return err
 		}
@@ -180,6 +204,34 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
+// hasExpired reports whether any outcome is EXPIRED.
+func hasExpired(outs []store.Outcome) bool {
+	for i := range outs {
+		if outs[i].Kind == store.Expired {
+			return true
+		}
+	}
+	return false
+}
+
+// scanApplied reads completeExpiring's rows: every applied id goes in
+// applied, and the EXPIRED ones with a compensating event are returned.
+func scanApplied(rows pgx.Rows, applied map[int64]bool) ([]store.ExpiredEvent, error) {
+	defer rows.Close()
+	var xs []store.ExpiredEvent
+	for rows.Next() {
+		x, err := scanExpiredRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		applied[x.ID] = true
+		if x.OnExpired != nil {
+			xs = append(xs, x)
+		}
+	}
+	return xs, rows.Err()
+}
+
 // Sweep implements store.Store.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
 	req = req.Normalize()
@@ -190,7 +242,7 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 		case store.SweepReap:
 			query, args = s.q.reap, []any{req.Limit, req.RelayID}
 		case store.SweepExpire:
-			query, args = s.q.expire, []any{req.Limit, req.RelayID}
+			return s.expirePage(ctx, req)
 		case store.SweepBlock:
 			query, args = s.q.block, []any{req.Limit}
 		case store.SweepUnblock:

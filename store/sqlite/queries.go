@@ -19,7 +19,7 @@ type queries struct {
 	completeUpdate, deadLetter, blockAfter, deferFrom string
 	insertAttempts                                    string
 	reapSelect, reapUpdate, audit                     string
-	expire, block, unblock                            string
+	expire, block, unblock, expiredRows               string
 	countMovable, stats, oldestPending, blockedAg     string
 	deadLetterCount                                   string
 }
@@ -54,6 +54,7 @@ func buildQueries(t store.Tables) queries {
 		reapUpdate:      render(t, reapUpdateSQL),
 		audit:           render(t, auditSQL),
 		expire:          render(t, expireSQL),
+		expiredRows:     render(t, expiredRowsSQL),
 		block:           render(t, blockSQL),
 		unblock:         render(t, unblockSQL),
 		countMovable:    render(t, countMovableSQL),
@@ -256,7 +257,7 @@ WHERE id IN (
     SELECT id FROM {t}
     WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= ?1
     ORDER BY expires_at LIMIT ?2)
-RETURNING id, event_id, retry_count, last_error`
+RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired, last_error`
 
 // blockSQL moves a page (?1) of PENDING events that wait behind a FAILED
 // event of their aggregate to BLOCKED.

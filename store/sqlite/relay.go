@@ -438,7 +438,26 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 				return err
 			}
 		}
-		return nil
+		// Compensating events of the rows this completion moved to
+		// EXPIRED, in the same transaction.
+		var expiredIDs []int64
+		for _, r := range rowsChanged {
+			if r.status == string(outbox.StatusExpired) {
+				expiredIDs = append(expiredIDs, r.id)
+			}
+		}
+		if len(expiredIDs) == 0 {
+			return nil
+		}
+		rows, err = conn.QueryContext(ctx, s.q.expiredRows, int64sJSON(expiredIDs))
+		if err != nil {
+			return err
+		}
+		xs, _, err := scanExpired(rows)
+		if err != nil {
+			return err
+		}
+		return s.compensate(ctx, conn, now, xs, req.RelayID)
 	})
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", err)
@@ -533,6 +552,7 @@ func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit i
 		id, retries int64
 		eventID     string
 		lastError   string
+		comp        *store.ExpiredEvent
 	}
 	rows, err := c.QueryContext(ctx, s.q.expire, now, limit)
 	if err != nil {
@@ -540,10 +560,28 @@ func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit i
 	}
 	var es []expired
 	for rows.Next() {
-		var e expired
-		if err := rows.Scan(&e.id, &e.eventID, &e.retries, &e.lastError); err != nil {
+		var (
+			e                                     expired
+			aggType, aggID, evType, payload, hdrs string
+			expiresAt, onExpired                  sql.NullString
+		)
+		if err := rows.Scan(&e.id, &e.eventID, &aggType, &aggID, &evType, &payload, &hdrs, &expiresAt,
+			&e.retries, &onExpired, &e.lastError); err != nil {
 			rows.Close()
 			return 0, err
+		}
+		if onExpired.Valid {
+			x := store.ExpiredEvent{ID: e.id, AggregateType: aggType, AggregateID: aggID, EventType: evType,
+				Payload: json.RawMessage(payload), Headers: store.DecodeHeaders([]byte(hdrs)),
+				Attempt: int(e.retries) + 1, OnExpired: []byte(onExpired.String)}
+			if x.EventID, err = outbox.ParseEventID(e.eventID); err == nil {
+				x.ExpiresAt, err = parseNullTime(expiresAt)
+			}
+			if err != nil {
+				rows.Close()
+				return 0, err
+			}
+			e.comp = &x
 		}
 		es = append(es, e)
 	}
@@ -551,11 +589,18 @@ func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit i
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
+	var xs []store.ExpiredEvent
 	for _, e := range es {
 		if _, err := c.ExecContext(ctx, s.q.audit, e.eventID, uuid.NewString(), string(store.Expired), e.id,
 			e.retries+1, relay, now, e.lastError); err != nil {
 			return 0, err
 		}
+		if e.comp != nil {
+			xs = append(xs, *e.comp)
+		}
+	}
+	if err := s.compensate(ctx, c, now, xs, relay); err != nil {
+		return 0, err
 	}
 	return int64(len(es)), nil
 }

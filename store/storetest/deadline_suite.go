@@ -22,6 +22,10 @@ func RunDeadlines(t *testing.T, newHarness Factory) {
 		{"EDFFairness", testEDFFairness},
 		{"EDFMeetsDeadlinesUnderBacklog", testEDFMeetsDeadlines},
 		{"StrictFIFOMissesDeadlinesUnderBacklog", testStrictFIFOMissesDeadlines},
+		{"CompensationBySweeper", testCompensationBySweeper},
+		{"CompensationByComplete", testCompensationByComplete},
+		{"CompensationThroughRelay", testCompensationThroughRelay},
+		{"OnExpiredBadInput", testOnExpiredBadInput},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
