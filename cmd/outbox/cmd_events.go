@@ -156,6 +156,9 @@ func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventI
 	if r.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
 	}
+	if id := r.Headers[outbox.HeaderCompensates]; id != "" {
+		fmt.Fprintf(tw, "compensates\t%s (it expired)\n", id)
+	}
 	fmt.Fprintf(tw, "payload\t%s\n", short(string(r.Payload), 200))
 	if err := tw.Flush(); err != nil {
 		return err
