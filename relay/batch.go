@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -157,6 +158,10 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		// An earlier event of this aggregate was not delivered: this one
 		// waits for it, whatever the sink said.
 		o.Kind, o.RetryIn, o.Block, o.Attempted = store.Released, st.retryIn, st.block, attempted
+	case errors.Is(err, sink.ErrNotEnoughTimeLeft):
+		// The route's min_time_left: too late to be worth sending.
+		o.Kind, o.Attempted = store.Expired, true
+		o.Error = "expired unsent: " + o.Error
 	case !deadline.IsZero() && !finished.Before(deadline):
 		o.Kind, o.Attempted = store.Expired, true
 		o.Error = "expired during delivery: " + o.Error

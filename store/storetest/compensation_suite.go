@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -266,4 +267,57 @@ func testOnExpiredBadInput(t *testing.T, h *Harness) {
 	if n := countStatus(t, h.Store, outbox.StatusPending); n != 0 {
 		t.Fatalf("refused events wrote %d rows", n)
 	}
+}
+
+// testMinTimeLeft: a route with min_time_left=2s never sends an event with
+// 1 s left: it ends EXPIRED with the reason, and its compensating event
+// goes out instead; an event with time to spare is delivered.
+func testMinTimeLeft(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	short := withCompensation(ev("mtl-short", 1), "")
+	short.ExpiresAt, short.TTL = time.Time{}, time.Second
+	long := ev("mtl-long", 1)
+	long.TTL = time.Minute
+	ids := enqueue(t, h, short, long)
+	rec := &Recorder{}
+	limited, err := sink.Limit(rec, sink.LimitConfig{Default: sink.Limits{MinTimeLeft: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(t, testConfig(h, limited, "mtl"))
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	compID := store.CompensationID(ids[0])
+	waitFor(t, 30*time.Second, "both events and the compensation to be final", func() (bool, error) {
+		for _, id := range []outbox.EventID{ids[0], ids[1], compID} {
+			r, err := h.Store.GetEvent(ctx, id)
+			if err != nil {
+				return false, nil // the compensation may not exist yet
+			}
+			if !r.Status.Final() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	delivered := map[outbox.EventID]bool{}
+	for _, d := range rec.Deliveries() {
+		delivered[d.EventID] = true
+	}
+	if delivered[ids[0]] || !delivered[ids[1]] || !delivered[compID] {
+		t.Fatalf("delivered: 1 s left %v, 1 min left %v, compensation %v; want false, true, true", delivered[ids[0]], delivered[ids[1]], delivered[compID])
+	}
+	rec0, err := h.Store.GetEvent(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec0.Status != outbox.StatusExpired || !strings.Contains(rec0.LastError, "not enough time left: ") || !strings.Contains(rec0.LastError, " s < 2 s") {
+		t.Fatalf("the event with 1 s left: %s %q; want EXPIRED with \"not enough time left: ... s < 2 s\"", rec0.Status, rec0.LastError)
+	}
+	checkCompensated(t, h, "mtl-short", ids[0], "")
 }

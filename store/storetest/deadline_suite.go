@@ -26,6 +26,7 @@ func RunDeadlines(t *testing.T, newHarness Factory) {
 		{"CompensationByComplete", testCompensationByComplete},
 		{"CompensationThroughRelay", testCompensationThroughRelay},
 		{"OnExpiredBadInput", testOnExpiredBadInput},
+		{"MinTimeLeftNeverSendsTooLate", testMinTimeLeft},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
