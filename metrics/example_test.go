@@ -49,6 +49,6 @@ func Example() {
 	fmt.Println(strings.Contains(rec.Body.String(), `outbox_relay_info{relay_id="`+id+`",version="v1.2.3"} 1`))
 	// Output:
 	// 200 ok
-	// 200 {"ready":true,"database":"reachable","schema":"at version 1 of 1","sink":"reached"}
+	// 200 {"ready":true,"database":"reachable","schema":"at version 4 of 4","sink":"reached"}
 	// true
 }

@@ -138,13 +138,22 @@ ORDER BY b.aggregate_type, b.aggregate_id, o.id`
 // sort them, the whole backlog on every claim.
 const waitingWithDeadline = `status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL`
 
-// claimWindowSQL lists the window's rows (?1 now, ?2 the limit), so that a
-// claim can clear from it the rows it cannot take.
+// claimWindowSQL lists the window's rows (?1 now, ?2 the limit, ?3 the
+// deadline slots: f and e of claimRunsSQL), so that a claim can clear from
+// it the rows it cannot take.
 const claimWindowSQL = `
-SELECT id, aggregate_type, aggregate_id FROM {t}
-WHERE status = 'PENDING' AND available_at <= ?1
-ORDER BY available_at, id
-LIMIT ?2`
+SELECT id, aggregate_type, aggregate_id FROM (
+    SELECT id, aggregate_type, aggregate_id FROM {t}
+    WHERE status = 'PENDING' AND available_at <= ?1
+    ORDER BY available_at, id
+    LIMIT ?2)
+UNION
+SELECT id, aggregate_type, aggregate_id FROM (
+    SELECT id, aggregate_type, aggregate_id FROM {t} INDEXED BY {expiry_idx}
+    WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
+    ORDER BY expires_at, id
+    LIMIT ?3)
+ORDER BY id`
 
 // claimDeferSQL gives the PENDING rows of ?1 (JSON ids, rows behind a head
 // in backoff) the head's available_at ?2, so that they leave the window.

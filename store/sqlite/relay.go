@@ -148,11 +148,11 @@ type claimPlan struct {
 func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, req store.ClaimRequest) (claimPlan, error) {
 	var plan claimPlan
 	limit := req.Limit
-	window, err := s.claimWindow(ctx, conn, now, limit)
+	fifo, edf := req.FIFOSlots()
+	window, err := s.claimWindow(ctx, conn, now, limit, edf)
 	if err != nil {
 		return plan, err
 	}
-	fifo, edf := req.FIFOSlots()
 	rows, err := conn.QueryContext(ctx, s.q.claimRuns, now, limit, req.FailedBlocks, fifo, edf)
 	if err != nil {
 		return plan, err
@@ -240,8 +240,8 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, req s
 type aggregateKey struct{ aggType, aggID string }
 
 // claimWindow returns the window's row ids by aggregate.
-func (s *Store) claimWindow(ctx context.Context, conn *sql.Conn, now string, limit int) (map[aggregateKey][]int64, error) {
-	rows, err := conn.QueryContext(ctx, s.q.claimWindow, now, limit)
+func (s *Store) claimWindow(ctx context.Context, conn *sql.Conn, now string, limit, edf int) (map[aggregateKey][]int64, error) {
+	rows, err := conn.QueryContext(ctx, s.q.claimWindow, now, limit, edf)
 	if err != nil {
 		return nil, err
 	}
