@@ -30,6 +30,7 @@ func RunDeadlines(t *testing.T, newHarness Factory) {
 		{name: "CompensationThroughRelay", fn: testCompensationThroughRelay},
 		{name: "OnExpiredBadInput", fn: testOnExpiredBadInput},
 		{name: "MinTimeLeftNeverSendsTooLate", fn: testMinTimeLeft},
+		{name: "RestartReport", fn: testRestartReport},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -342,4 +344,74 @@ func testStrictFIFOMissesDeadlines(t *testing.T, h *Harness) {
 	if expired <= edfUrgent/2 {
 		t.Errorf("EDF off: only %d of %d urgent events expired (%d met their deadline); want most, as they wait behind the backlog", expired, edfUrgent, met)
 	}
+}
+
+// routedRecorder is a Recorder whose routes are the aggregate type's
+// default destination ("payment.events").
+type routedRecorder struct{ *Recorder }
+
+func (routedRecorder) Destination(m *outbox.Message) string { return m.AggregateType + ".events" }
+
+// testRestartReport: what passed its deadline while no relay ran is
+// reported once when a relay starts: the count, the oldest and newest
+// deadline, and the routes; events with time left are not counted.
+func testRestartReport(t *testing.T, h *Harness) {
+	rep, ok := h.Store.(store.OverdueReporter)
+	if !ok {
+		t.Skip("the store does not implement store.OverdueReporter")
+	}
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	var events []outbox.Event
+	for i := range 3 {
+		e := ev(fmt.Sprintf("rr-%d", i), 1)
+		e.ExpiresAt = base.Add(time.Duration(i) * time.Minute)
+		events = append(events, e)
+	}
+	m := ev("rr-m", 1)
+	m.AggregateType, m.EventType, m.ExpiresAt = "merchant", "MerchantNotified", base.Add(30*time.Minute)
+	future := ev("rr-future", 1)
+	future.TTL = time.Hour
+	enqueue(t, h, append(events, m, future, ev("rr-none", 1))...)
+	o, err := rep.Overdue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Count != 4 || !o.Oldest.Equal(base) || !o.Newest.Equal(base.Add(30*time.Minute)) || len(o.Groups) != 2 ||
+		o.Groups[0].AggregateType != "payment" || o.Groups[0].Count != 3 || o.Groups[1].EventType != "MerchantNotified" {
+		t.Fatalf("Overdue = %+v; want 4 events, deadlines %s to %s, payment 3 and merchant 1", o, base, base.Add(30*time.Minute))
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	cfg := testConfig(h, routedRecorder{&Recorder{}}, "report")
+	cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	drain(t, newRelay(t, cfg), time.Minute)
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "restart report") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "count=4") || !strings.Contains(lines[0], `routes="payment.events=3 merchant.events=1"`) ||
+		!strings.Contains(lines[0], "oldest_deadline="+base.UTC().Format(time.RFC3339Nano)) {
+		t.Fatalf("restart report lines %q; want one with count=4, the oldest deadline and routes payment.events=3 merchant.events=1", lines)
+	}
+	if o, err := rep.Overdue(ctx); err != nil || o.Count != 0 {
+		t.Fatalf("after the drain, Overdue = %+v, %v; want nothing left", o, err)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
