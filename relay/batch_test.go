@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -55,6 +57,7 @@ func TestClassify(t *testing.T) {
 		{"not attempted", 0, fmt.Errorf("x: %w", outbox.ErrNotAttempted), live, time.Time{}, store.Released, true},
 		{"relay stopping", 0, context.Canceled, stopped, time.Time{}, store.Released, true},
 		{"deadline passed during delivery", 0, context.DeadlineExceeded, live, now.Add(-time.Millisecond), store.Expired, false},
+		{"not enough time left (min_time_left)", 0, &sink.TooLateError{Route: "r", Left: time.Second, Min: 2 * time.Second}, live, now.Add(time.Second), store.Expired, false},
 	}
 	for _, tc := range cases {
 		ev := &store.Claimed{RetryCount: tc.retries}
@@ -112,5 +115,18 @@ func TestHeldForSpansOnlyUnrecordedBatches(t *testing.T) {
 	}
 	if len(p.held) != 0 {
 		t.Fatalf("recorded batches are still remembered: %v", p.held)
+	}
+}
+
+// A FIFO share out of range is refused, naming the setting.
+func TestFIFOShareValidated(t *testing.T) {
+	for _, share := range []float64{-0.1, 1.5} {
+		_, err := New(Config{Store: featuresOnly{}, Sink: nopSink{}, FIFOShare: share})
+		if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "FIFO share") {
+			t.Errorf("FIFOShare %v: %v, want an invalid-config error naming the FIFO share", share, err)
+		}
+	}
+	if _, err := New(Config{Store: featuresOnly{}, Sink: nopSink{}, FIFOShare: 1, StrictFIFO: true}); err != nil {
+		t.Errorf("FIFOShare 1: %v", err)
 	}
 }
