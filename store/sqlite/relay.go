@@ -545,66 +545,6 @@ func (s *Store) reapPage(ctx context.Context, c *sql.Conn, now string, limit int
 	return n, nil
 }
 
-// expirePage ends one page of waiting events past their deadline, with an
-// audit row each.
-func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit int, relay string) (int64, error) {
-	type expired struct {
-		id, retries int64
-		eventID     string
-		lastError   string
-		comp        *store.ExpiredEvent
-	}
-	rows, err := c.QueryContext(ctx, s.q.expire, now, limit)
-	if err != nil {
-		return 0, err
-	}
-	var es []expired
-	for rows.Next() {
-		var (
-			e                                     expired
-			aggType, aggID, evType, payload, hdrs string
-			expiresAt, onExpired                  sql.NullString
-		)
-		if err := rows.Scan(&e.id, &e.eventID, &aggType, &aggID, &evType, &payload, &hdrs, &expiresAt,
-			&e.retries, &onExpired, &e.lastError); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if onExpired.Valid {
-			x := store.ExpiredEvent{ID: e.id, AggregateType: aggType, AggregateID: aggID, EventType: evType,
-				Payload: json.RawMessage(payload), Headers: store.DecodeHeaders([]byte(hdrs)),
-				Attempt: int(e.retries) + 1, OnExpired: []byte(onExpired.String)}
-			if x.EventID, err = outbox.ParseEventID(e.eventID); err == nil {
-				x.ExpiresAt, err = parseNullTime(expiresAt)
-			}
-			if err != nil {
-				rows.Close()
-				return 0, err
-			}
-			e.comp = &x
-		}
-		es = append(es, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	var xs []store.ExpiredEvent
-	for _, e := range es {
-		if _, err := c.ExecContext(ctx, s.q.audit, e.eventID, uuid.NewString(), string(store.Expired), e.id,
-			e.retries+1, relay, now, e.lastError); err != nil {
-			return 0, err
-		}
-		if e.comp != nil {
-			xs = append(xs, *e.comp)
-		}
-	}
-	if err := s.compensate(ctx, c, now, xs, relay); err != nil {
-		return 0, err
-	}
-	return int64(len(es)), nil
-}
-
 // CountMovable implements store.Store.
 func (s *Store) CountMovable(ctx context.Context, failedBlocks bool) (int64, error) {
 	var n int64
