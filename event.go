@@ -42,7 +42,31 @@ type Event struct {
 	Delay time.Duration
 	// AvailableAt is an absolute not-before time; use it or Delay, not both.
 	AvailableAt time.Time
+
+	// OnExpired, when set, is the compensating event: if this event ends
+	// EXPIRED (its deadline passed before it could be delivered), the
+	// store enqueues it on the same aggregate in the same transaction as
+	// the EXPIRED transition, with the header HeaderCompensates set to this
+	// event's id. It needs a deadline (TTL or ExpiresAt).
+	OnExpired *Compensation
 }
+
+// Compensation is the event to enqueue when an event ends EXPIRED, for
+// the business to learn of it (a merchant, a refund flow), e.g.
+// {EventType: "ApprovalExpired"}.
+type Compensation struct {
+	// EventType names the compensating event; required.
+	EventType string `json:"event_type"`
+	// Payload is its body (valid JSON). When empty, the payload is built
+	// from the expired event's fields: {"expired_event_id",
+	// "expired_event_type", "aggregate_type", "aggregate_id", "expires_at",
+	// "payload": the expired event's payload}.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// HeaderCompensates is the header of a compensating event that names the
+// id of the event that expired.
+const HeaderCompensates = "outbox-compensates"
 
 // Column sizes of the outbox table. The first two come from the source
 // document's DDL (aggregate_id VARCHAR(100), event_type VARCHAR(200)).
@@ -159,6 +183,33 @@ func (e *Event) validate(i int, l Limits) error {
 	}
 	if e.Delay > 0 && !e.AvailableAt.IsZero() {
 		return bad("delay", "and available_at are both set; use one")
+	}
+	if c := e.OnExpired; c != nil {
+		if e.TTL == 0 && e.ExpiresAt.IsZero() {
+			return bad("on_expired", "needs a deadline: set ttl or expires_at (an event without one never expires)")
+		}
+		switch n := utf8.RuneCountInString(c.EventType); {
+		case c.EventType == "":
+			return bad("on_expired", "event_type is required, e.g. \"ApprovalExpired\"")
+		case !utf8.ValidString(c.EventType):
+			return bad("on_expired", "event_type is not valid UTF-8")
+		case n > MaxEventTypeLen:
+			return bad("on_expired", "event_type is %d characters long; the limit is %d", n, MaxEventTypeLen)
+		case hasControl(c.EventType):
+			return bad("on_expired", "event_type contains a control character; use printable text")
+		}
+		if len(c.Payload) > 0 {
+			// The compensating payload has the limit of the event's own.
+			if len(c.Payload) > l.MaxPayloadBytes {
+				return bad("on_expired", "payload is %d bytes; the limit is %d bytes", len(c.Payload), l.MaxPayloadBytes)
+			}
+			if !json.Valid(c.Payload) {
+				return bad("on_expired", "payload is not valid JSON: %s", jsonSyntaxError(c.Payload))
+			}
+			if problem := payloadTextProblem(c.Payload); problem != "" {
+				return bad("on_expired", "payload %s", problem)
+			}
+		}
 	}
 	return nil
 }

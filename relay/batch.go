@@ -82,6 +82,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 					" (circuit breaker open); deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
 			}
 			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
+			outcomes[i].TraceID = store.TraceIDOf(ev.Headers)
 			continue
 		}
 		if st, ok := held[ev.OrderingKey()]; ok {
@@ -192,6 +193,9 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 		ev := &events[i]
 		o := &outcomes[i]
 		o.StartedAt, o.FinishedAt = b.dbTime(started), b.dbTime(finished)
+		// The headers as sent: the tracer gave them the publish span's
+		// traceparent; without a tracer, they keep the producer's.
+		o.TraceID = store.TraceIDOf(msgs[mi].Headers)
 		key := msgs[mi].OrderingKey()
 		st := aggs[key]
 		if st == nil {
@@ -226,6 +230,10 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		// An earlier event of this aggregate was not delivered: this one
 		// waits for it, whatever the sink said.
 		o.Kind, o.RetryIn, o.Block, o.Attempted = store.Released, st.retryIn, st.block, attempted
+	case errors.Is(err, sink.ErrNotEnoughTimeLeft):
+		// The route's min_time_left: too late to be worth sending.
+		o.Kind, o.Attempted = store.Expired, true
+		o.Error = "expired unsent: " + o.Error
 	case !deadline.IsZero() && !finished.Before(deadline):
 		o.Kind, o.Attempted = store.Expired, true
 		o.Error = "expired during delivery: " + o.Error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,7 @@ func TestClassify(t *testing.T) {
 		{"not attempted", 0, fmt.Errorf("x: %w", outbox.ErrNotAttempted), live, time.Time{}, store.Released, true},
 		{"relay stopping", 0, context.Canceled, stopped, time.Time{}, store.Released, true},
 		{"deadline passed during delivery", 0, context.DeadlineExceeded, live, now.Add(-time.Millisecond), store.Expired, false},
+		{"not enough time left (min_time_left)", 0, &sink.TooLateError{Route: "r", Left: time.Second, Min: 2 * time.Second}, live, now.Add(time.Second), store.Expired, false},
 	}
 	for _, tc := range cases {
 		ev := &store.Claimed{RetryCount: tc.retries}
@@ -134,5 +136,18 @@ func TestWithAggregateSeq(t *testing.T) {
 	plain := map[string]string{"a": "b"}
 	if got := withAggregateSeq(plain, 0); len(got) != 1 || got["a"] != "b" {
 		t.Fatalf("nothing to change: %v", got)
+	}
+}
+
+// A FIFO share out of range is refused, naming the setting.
+func TestFIFOShareValidated(t *testing.T) {
+	for _, share := range []float64{-0.1, 1.5} {
+		_, err := New(Config{Store: featuresOnly{}, Sink: nopSink{}, FIFOShare: share})
+		if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "FIFO share") {
+			t.Errorf("FIFOShare %v: %v, want an invalid-config error naming the FIFO share", share, err)
+		}
+	}
+	if _, err := New(Config{Store: featuresOnly{}, Sink: nopSink{}, FIFOShare: 1, StrictFIFO: true}); err != nil {
+		t.Errorf("FIFOShare 1: %v", err)
 	}
 }

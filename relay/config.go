@@ -110,6 +110,17 @@ type Config struct {
 	// BreakerConfig). It needs a store that implements store.RouteStore
 	// (every backend of this module does); with another store it is off.
 	Breaker BreakerConfig
+	// StrictFIFO turns earliest-deadline-first off: every claim takes the
+	// oldest due events in (available_at, id) order, whatever their
+	// deadlines. By default, part of each claim goes to the aggregates
+	// holding the due events with the nearest deadlines (see FIFOShare).
+	StrictFIFO bool
+	// FIFOShare is the part of each claim (above 0, at most 1) that goes
+	// to the oldest due events in plain id order, whatever deadlines
+	// other events have: events without a deadline progress at no less
+	// than this share of the relay's claims. Default 0.5
+	// (store.DefaultFIFOShare); 1 is strict FIFO.
+	FIFOShare float64
 
 	// NoListen turns off database wake-ups (PostgreSQL LISTEN/NOTIFY): the
 	// relay then finds new events by polling alone.
@@ -223,6 +234,8 @@ func (c Config) validate() error {
 		return bad("max batches in flight %d is out of range: use 1 to 16", c.MaxBatchesInFlight)
 	case c.StopTimeout < 0:
 		return bad("stop timeout %s is negative", c.StopTimeout)
+	case c.FIFOShare < 0 || c.FIFOShare > 1 || c.FIFOShare != c.FIFOShare:
+		return bad("FIFO share %v is out of range: use a fraction above 0 and at most 1, e.g. 0.5", c.FIFOShare)
 	case c.OnFailure != BlockAggregate && c.OnFailure != ContinueAggregate:
 		return bad("unknown failure policy %d", c.OnFailure)
 	}

@@ -205,6 +205,8 @@ func (p *pipeline) claim(ctx context.Context) (*batch, error) {
 		Lease:        r.cfg.Lease,
 		FailedBlocks: r.failedBlocks(),
 		Own:          own,
+		StrictFIFO:   r.cfg.StrictFIFO,
+		FIFOShare:    r.cfg.FIFOShare,
 	})
 	r.stats.claims.Add(1)
 	r.hooks.claimed(localClaim, c, err) // observer hook

@@ -117,6 +117,7 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 	defer r.running.Store(false)
 	r.log.Info("relay started", "batch", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_interval", r.cfg.PollInterval,
 		"max_retries", r.cfg.MaxRetries, "on_failure", r.cfg.OnFailure.String(), "drain", drain)
+	r.restartReport(ctx)
 
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(ctx)

@@ -180,11 +180,13 @@ func (b *bucket) release() {
 // token and a free slot; see [Limited].
 func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	buckets := make([]*bucket, len(msgs))
+	routes := make([]string, len(msgs))
 	limited := false
 	l.mu.Lock()
 	now := l.now()
 	for i := range msgs {
-		buckets[i] = l.bucketFor(DestinationOf(l.inner, &msgs[i]), now)
+		routes[i] = DestinationOf(l.inner, &msgs[i])
+		buckets[i] = l.bucketFor(routes[i], now)
 		limited = limited || buckets[i] != nil
 	}
 	l.mu.Unlock()
@@ -216,6 +218,11 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 				continue
 			}
 			if !held[k] {
+				if err := tooLate(buckets[i], routes[i], &msgs[i], now); err != nil {
+					res[i] = err
+					failed[k] = i
+					continue
+				}
 				if ok, _ := l.takeFor(buckets[i], now); ok {
 					round = append(round, i)
 					continue
@@ -234,7 +241,7 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			}
 			// Nothing can go: wait for the first message's route.
 			i := later[0]
-			if err := l.wait(ctx, buckets[i], &msgs[i]); err != nil {
+			if err := l.wait(ctx, buckets[i], routes[i], &msgs[i]); err != nil {
 				res[i] = err
 				failed[keys[i]] = i
 				pending = later[1:]
@@ -277,14 +284,31 @@ func (l *Limited) takeFor(b *bucket, now time.Time) (bool, time.Duration) {
 	return b.take(now)
 }
 
+// tooLate returns a [TooLateError] when m has less time before its
+// deadline than b's MinTimeLeft (b nil: no limits), else nil.
+func tooLate(b *bucket, route string, m *outbox.Message, now time.Time) error {
+	if b == nil || b.limits.MinTimeLeft <= 0 || m.Deadline.IsZero() {
+		return nil
+	}
+	if left := m.Deadline.Sub(now); left < b.limits.MinTimeLeft {
+		return &TooLateError{Route: route, Left: max(left, 0), Min: b.limits.MinTimeLeft}
+	}
+	return nil
+}
+
 // wait takes a token and a slot of b for m, waiting as long as needed,
-// unless ctx ends or m's deadline would pass first.
-func (l *Limited) wait(ctx context.Context, b *bucket, m *outbox.Message) error {
+// unless ctx ends, m's deadline would pass first, or m would be left
+// with less than the route's MinTimeLeft.
+func (l *Limited) wait(ctx context.Context, b *bucket, route string, m *outbox.Message) error {
 	for {
 		// Take, or register as a waiter for a slot, in one step, so that a
 		// slot freed in between is not missed.
 		l.mu.Lock()
 		now := l.now()
+		if err := tooLate(b, route, m, now); err != nil {
+			l.mu.Unlock()
+			return err
+		}
 		ok, d := l.takeFor(b, now)
 		var released chan struct{}
 		if !ok && d == 0 {

@@ -1,12 +1,15 @@
 package sink
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/txoutbox/outbox"
 )
 
 // Limits bound the traffic to one route (one destination: a topic, a
@@ -22,10 +25,16 @@ type Limits struct {
 	// MaxInFlight is the most messages of the route being published at
 	// once (sent and not yet answered), across Publish calls. 0: no cap.
 	MaxInFlight int
+	// MinTimeLeft is the least time before its deadline a message must
+	// have to be sent to the route: one with less is not sent, and the
+	// relay ends it EXPIRED with the reason "not enough time left: 1.2 s <
+	// 2 s" (a request the receiver cannot finish in time is not worth
+	// sending). 0: none. Messages without a deadline are not affected.
+	MinTimeLeft time.Duration
 }
 
 // IsZero reports whether l limits nothing.
-func (l Limits) IsZero() bool { return l.Rate == 0 && l.MaxInFlight == 0 }
+func (l Limits) IsZero() bool { return l.Rate == 0 && l.MaxInFlight == 0 && l.MinTimeLeft == 0 }
 
 // withDefaults fills Burst.
 func (l Limits) withDefaults() Limits {
@@ -46,6 +55,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("burst %d without a rate: give rate= too (e.g. rate=200/s)", l.Burst)
 	case l.MaxInFlight < 0:
 		return fmt.Errorf("max_in_flight %d is negative", l.MaxInFlight)
+	case l.MinTimeLeft < 0:
+		return fmt.Errorf("min_time_left %s is negative", l.MinTimeLeft)
 	}
 	return nil
 }
@@ -60,6 +71,9 @@ func (l Limits) String() string {
 	}
 	if l.MaxInFlight > 0 {
 		parts = append(parts, "max_in_flight="+strconv.Itoa(l.MaxInFlight))
+	}
+	if l.MinTimeLeft > 0 {
+		parts = append(parts, "min_time_left="+l.MinTimeLeft.String())
 	}
 	if len(parts) == 0 {
 		return "unlimited"
@@ -85,8 +99,8 @@ func ParseRate(v string) (float64, error) {
 	return n / d.Seconds(), nil
 }
 
-// limitOption applies one rate=, burst= or max_in_flight= value to l; 0
-// (or "unlimited") lifts that limit.
+// limitOption applies one rate=, burst=, max_in_flight= or min_time_left=
+// value to l; 0 (or "unlimited") lifts that limit.
 func (l *Limits) limitOption(key, value string) error {
 	unlimited := value == "0" || value == "unlimited"
 	switch key {
@@ -100,6 +114,16 @@ func (l *Limits) limitOption(key, value string) error {
 			return err
 		}
 		l.Rate = r
+	case "min_time_left":
+		if unlimited {
+			l.MinTimeLeft = 0
+			return nil
+		}
+		d, err := time.ParseDuration(value)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("min_time_left=%s is not a positive duration; write it like 2s or 500ms", value)
+		}
+		l.MinTimeLeft = d
 	case "burst", "max_in_flight":
 		n := 0
 		if !unlimited {
@@ -114,16 +138,17 @@ func (l *Limits) limitOption(key, value string) error {
 			l.MaxInFlight = n
 		}
 	default:
-		return fmt.Errorf("unknown limit %q: use rate=, burst= or max_in_flight=", key)
+		return fmt.Errorf("unknown limit %q: use rate=, burst=, max_in_flight= or min_time_left=", key)
 	}
 	return nil
 }
 
 // LimitOptions are the sink URL options that set the limits of every
 // route; [CutLimits] takes them out of the URL.
-var LimitOptions = []string{"rate", "burst", "max_in_flight"}
+var LimitOptions = []string{"rate", "burst", "max_in_flight", "min_time_left"}
 
-// CutLimits takes the options rate=, burst= and max_in_flight= out of a
+// CutLimits takes the options rate=, burst=, max_in_flight= and
+// min_time_left= out of a
 // sink URL's query and returns the URL without them (the rest of the
 // query kept as written) and the limits they set, which apply to each
 // route separately. Errors quote the URL as [RedactURL] does.
@@ -189,7 +214,7 @@ func ParseRouteLimit(spec string, base Limits) (route string, l Limits, err erro
 	for opt := range strings.SplitSeq(opts, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(opt), "=")
 		if !ok || v == "" {
-			return "", Limits{}, fmt.Errorf("route limit %q: %q is not name=value (rate=, burst=, max_in_flight=)", spec, opt)
+			return "", Limits{}, fmt.Errorf("route limit %q: %q is not name=value (rate=, burst=, max_in_flight=, min_time_left=)", spec, opt)
 		}
 		if err := l.limitOption(k, v); err != nil {
 			return "", Limits{}, fmt.Errorf("route limit %q: %w", spec, err)
@@ -199,4 +224,28 @@ func ParseRouteLimit(spec string, base Limits) (route string, l Limits, err erro
 		return "", Limits{}, fmt.Errorf("route limit %q: %w", spec, err)
 	}
 	return route, l, nil
+}
+
+// ErrNotEnoughTimeLeft matches the error of a message that a route's
+// MinTimeLeft kept from being sent ([TooLateError]). The relay ends such
+// an event EXPIRED.
+var ErrNotEnoughTimeLeft = errors.New("not enough time left before the deadline")
+
+// TooLateError says that a message had less time before its deadline
+// than its route's MinTimeLeft, so it was not sent. It matches
+// [ErrNotEnoughTimeLeft] and [outbox.ErrNotAttempted].
+type TooLateError struct {
+	Route     string
+	Left, Min time.Duration
+}
+
+func (e *TooLateError) Error() string {
+	return fmt.Sprintf("not enough time left: %s s < %s s (min_time_left of route %s)",
+		strconv.FormatFloat(math.Floor(e.Left.Seconds()*10)/10, 'f', -1, 64),
+		strconv.FormatFloat(e.Min.Seconds(), 'f', -1, 64), e.Route)
+}
+
+// Is matches ErrNotEnoughTimeLeft and outbox.ErrNotAttempted.
+func (e *TooLateError) Is(target error) bool {
+	return target == ErrNotEnoughTimeLeft || target == outbox.ErrNotAttempted
 }

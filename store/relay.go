@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/txoutbox/outbox"
 )
@@ -15,7 +16,35 @@ func (r ClaimRequest) Validate() error {
 	if r.Lease <= 0 {
 		return fmt.Errorf("%w: lease must be positive, got %s", outbox.ErrInvalidConfig, r.Lease)
 	}
+	if r.FIFOShare < 0 || r.FIFOShare > 1 || math.IsNaN(r.FIFOShare) {
+		return fmt.Errorf("%w: FIFO share must be above 0 and at most 1 (e.g. 0.5 for half of each claim in id order), got %v",
+			outbox.ErrInvalidConfig, r.FIFOShare)
+	}
 	return nil
+}
+
+// FIFOSlots splits a claim's window: fifo events in (available_at, id)
+// order, which name the aggregates whose heads the claim takes first
+// together with those of the deadline part, and deadline events, the due
+// PENDING events with the nearest expires_at. fifo is at least 1 and
+// fifo+deadline = Limit. With StrictFIFO, deadline is 0.
+//
+// Since the window holds at most Limit aggregates from these two parts,
+// every one of them gets its head claimed (unless another relay holds it):
+// at least fifo of each claim goes to the oldest due events, however many
+// events with deadlines wait. The rest of the batch (runs behind the
+// heads, and further events in id order when the deadline part is short)
+// is filled as without deadlines.
+func (r ClaimRequest) FIFOSlots() (fifo, deadline int) {
+	if r.StrictFIFO {
+		return r.Limit, 0
+	}
+	share := r.FIFOShare
+	if share == 0 {
+		share = DefaultFIFOShare
+	}
+	fifo = min(r.Limit, max(1, int(math.Ceil(float64(r.Limit)*share))))
+	return fifo, r.Limit - fifo
 }
 
 // NewCompleteResult sorts the ids of outcomes, in their order, into Applied

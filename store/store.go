@@ -130,7 +130,19 @@ type ClaimRequest struct {
 	// and holds back a later event itself if an earlier one fails. Stores
 	// without Features.ClaimBehindOwn ignore it (the relay then sends none).
 	Own []string
+	// StrictFIFO turns earliest-deadline-first off: the claim's window is
+	// the first Limit due events in (available_at, id) order alone.
+	StrictFIFO bool
+	// FIFOShare is the part of Limit (above 0, at most 1) whose window is
+	// taken in plain (available_at, id) order; the rest of the window is
+	// the due PENDING events with the nearest deadlines. 0 means
+	// DefaultFIFOShare. See FIFOSlots.
+	FIFOShare float64
 }
+
+// DefaultFIFOShare is the part of each claim taken in plain id order when
+// earliest-deadline-first is on.
+const DefaultFIFOShare = 0.5
 
 // Claim is a batch of events under one claim token.
 type Claim struct {
@@ -191,6 +203,11 @@ type Outcome struct {
 	Attempted bool
 	// StartedAt and FinishedAt bound the delivery attempt, in the database clock.
 	StartedAt, FinishedAt time.Time
+	// TraceID is the W3C trace id (32 lowercase hex digits) of the
+	// attempt's publish span, or of the producer's traceparent when the
+	// relay traces nothing; empty when there is none. It goes in the
+	// attempt row.
+	TraceID string
 }
 
 // CompleteRequest applies the outcomes of one claim.
@@ -277,6 +294,9 @@ type Attempt struct {
 	FinishedAt time.Time
 	Outcome    OutcomeKind
 	Error      string
+	// TraceID is the W3C trace id the attempt was sent under (see
+	// Outcome.TraceID); empty for sweeper and operator rows.
+	TraceID string
 }
 
 // DeadLetter is one row of the dead-letter table.
@@ -335,4 +355,31 @@ func (f ListFilter) Normalize() ListFilter {
 		f.Limit = 1000
 	}
 	return f
+}
+
+// TraceIDOf returns the trace id of a W3C traceparent header value
+// ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"), or "" when the
+// value is missing or malformed or the trace id is all zeros.
+func TraceIDOf(headers map[string]string) string {
+	tp := headers["traceparent"]
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' {
+		return ""
+	}
+	id := tp[3:35]
+	zero := true
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return ""
+		}
+		if c != '0' {
+			zero = false
+		}
+	}
+	if zero {
+		return ""
+	}
+	return id
 }

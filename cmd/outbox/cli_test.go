@@ -89,6 +89,10 @@ func TestCLIBadInput(t *testing.T) {
 				{"small limit", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{"k":"0123456789"}}` + "\n", []string{"--max-payload-bytes", "8"}, "limit is 8 bytes"},
 				{"bad ttl", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{},"ttl":"soon"}` + "\n", nil, "ttl"},
 				{"empty input", "\n\n", nil, "no events on stdin"},
+				{"on_expired without a deadline", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{},"on_expired":{"event_type":"ApprovalExpired"}}` + "\n", nil, "line 1: on_expired: needs a deadline"},
+				{"on_expired not an object", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{},"ttl":"66s","on_expired":"ApprovalExpired"}` + "\n", nil, "on_expired: must be an object"},
+				{"on_expired unknown field", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{},"ttl":"66s","on_expired":{"type":"X"}}` + "\n", nil, `unknown field "type"`},
+				{"on_expired bad payload", `{"aggregate_type":"payment","aggregate_id":"x","event_type":"E","payload":{},"ttl":"66s","on_expired":{"event_type":"X","payload":"a\ud800"}}` + "\n", nil, "on_expired: payload"},
 				// Invalid UTF-8 anywhere, and lone surrogate escapes, which a
 				// JSON decoder would turn into U+FFFD (merging aggregates).
 				{"aggregate id not UTF-8", good + "{\"aggregate_type\":\"payment\",\"aggregate_id\":\"tx-\xff\",\"event_type\":\"E\",\"payload\":{}}\n", nil, "line 2: aggregate_id: is not valid UTF-8"},
@@ -117,6 +121,10 @@ func TestCLIBadInput(t *testing.T) {
 			_, errOut, code = cli(t, "", "events", "list", "--status", "LOST", "--db", dsn, "--table", table)
 			if code != 2 || !strings.Contains(errOut, "unknown status") {
 				t.Errorf("unknown status: exit %d, %q", code, errOut)
+			}
+			_, errOut, code = cli(t, "", "relay", "--db", dsn, "--table", table, "--sink", "discard://", "--fifo-share", "0")
+			if code != 2 || !strings.Contains(errOut, "--fifo-share must be above 0") {
+				t.Errorf("bad --fifo-share: exit %d, %q", code, errOut)
 			}
 			_, errOut, code = cli(t, "", "relay", "--db", dsn, "--table", table, "--sink", "ftp://example")
 			if code != 2 || !strings.Contains(errOut, "unsupported sink") {

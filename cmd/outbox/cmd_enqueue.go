@@ -36,6 +36,13 @@ type eventLine struct {
 	ExpiresAt     json.RawMessage `json:"expires_at"`
 	Delay         json.RawMessage `json:"delay"`
 	AvailableAt   json.RawMessage `json:"available_at"`
+	OnExpired     json.RawMessage `json:"on_expired"`
+}
+
+// onExpiredLine is the "on_expired" object of a line.
+type onExpiredLine struct {
+	EventType json.RawMessage `json:"event_type"`
+	Payload   json.RawMessage `json:"payload"`
 }
 
 // Run reads stdin and enqueues.
@@ -180,7 +187,34 @@ func parseEventLine(line []byte) (outbox.Event, error) {
 	if ev.AvailableAt, err = jsonTime("available_at", l.AvailableAt); err != nil {
 		return ev, err
 	}
+	if ev.OnExpired, err = parseOnExpired(l.OnExpired); err != nil {
+		return ev, err
+	}
 	return ev, nil
+}
+
+// parseOnExpired reads "on_expired": {"event_type": "ApprovalExpired",
+// "payload": {...}} (the payload may be left out: it is then made of the
+// expired event's fields). null or absent: none.
+func parseOnExpired(raw json.RawMessage) (*outbox.Compensation, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var o onExpiredLine
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return nil, lineProblem("on_expired", `must be an object like {"event_type": "ApprovalExpired", "payload": {...}}: %v`, err)
+	}
+	eventType, err := jsonText("on_expired.event_type", o.EventType)
+	if err != nil {
+		return nil, err
+	}
+	c := &outbox.Compensation{EventType: eventType}
+	if len(o.Payload) > 0 && string(o.Payload) != "null" {
+		c.Payload = o.Payload
+	}
+	return c, nil
 }
 
 func parseDuration(field string, raw json.RawMessage) (time.Duration, error) {

@@ -138,7 +138,7 @@ func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventI
 		list := make([]map[string]any, 0, len(atts))
 		for _, a := range atts {
 			list = append(list, map[string]any{"attempt": a.Attempt, "relay_id": a.RelayID, "claim_token": a.ClaimToken,
-				"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error})
+				"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error, "trace_id": a.TraceID})
 		}
 		m["attempts"] = list
 		return json.NewEncoder(w).Encode(m)
@@ -158,16 +158,23 @@ func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventI
 	if r.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
 	}
+	if id := r.Headers[outbox.HeaderCompensates]; id != "" {
+		fmt.Fprintf(tw, "compensates\t%s (it expired)\n", id)
+	}
 	fmt.Fprintf(tw, "payload\t%s\n", short(string(r.Payload), 200))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "attempts (%d):\n", len(atts))
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tOUTCOME\tRELAY\tSTARTED\tTOOK\tERROR")
+	fmt.Fprintln(tw, "  #\tOUTCOME\tRELAY\tSTARTED\tTOOK\tTRACE\tERROR")
 	for _, a := range atts {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, a.RelayID,
-			a.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), a.Error)
+		trace := a.TraceID
+		if trace == "" {
+			trace = "-"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, a.RelayID,
+			a.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), trace, a.Error)
 	}
 	return tw.Flush()
 }

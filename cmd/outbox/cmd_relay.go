@@ -29,6 +29,8 @@ type RelayCmd struct {
 	SweepInterval time.Duration `help:"How often the reaper returns ended leases and expires waiting events." default:"5s" env:"OUTBOX_SWEEP_INTERVAL"`
 	Retention     time.Duration `help:"Delete PROCESSED and EXPIRED events this long after they finished (0 keeps them)." default:"168h" env:"OUTBOX_RETENTION"`
 	OnFailure     string        `help:"What a FAILED event does to later events of its aggregate: block (until an operator acts) or continue." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
+	StrictFIFO    bool          `name:"strict-fifo" help:"Turn earliest-deadline-first off: claim strictly the oldest due events, whatever their deadlines." env:"OUTBOX_STRICT_FIFO"`
+	FIFOShare     float64       `name:"fifo-share" help:"Part of each claim (above 0, at most 1) that goes to the oldest due events in id order; the rest goes to the aggregates holding the nearest deadlines." default:"0.5" env:"OUTBOX_FIFO_SHARE"`
 	InFlight      int           `help:"Batches on their way at once: the next is claimed while one is published and one recorded (1 turns this off)." default:"2" env:"OUTBOX_IN_FLIGHT"`
 	StopTimeout   time.Duration `help:"On SIGINT/SIGTERM, how long to keep publishing the batch in flight before releasing the rest." default:"10s" env:"OUTBOX_STOP_TIMEOUT"`
 	RelayID       string        `help:"Name of this relay in the audit trail (default: host-pid-random)." env:"OUTBOX_RELAY_ID"`
@@ -80,6 +82,9 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.MaxRetries < 0 {
 		return fmt.Errorf("%w: --max-retries must be 0 or more, got %d", outbox.ErrInvalidConfig, c.MaxRetries)
+	}
+	if !(c.FIFOShare > 0 && c.FIFOShare <= 1) {
+		return fmt.Errorf("%w: --fifo-share must be above 0 and at most 1 (e.g. 0.5: half of each claim in id order), got %v", outbox.ErrInvalidConfig, c.FIFOShare)
 	}
 	routes, err := sink.ParseRouteOverrides(c.Route)
 	if err != nil {
@@ -172,6 +177,8 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		Sink:          sk,
 		RelayID:       c.RelayID,
 		BatchSize:     c.Batch,
+		StrictFIFO:    c.StrictFIFO,
+		FIFOShare:     c.FIFOShare,
 		PollInterval:  c.PollInterval,
 		Linger:        c.Linger,
 		Lease:         c.Lease,

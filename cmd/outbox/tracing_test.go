@@ -82,6 +82,7 @@ func TestRelayExportsPublishSpans(t *testing.T) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	spans := 0
+	spanTrace := map[string]string{} // event id -> its publish span's trace id
 	for i, req := range col.requests {
 		if col.auth[i] != token {
 			t.Errorf("export %d carried Authorization %q, want the OTEL_EXPORTER_OTLP_HEADERS value", i, col.auth[i])
@@ -113,6 +114,7 @@ func TestRelayExportsPublishSpans(t *testing.T) {
 						t.Errorf("span links %v, want the producer's trace %s", sp.Links, producerTrace)
 					}
 					traceID := hex.EncodeToString(sp.TraceId)
+					spanTrace[attrs["messaging.message.id"]] = traceID
 					found := false
 					mu.Lock()
 					for _, tp := range received {
@@ -131,6 +133,19 @@ func TestRelayExportsPublishSpans(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "otlp-T0ken") {
 		t.Errorf("the OTLP token reached the logs")
+	}
+	// The attempt rows keep the publish span's trace id, and events show
+	// prints it (text and JSON).
+	for eventID, traceID := range spanTrace {
+		if traceID == producerTrace {
+			t.Fatalf("the publish span of %s reuses the producer's trace; the test cannot tell them apart", eventID)
+		}
+		if out := mustCLI(t, "", "events", "show", eventID, "--db", db); !strings.Contains(out, traceID) {
+			t.Errorf("events show %s does not print the publish span's trace id %s:\n%s", eventID, traceID, out)
+		}
+		if out := mustCLI(t, "", "events", "show", eventID, "--db", db, "--json"); !strings.Contains(out, `"trace_id":"`+traceID+`"`) {
+			t.Errorf("events show --json %s has no trace_id %s:\n%s", eventID, traceID, out)
+		}
 	}
 
 	// Without the variables: no export, and the producer's traceparent
@@ -152,5 +167,11 @@ func TestRelayExportsPublishSpans(t *testing.T) {
 	mu.Unlock()
 	if !strings.Contains(last, producerTrace) {
 		t.Errorf("without tracing the sink got traceparent %q, want the producer's", last)
+	}
+	// Without a tracer, the attempt row keeps the producer's trace id.
+	listed := mustCLI(t, "", "events", "list", "--db", db, "--json")
+	newest := strings.SplitN(strings.SplitN(listed, `"event_id":"`, 2)[1], `"`, 2)[0]
+	if out := mustCLI(t, "", "events", "show", newest, "--db", db); !strings.Contains(out, producerTrace) {
+		t.Errorf("without tracing, events show %s does not print the producer's trace id %s:\n%s", newest, producerTrace, out)
 	}
 }

@@ -113,7 +113,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, '') "+
+	rows, err := s.db.QueryContext(ctx, "SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '') "+
 		"FROM `"+s.t.Attempts+"` WHERE event_id = ? ORDER BY finished_at, started_at, attempt", id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
@@ -126,7 +126,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 			outcome           string
 			started, finished nullTime
 		)
-		if err := rows.Scan(&a.Attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error); err != nil {
+		if err := rows.Scan(&a.Attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error, &a.TraceID); err != nil {
 			return nil, s.wrap("attempts", err)
 		}
 		a.StartedAt, a.FinishedAt = started.Time, finished.Time

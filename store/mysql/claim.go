@@ -161,33 +161,97 @@ func (a *claimAgg) parseGap(v string) error {
 	return nil
 }
 
-// claimRead runs the claim's two reads and groups the window by aggregate,
-// in order of first appearance (the aggregate with the oldest due event
-// first).
-func (s *Store) claimRead(ctx context.Context, req store.ClaimRequest) ([]claimAgg, time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, strings.Replace(s.q.window, "{limit}", strconv.Itoa(req.Limit), 1))
+// windowRow is one row of the claim's window as windowSQL reads it.
+type windowRow struct {
+	r   runRow
+	key aggKey
+}
+
+// readWindow reads the claim's window (windowSQL, or edfWindowSQL unless
+// the claim is strict FIFO) in the order that ranks its aggregates: the
+// first FIFO-slots rows in (available_at, id) order, then the rows with
+// the nearest deadlines, then the rest in (available_at, id) order. planClaim
+// gives heads to aggregates in that order, so every aggregate of the first
+// two parts (at most Limit of them) gets its head claimed.
+func (s *Store) readWindow(ctx context.Context, req store.ClaimRequest) ([]windowRow, time.Time, error) {
+	fifoSlots, edfSlots := req.FIFOSlots()
+	query := strings.Replace(s.q.window, "{limit}", strconv.Itoa(req.Limit), 1)
+	if edfSlots > 0 {
+		query = strings.NewReplacer("{limit}", strconv.Itoa(req.Limit), "{edf}", strconv.Itoa(edfSlots)).Replace(s.q.edfWindow)
+	}
+	rows, err := s.db.QueryContext(ctx, query)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	defer rows.Close()
+	var (
+		fifo, edf []windowRow
+		now       time.Time
+	)
+	for rows.Next() {
+		var (
+			w        windowRow
+			avail, c nullTime
+			part     int
+		)
+		if err := rows.Scan(&w.r.id, &w.key.typ, &w.key.id, &avail, &c, &part); err != nil {
+			return nil, now, err
+		}
+		if now.IsZero() || c.Time.Before(now) {
+			now = c.Time
+		}
+		w.r.avail = avail.Time
+		if part == 0 {
+			fifo = append(fifo, w)
+		} else {
+			edf = append(edf, w)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, err
+	}
+	// The union's parts come in no set order: put each in its own.
+	sort.Slice(fifo, func(i, j int) bool {
+		if !fifo[i].r.avail.Equal(fifo[j].r.avail) {
+			return fifo[i].r.avail.Before(fifo[j].r.avail)
+		}
+		return fifo[i].r.id < fifo[j].r.id
+	})
+	if len(edf) == 0 {
+		return fifo, now, nil
+	}
+	head := fifo[:min(fifoSlots, len(fifo))]
+	out := make([]windowRow, 0, len(fifo)+len(edf))
+	out = append(out, head...)
+	seen := make(map[int64]bool, len(fifo))
+	for _, w := range fifo {
+		seen[w.r.id] = true
+	}
+	for _, w := range edf { // already in deadline order within its part
+		if !seen[w.r.id] {
+			out = append(out, w)
+		}
+	}
+	return append(out, fifo[len(head):]...), now, nil
+}
+
+// claimRead runs the claim's two reads and groups the window by aggregate,
+// in order of first appearance in readWindow's order (the aggregate with
+// the oldest due event first).
+func (s *Store) claimRead(ctx context.Context, req store.ClaimRequest) ([]claimAgg, time.Time, error) {
+	wrows, now, err := s.readWindow(ctx, req)
+	if err != nil {
+		return nil, now, err
+	}
 	var (
 		aggs   []claimAgg
-		now    time.Time
 		seen   = map[aggKey]int{}
 		window []int64
 		first  []int64
 		byHead = map[int64]int{} // first window row -> aggregate
 	)
-	for rows.Next() {
-		var (
-			r        runRow
-			key      aggKey
-			avail, c nullTime
-		)
-		if err := rows.Scan(&r.id, &key.typ, &key.id, &avail, &c); err != nil {
-			rows.Close()
-			return nil, now, err
-		}
-		now, r.avail = c.Time, avail.Time
+	for _, w := range wrows {
+		r, key := w.r, w.key
 		k, ok := seen[key]
 		if !ok {
 			k = len(aggs)
@@ -200,9 +264,8 @@ func (s *Store) claimRead(ctx context.Context, req store.ClaimRequest) ([]claimA
 		aggs[k].rows = append(aggs[k].rows, r)
 		window = append(window, r.id)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(aggs) == 0 {
-		return nil, now, err
+	if len(aggs) == 0 {
+		return nil, now, nil
 	}
 	for i := range aggs {
 		rs := aggs[i].rows
@@ -228,7 +291,7 @@ func (s *Store) claimRead(ctx context.Context, req store.ClaimRequest) ([]claimA
 			}
 		}
 	}
-	rows, err = s.db.QueryContext(ctx, strings.NewReplacer(parts...).Replace(s.q.runs), args...)
+	rows, err := s.db.QueryContext(ctx, strings.NewReplacer(parts...).Replace(s.q.runs), args...)
 	if err != nil {
 		return nil, now, err
 	}

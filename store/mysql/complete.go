@@ -151,7 +151,16 @@ func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteR
 			return err
 		}
 	}
-	return s.insertAttempts(ctx, tx, req, applied, now)
+	if err := s.insertAttempts(ctx, tx, req, applied, now); err != nil {
+		return err
+	}
+	var expired []int64
+	for _, r := range mine {
+		if byID[r.id].Kind == store.Expired {
+			expired = append(expired, r.id)
+		}
+	}
+	return s.compensateExpired(ctx, tx, expired, now, req.RelayID)
 }
 
 // follow is the first retried row of an aggregate in a completion and the
@@ -393,20 +402,24 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		}
 		started, startedArg := at(o.StartedAt)
 		finished, finishedArg := at(o.FinishedAt)
-		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?)")
+		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?,?)")
 		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.StorableText(req.RelayID, store.MaxRelayIDRunes))
 		for _, a := range []any{startedArg, finishedArg} {
 			if a != nil {
 				args = append(args, a)
 			}
 		}
-		args = append(args, msg)
+		var traceID any
+		if o.TraceID != "" {
+			traceID = o.TraceID
+		}
+		args = append(args, msg, traceID)
 		n++
 	}
 	if n == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
+	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+", trace_id) VALUES "+b.String(), args...)
 	return err
 }
 

@@ -49,6 +49,12 @@ func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Eve
 			return &outbox.InvalidEventError{Index: i, Field: "payload", Reason: fmt.Sprintf(
 				"nests arrays and objects %d levels deep; MariaDB's JSON_VALID refuses more than %d", d, maxJSONDepth)}
 		}
+		if c := events[i].OnExpired; c != nil {
+			if d := jsonDepth(c.Payload); d > maxJSONDepth-1 {
+				return &outbox.InvalidEventError{Index: i, Field: "on_expired", Reason: fmt.Sprintf(
+					"payload nests arrays and objects %d levels deep; MariaDB's JSON_VALID refuses more than %d", d, maxJSONDepth-1)}
+			}
+		}
 	}
 	if err := s.lockAggregates(ctx, tx, events); err != nil {
 		return err
@@ -106,6 +112,9 @@ func jsonDepth(b []byte) int {
 // eventSize estimates the bytes an event adds to an INSERT.
 func eventSize(e *outbox.Event) int {
 	n := len(e.Payload) + len(e.AggregateType) + len(e.AggregateID) + len(e.EventType) + 200
+	if e.OnExpired != nil {
+		n += len(e.OnExpired.Payload) + len(e.OnExpired.EventType) + 40
+	}
 	for k, v := range e.Headers {
 		n += len(k) + len(v) + 8
 	}
@@ -161,10 +170,14 @@ func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []an
 	var b strings.Builder
 	args := make([]any, 0, len(events)*8)
 	b.WriteString("INSERT INTO `" + s.t.Outbox + "` (event_id, aggregate_type, aggregate_id, event_type, payload, headers, " +
-		"status, created_at, expires_at, available_at, aggregate_seq) VALUES ")
+		"on_expired, status, created_at, expires_at, available_at, aggregate_seq) VALUES ")
 	for i := range events {
 		e := &events[i]
 		headers, err := store.EncodeHeaders(offset+i, e.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		onExpired, err := store.EncodeOnExpired(offset+i, e.OnExpired)
 		if err != nil {
 			return "", nil, err
 		}
@@ -173,8 +186,8 @@ func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []an
 		}
 		// The payload is bound as a string: a []byte would be sent as a
 		// binary string, which MySQL's JSON type refuses.
-		b.WriteString("(?,?,?,?,?,?,'PENDING',UTC_TIMESTAMP(6),")
-		args = append(args, e.ID.String(), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), headers)
+		b.WriteString("(?,?,?,?,?,?,?,'PENDING',UTC_TIMESTAMP(6),")
+		args = append(args, e.ID.String(), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), headers, onExpired)
 		switch {
 		case !e.ExpiresAt.IsZero():
 			b.WriteString("CAST(? AS DATETIME(6)),")

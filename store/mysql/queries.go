@@ -16,7 +16,7 @@ import (
 // the choices between them are made in Go (claim.go, complete.go,
 // sweep.go). Statements whose text varies (id lists) are built there.
 type queries struct {
-	window, runs, runsLM                  string
+	window, edfWindow, runs, runsLM       string
 	lockClaim, completeLock               string
 	reapSelect, expireSelect, expireUpd   string
 	blockCandidates, unblockCandidates    string
@@ -36,6 +36,7 @@ func render(t store.Tables, sql string) string {
 func buildQueries(t store.Tables) queries {
 	return queries{
 		window:            render(t, windowSQL),
+		edfWindow:         render(t, edfWindowSQL),
 		runs:              render(t, runsSQL),
 		runsLM:            render(t, runsLM),
 		lockClaim:         render(t, lockClaimSQL),
@@ -71,11 +72,24 @@ func idList(ids []int64) string {
 // windowSQL is the first read of a claim (claimSQL's win in the PostgreSQL
 // backend): the first {limit} due PENDING rows in (available_at, id) order,
 // from the (status, available_at, id) index, and the database clock.
+//
+// Unless the claim is strict FIFO, edfWindowSQL adds the {edf} due PENDING
+// rows with the nearest deadlines, from the expiry index (earliest deadline
+// first; see store.ClaimRequest.FIFOSlots); part tells them apart.
 const windowSQL = `
-SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6) FROM {t}
+SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6), 0 AS part FROM {t}
 WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)
 ORDER BY available_at, id
 LIMIT {limit}`
+
+// edfWindowSQL is windowSQL with the deadline part of the window.
+const edfWindowSQL = `
+(` + windowSQL + `)
+UNION ALL
+(SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6), 1 AS part FROM {t}
+WHERE waiting_expires_at IS NOT NULL AND status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY waiting_expires_at, id
+LIMIT {edf})`
 
 // runsSQL is the second read of a claim (claimSQL's r and held): for each
 // aggregate of the window, named by its first window row ({first}), its

@@ -169,7 +169,10 @@ func (s *Store) expirePage(ctx context.Context, tx *sql.Tx, limit int, relay str
 		values[i] = attemptRow{e.eventID, uuid.NewString(), store.Expired, e.id, e.retries + 1, relay, now.Time,
 			"expired before delivery: deadline was " + rfc3339Millis(e.expiresAt.Time)}
 	}
-	return int64(len(es)), s.audit(ctx, tx, values)
+	if err := s.audit(ctx, tx, values); err != nil {
+		return 0, err
+	}
+	return int64(len(es)), s.compensateExpired(ctx, tx, ids, now.Time, relay)
 }
 
 // movePage moves one page of rows from one status to another: the

@@ -128,7 +128,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.pool.Query(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, '')
+	rows, err := s.pool.Query(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
         FROM "`+s.t.Attempts+`" WHERE event_id = $1::uuid ORDER BY finished_at, started_at, attempt`, id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
@@ -139,7 +139,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 		var a store.Attempt
 		var token [16]byte
 		var outcome string
-		if err := rows.Scan(&a.Attempt, &a.RelayID, &token, &a.StartedAt, &a.FinishedAt, &outcome, &a.Error); err != nil {
+		if err := rows.Scan(&a.Attempt, &a.RelayID, &token, &a.StartedAt, &a.FinishedAt, &outcome, &a.Error, &a.TraceID); err != nil {
 			return nil, s.wrap("attempts", err)
 		}
 		a.ClaimToken = uuid.UUID(token).String()

@@ -16,7 +16,7 @@ import (
 )
 
 // maxRowsPerInsert keeps one INSERT well under PostgreSQL's 65535 bind
-// parameters (10 per row).
+// parameters (11 per row).
 const maxRowsPerInsert = 1000
 
 var _ outbox.Writer[pgx.Tx] = (*Store)(nil)
@@ -137,13 +137,17 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		}
 		b.WriteString("]) WITH ORDINALITY AS x(k, n) ORDER BY n) ")
 	}
-	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, available_at) ` +
-		`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, ` +
+	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) ` +
+		`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, v.ox, ` +
 		`COALESCE(v.xa, now() + v.ttl * interval '1 microsecond'), ` +
 		`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `)
 	for i := range events {
 		e := &events[i]
 		headers, err := store.EncodeHeaders(i, e.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		onExpired, err := store.EncodeOnExpired(i, e.OnExpired)
 		if err != nil {
 			return "", nil, err
 		}
@@ -163,11 +167,11 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "(%s::uuid,%s::text,%s::text,%s::text,%s::json,%s::json,%s::timestamptz,%s::bigint,%s::timestamptz,%s::bigint)",
+		fmt.Fprintf(&b, "(%s::uuid,%s::text,%s::text,%s::text,%s::json,%s::json,%s::json,%s::timestamptz,%s::bigint,%s::timestamptz,%s::bigint)",
 			arg(e.ID.String()), arg(e.AggregateType), arg(e.AggregateID), arg(e.EventType),
-			arg(string(e.Payload)), arg(headers), arg(expiresAt), arg(ttl), arg(availableAt), arg(delay))
+			arg(string(e.Payload)), arg(headers), arg(onExpired), arg(expiresAt), arg(ttl), arg(availableAt), arg(delay))
 	}
-	b.WriteString(") AS v(e, at, ai, et, p, h, xa, ttl, aa, d)")
+	b.WriteString(") AS v(e, at, ai, et, p, h, ox, xa, ttl, aa, d)")
 	if !s.cfg.NoAggregateLock {
 		b.WriteString(" WHERE (SELECT count(*) FROM l) >= 0")
 	}

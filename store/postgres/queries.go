@@ -9,7 +9,7 @@ import (
 
 // queries holds the SQL of the hot path, with the table names rendered in.
 type queries struct {
-	claim, complete                               string
+	claim, complete, completeExpiring             string
 	reap, expire, block, unblock                  string
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
@@ -29,24 +29,31 @@ func placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 func buildQueries(t store.Tables) queries {
 	return queries{
-		claim:           render(t, claimSQL),
-		complete:        render(t, completeSQL),
-		reap:            render(t, reapSQL),
-		expire:          render(t, expireSQL),
-		block:           render(t, blockSQL),
-		unblock:         render(t, unblockSQL),
-		countMovable:    render(t, countMovableSQL),
-		stats:           render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
-		oldestPending:   render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
-		blockedAg:       render(t, blockedAggregatesSQL),
-		deadLetterCount: render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+		claim:            render(t, claimSQL),
+		complete:         render(t, completeSQL),
+		completeExpiring: render(t, strings.TrimSuffix(completeSQL, "\nSELECT id FROM u")+completeExpiringTail),
+		reap:             render(t, reapSQL),
+		expire:           render(t, expireSQL),
+		block:            render(t, blockSQL),
+		unblock:          render(t, unblockSQL),
+		countMovable:     render(t, countMovableSQL),
+		stats:            render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
+		oldestPending:    render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
+		blockedAg:        render(t, blockedAggregatesSQL),
+		deadLetterCount:  render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
 	}
 }
 
 // claimSQL claims a batch in one statement.
 //
-//	win: the window, the first $LIMIT due PENDING rows in (available_at, id)
-//	     order; w: the aggregates they belong to, oldest first.
+//	win: the window: fifo, the first $LIMIT due PENDING rows in
+//	     (available_at, id) order, and edf, the $EDF due PENDING rows with
+//	     the nearest deadlines (earliest deadline first; $EDF is 0 for
+//	     strict FIFO). prio is 0 for the first $FIFO rows of fifo and for
+//	     edf, 1 for the rest of fifo; w: the aggregates they belong to,
+//	     oldest first, with their best prio. At most $LIMIT aggregates have
+//	     prio 0, so each of them gets its head claimed (c0 orders by pos,
+//	     then prio); the prio 1 ones fill what is left.
 //	r:   for each such aggregate, its first unfinished rows in id order (FAILED
 //	     counts when $4), about a fair share of $LIMIT per aggregate. The first
 //	     is the aggregate's head.
@@ -73,26 +80,41 @@ func buildQueries(t store.Tables) queries {
 // always a primary-key lookup: a plan cached while the table was empty
 // cannot turn it into a scan of every pending row.
 const claimSQL = `
-WITH win AS MATERIALIZED (
+WITH fifo AS MATERIALIZED (
     SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
     WHERE status = 'PENDING' AND available_at <= now()
     ORDER BY available_at, id
     LIMIT $LIMIT
 ),
+edf AS MATERIALIZED (
+    SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
+    WHERE status = 'PENDING' AND expires_at IS NOT NULL AND available_at <= now()
+    ORDER BY expires_at, id
+    LIMIT $EDF
+),
+win AS MATERIALIZED (
+    SELECT id, aggregate_type, aggregate_id, available_at, min(prio) AS prio FROM (
+        SELECT id, aggregate_type, aggregate_id, available_at,
+            CASE WHEN row_number() OVER (ORDER BY available_at, id) <= $FIFO THEN 0 ELSE 1 END AS prio
+        FROM fifo
+        UNION ALL
+        SELECT id, aggregate_type, aggregate_id, available_at, 0 FROM edf
+    ) x GROUP BY id, aggregate_type, aggregate_id, available_at
+),
 w AS MATERIALIZED (
-    SELECT row_number() OVER () AS agg_no, g.aggregate_type, g.aggregate_id, g.first_due,
+    SELECT row_number() OVER () AS agg_no, g.aggregate_type, g.aggregate_id, g.first_due, g.prio,
         CASE WHEN cardinality($4::uuid[]) > 0 THEN
             (SELECT max(m.id) FROM {t} m
               WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
                 AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[]))
         END AS last_mine
-    FROM (SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM win GROUP BY 1, 2) g
+    FROM (SELECT aggregate_type, aggregate_id, min(available_at) AS first_due, min(prio) AS prio FROM win GROUP BY 1, 2) g
 ),
 per AS (
     SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
 ),
 r AS MATERIALIZED (
-    SELECT w.agg_no, w.aggregate_type, w.aggregate_id, w.first_due, x.id, x.status, x.available_at, x.ok,
+    SELECT w.agg_no, w.aggregate_type, w.aggregate_id, w.first_due, w.prio, x.id, x.status, x.available_at, x.ok,
         row_number() OVER run AS pos,
         sum(CASE WHEN (x.ok AND x.id > COALESCE(w.last_mine, 0)) OR x.mine THEN 0 ELSE 1 END) OVER run AS bad
     FROM w CROSS JOIN per CROSS JOIN LATERAL (
@@ -111,7 +133,7 @@ r AS MATERIALIZED (
 c0 AS (
     SELECT id, agg_no FROM r
     WHERE bad = 0 AND ok
-    ORDER BY pos, first_due, id
+    ORDER BY pos, prio, first_due, id
     LIMIT $LIMIT
 ),
 c AS MATERIALIZED (
@@ -157,8 +179,8 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.pa
 const completeSQL = `
 WITH i AS (
     SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bigint[],
-                         $9::bool[], $10::bool[], $11::int[], $12::timestamptz[], $13::timestamptz[])
-        AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at)
+                         $9::bool[], $10::bool[], $11::int[], $12::timestamptz[], $13::timestamptz[], $14::text[])
+        AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at, trace_id)
 ),
 u AS (
     UPDATE {t} o SET
@@ -178,7 +200,7 @@ u AS (
     FROM i
     WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = $1::uuid
     RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-        o.retry_count, o.status, o.available_at, i.kind, i.err
+        o.retry_count, o.status, o.available_at, i.kind, i.err, o.expires_at, o.on_expired
 ),
 dl AS (
     INSERT INTO {dl} (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason)
@@ -199,16 +221,26 @@ dfr AS (
       AND o.id > r.id AND o.status = 'PENDING' AND o.available_at < r.available_at
 ),
 att AS (
-    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
     SELECT i.event_id, $1::uuid, i.kind, i.id, i.attempt, $2, i.started_at, i.finished_at,
         CASE WHEN u.id IS NULL
             THEN concat_ws('; ', NULLIF(i.err, ''), 'lease lost before the mark: the row was not changed')
-            ELSE NULLIF(left(i.err, 2000), '') END
+            ELSE NULLIF(left(i.err, 2000), '') END,
+        NULLIF(i.trace_id, '')
     FROM i LEFT JOIN u ON u.id = i.id
     WHERE i.attempted
     ON CONFLICT DO NOTHING
 )
 SELECT id FROM u`
+
+// completeExpiringTail replaces the last line of completeSQL for a batch
+// with EXPIRED outcomes: the applied rows come back as expiredColumns, the
+// payload and headers only for rows with a compensating event to enqueue.
+const completeExpiringTail = `
+SELECT id, event_id, aggregate_type, aggregate_id, event_type,
+    CASE WHEN c THEN payload END, CASE WHEN c THEN headers END, expires_at, retry_count,
+    CASE WHEN c THEN on_expired END
+FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u`
 
 // reapSQL returns PROCESSING rows whose lease ended to PENDING, keeping
 // retry_count, and audits each with the claim token it had.
@@ -234,7 +266,9 @@ att AS (
 )
 SELECT count(*) FROM u`
 
-// expireSQL ends waiting events past their deadline.
+// expireSQL ends waiting events past their deadline and returns them
+// (expiredColumns), for their compensating events to be enqueued in the
+// same transaction.
 const expireSQL = `
 WITH r AS (
     SELECT id, event_id, retry_count, expires_at FROM {t}
@@ -247,14 +281,15 @@ u AS (
         last_error = 'expired before delivery: deadline was ' ||
             to_char(r.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
     FROM r WHERE o.id = r.id
-    RETURNING o.id, o.event_id, o.retry_count, o.last_error
+    RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+        o.expires_at, o.retry_count, o.on_expired, o.last_error
 ),
 att AS (
     INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
     SELECT u.event_id, gen_random_uuid(), 'EXPIRED', u.id, u.retry_count + 1, $2, now(), now(), u.last_error
     FROM u
 )
-SELECT count(*) FROM u`
+SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired FROM u`
 
 // blockSQL moves PENDING events that wait behind a FAILED event of their
 // aggregate to BLOCKED.

@@ -38,7 +38,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		// on every poll. After a full batch the next claim is planned afresh.
 		// Either way the claim is one round trip: the transaction's four
 		// statements travel as one pgx batch.
-		claimSQL := s.claimSQL(req.Limit)
+		claimSQL := s.claimSQL(req)
 		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
 		var (
 			rows pgx.Rows
@@ -115,15 +115,18 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	return c, nil
 }
 
-// claimSQL returns the claim statement for a batch size: the limit is a
-// literal so that the planner sizes the window right, and the rendered
-// text is kept, since a relay asks for the same size every time.
-func (s *Store) claimSQL(limit int) string {
-	if q, ok := s.claimByLimit.Load(limit); ok {
+// claimSQL returns the claim statement for a batch size and its split
+// between id order and nearest deadline (store.ClaimRequest.FIFOSlots):
+// they are literals so that the planner sizes the window right, and the
+// rendered text is kept, since a relay asks for the same sizes every time.
+func (s *Store) claimSQL(req store.ClaimRequest) string {
+	fifo, edf := req.FIFOSlots()
+	key := [3]int{req.Limit, fifo, edf}
+	if q, ok := s.claimByLimit.Load(key); ok {
 		return q.(string)
 	}
-	q := strings.ReplaceAll(s.q.claim, "$LIMIT", strconv.Itoa(limit))
-	s.claimByLimit.Store(limit, q)
+	q := strings.NewReplacer("$LIMIT", strconv.Itoa(req.Limit), "$FIFO", strconv.Itoa(fifo), "$EDF", strconv.Itoa(edf)).Replace(s.q.claim)
+	s.claimByLimit.Store(key, q)
 	return q
 }
 
@@ -143,6 +146,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	attempt := make([]int32, n)
 	started := make([]time.Time, n)
 	finished := make([]time.Time, n)
+	traceIDs := make([]string, n)
 	for i, o := range req.Outcomes {
 		ids[i] = o.ID
 		eventIDs[i] = o.EventID.String()
@@ -154,13 +158,38 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		attempt[i] = int32(o.Attempt)
 		started[i] = o.StartedAt
 		finished[i] = o.FinishedAt
+		traceIDs[i] = o.TraceID
 	}
 	relayID := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
 	applied := make(map[int64]bool, n)
+	args := []any{req.Token, relayID, req.FailedBlocks,
+		ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs}
+	if hasExpired(req.Outcomes) {
+		// An EXPIRED event may have a compensating event to enqueue: in
+		// the transaction of the move, so that it exists if and only if
+		// the event ended EXPIRED.
+		err := retrySerialization(ctx, func() error {
+			clear(applied)
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				rows, err := tx.Query(ctx, s.q.completeExpiring, args...)
+				if err != nil {
+					return err
+				}
+				xs, err := scanApplied(rows, applied)
+				if err != nil {
+					return err
+				}
+				return s.compensate(ctx, tx, xs, req.RelayID)
+			})
+		})
+		if err != nil {
+			return store.CompleteResult{}, s.wrap("complete", err)
+		}
+		return store.NewCompleteResult(req.Outcomes, applied), nil
+	}
 	err := retrySerialization(ctx, func() error {
 		clear(applied)
-		rows, err := s.pool.Query(ctx, s.q.complete, req.Token, relayID, req.FailedBlocks,
-			ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished)
+		rows, err := s.pool.Query(ctx, s.q.complete, args...)
 		if err != nil {
 			return err
 		}
@@ -180,6 +209,34 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
+// hasExpired reports whether any outcome is EXPIRED.
+func hasExpired(outs []store.Outcome) bool {
+	for i := range outs {
+		if outs[i].Kind == store.Expired {
+			return true
+		}
+	}
+	return false
+}
+
+// scanApplied reads completeExpiring's rows: every applied id goes in
+// applied, and the EXPIRED ones with a compensating event are returned.
+func scanApplied(rows pgx.Rows, applied map[int64]bool) ([]store.ExpiredEvent, error) {
+	defer rows.Close()
+	var xs []store.ExpiredEvent
+	for rows.Next() {
+		x, err := scanExpiredRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		applied[x.ID] = true
+		if x.OnExpired != nil {
+			xs = append(xs, x)
+		}
+	}
+	return xs, rows.Err()
+}
+
 // Sweep implements store.Store.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
 	req = req.Normalize()
@@ -190,7 +247,7 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 		case store.SweepReap:
 			query, args = s.q.reap, []any{req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes)}
 		case store.SweepExpire:
-			query, args = s.q.expire, []any{req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes)}
+			return s.expirePage(ctx, req)
 		case store.SweepBlock:
 			query, args = s.q.block, []any{req.Limit}
 		case store.SweepUnblock:

@@ -69,7 +69,7 @@ type Store struct {
 	notify  *notifier
 	// lastClaimFull: the last claim took a full batch (a backlog).
 	lastClaimFull atomic.Bool
-	claimByLimit  sync.Map // batch size -> claim statement
+	claimByLimit  sync.Map // [batch size, FIFO slots, deadline slots] -> claim statement
 	analyze       analyzer
 }
 

@@ -162,7 +162,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 	var out []store.Attempt
 	err := retryBusy(ctx, func() error {
 		out = nil
-		rows, err := s.db.QueryContext(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, '')
+		rows, err := s.db.QueryContext(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
         FROM "`+s.t.Attempts+`" WHERE event_id = ? ORDER BY finished_at, started_at, attempt`, id.String())
 		if err != nil {
 			return err
@@ -175,7 +175,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 				outcome           string
 				started, finished string
 			)
-			if err := rows.Scan(&attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error); err != nil {
+			if err := rows.Scan(&attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error, &a.TraceID); err != nil {
 				return err
 			}
 			a.Attempt = int(attempt)

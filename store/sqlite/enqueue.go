@@ -10,7 +10,7 @@ import (
 )
 
 // maxRowsPerInsert keeps one INSERT well under SQLite's default limit of
-// 32766 bind parameters (at most 8 per row).
+// 32766 bind parameters (at most 9 per row).
 const maxRowsPerInsert = 1000
 
 // EnqueueLimits returns the limits Enqueue enforces.
@@ -51,10 +51,14 @@ func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Eve
 func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*8)
-	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, available_at) VALUES `)
+	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `)
 	for i := range events {
 		e := &events[i]
 		headers, err := store.EncodeHeaders(i, e.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		onExpired, err := store.EncodeOnExpired(i, e.OnExpired)
 		if err != nil {
 			return "", nil, err
 		}
@@ -63,8 +67,8 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		}
 		// The payload is bound as text: SQLite would take a []byte as a
 		// BLOB, which json_valid reads as JSONB.
-		b.WriteString("(?,?,?,?,?,?,")
-		args = append(args, e.ID.String(), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), headers)
+		b.WriteString("(?,?,?,?,?,?,?,")
+		args = append(args, e.ID.String(), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), headers, onExpired)
 		switch {
 		case !e.ExpiresAt.IsZero():
 			b.WriteString("?,")

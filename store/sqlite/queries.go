@@ -19,7 +19,7 @@ type queries struct {
 	completeUpdate, deadLetter, blockAfter, deferFrom string
 	insertAttempts                                    string
 	reapSelect, reapUpdate, audit                     string
-	expire, block, unblock                            string
+	expire, block, unblock, expiredRows               string
 	countMovable, stats, oldestPending, blockedAg     string
 	deadLetterCount                                   string
 }
@@ -32,6 +32,7 @@ func render(t store.Tables, sql string) string {
 		"{dl}", `"`+t.DeadLetters+`"`,
 		"{att}", `"`+t.Attempts+`"`,
 		"{ts}", tsSQL,
+		"{expiry_idx}", `"`+t.Outbox+`_expiry_idx"`,
 	).Replace(sql)
 }
 
@@ -53,6 +54,7 @@ func buildQueries(t store.Tables) queries {
 		reapUpdate:      render(t, reapUpdateSQL),
 		audit:           render(t, auditSQL),
 		expire:          render(t, expireSQL),
+		expiredRows:     render(t, expiredRowsSQL),
 		block:           render(t, blockSQL),
 		unblock:         render(t, unblockSQL),
 		countMovable:    render(t, countMovableSQL),
@@ -69,10 +71,15 @@ func buildQueries(t store.Tables) queries {
 const dueSQL = `SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'PENDING' AND available_at <= strftime({ts}, 'now'))`
 
 // claimRunsSQL reads what a claim decides on; it is the read part of
-// claimSQL of the PostgreSQL backend (?1 now, ?2 the limit, ?3 FailedBlocks).
+// claimSQL of the PostgreSQL backend (?1 now, ?2 the limit, ?3 FailedBlocks,
+// ?4 the FIFO slots, ?5 the deadline slots: store.ClaimRequest.FIFOSlots).
 //
 //	w:   the aggregates with due work: those of the first ?2 due PENDING rows
-//	     in (available_at, id) order, with the oldest available_at of each.
+//	     in (available_at, id) order (f) and of the ?5 due PENDING rows with
+//	     the nearest deadlines (e), with the oldest available_at of each and
+//	     its prio: 0 when it has one of the first ?4 rows of f or a row of
+//	     e, else 1. At most ?2 aggregates have prio 0, so each gets its head
+//	     claimed; the prio 1 ones fill what is left.
 //	per: a fair share of ?2 per aggregate, at least 1.
 //	b:   per aggregate, the id of its per-th unfinished row (FAILED counts
 //	     when ?3), NULL if it has fewer.
@@ -82,42 +89,71 @@ const dueSQL = `SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'PENDING' AND av
 //
 // Claim then takes, in Go and in the same write transaction, the runs from
 // each head while rows are PENDING and due, heads first (ordered by pos,
-// first_due, id), up to ?2; pushes the rows behind a head in backoff to the
+// prio, first_due, id), up to ?2; pushes the rows behind a head in backoff to the
 // head's available_at, and marks the rows behind a FAILED head BLOCKED.
 const claimRunsSQL = `
-WITH w AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due FROM (
-        SELECT aggregate_type, aggregate_id, available_at FROM {t}
+WITH f AS MATERIALIZED (
+    SELECT aggregate_type, aggregate_id, available_at, row_number() OVER (ORDER BY available_at, id) AS rn FROM (
+        SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
         WHERE status = 'PENDING' AND available_at <= ?1
         ORDER BY available_at, id
         LIMIT ?2
+    )
+),
+e AS MATERIALIZED (
+    SELECT aggregate_type, aggregate_id, available_at FROM {t} INDEXED BY {expiry_idx}
+    WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
+    ORDER BY expires_at, id
+    LIMIT ?5
+),
+w AS MATERIALIZED (
+    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due, min(prio) AS prio FROM (
+        SELECT aggregate_type, aggregate_id, available_at, CASE WHEN rn <= ?4 THEN 0 ELSE 1 END AS prio FROM f
+        UNION ALL
+        SELECT aggregate_type, aggregate_id, available_at, 0 FROM e
     ) GROUP BY aggregate_type, aggregate_id
 ),
 per AS MATERIALIZED (
     SELECT max(1, CASE WHEN count(*) = 0 THEN ?2 ELSE (?2 + count(*) - 1) / count(*) END) AS n FROM w
 ),
 b AS MATERIALIZED (
-    SELECT w.aggregate_type, w.aggregate_id, w.first_due,
+    SELECT w.aggregate_type, w.aggregate_id, w.first_due, w.prio,
         (SELECT o.id FROM {t} o
           WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
             AND o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
           ORDER BY o.id LIMIT 1 OFFSET (SELECT n - 1 FROM per)) AS last_id
     FROM w
 )
-SELECT b.aggregate_type, b.aggregate_id, b.first_due, o.id, o.status, o.available_at,
+SELECT b.aggregate_type, b.aggregate_id, b.first_due, b.prio, o.id, o.status, o.available_at,
     (o.status = 'PENDING' AND o.available_at <= ?1) AS ok
 FROM b JOIN {t} o ON o.aggregate_type = b.aggregate_type AND o.aggregate_id = b.aggregate_id
 WHERE o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
   AND (b.last_id IS NULL OR o.id <= b.last_id)
 ORDER BY b.aggregate_type, b.aggregate_id, o.id`
 
-// claimWindowSQL lists the window's rows (?1 now, ?2 the limit), so that a
-// claim can clear from it the rows it cannot take.
+// waitingWithDeadline repeats the WHERE clause of the expiry index, which
+// the claim's deadline part reads in (expires_at, id) order (see
+// unfinished). The part names the index (INDEXED BY): without statistics
+// SQLite would rather read every due row through the pending index and
+// sort them, the whole backlog on every claim.
+const waitingWithDeadline = `status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL`
+
+// claimWindowSQL lists the window's rows (?1 now, ?2 the limit, ?3 the
+// deadline slots: f and e of claimRunsSQL), so that a claim can clear from
+// it the rows it cannot take.
 const claimWindowSQL = `
-SELECT id, aggregate_type, aggregate_id FROM {t}
-WHERE status = 'PENDING' AND available_at <= ?1
-ORDER BY available_at, id
-LIMIT ?2`
+SELECT id, aggregate_type, aggregate_id FROM (
+    SELECT id, aggregate_type, aggregate_id FROM {t}
+    WHERE status = 'PENDING' AND available_at <= ?1
+    ORDER BY available_at, id
+    LIMIT ?2)
+UNION
+SELECT id, aggregate_type, aggregate_id FROM (
+    SELECT id, aggregate_type, aggregate_id FROM {t} INDEXED BY {expiry_idx}
+    WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
+    ORDER BY expires_at, id
+    LIMIT ?3)
+ORDER BY id`
 
 // claimDeferSQL gives the PENDING rows of ?1 (JSON ids, rows behind a head
 // in backoff) the head's available_at ?2, so that they leave the window.
@@ -196,10 +232,10 @@ WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDIN
 // insertAttemptsSQL writes one attempt row per element of ?3 (claim token
 // ?1, relay ?2); a replay conflicts and writes nothing.
 const insertAttemptsSQL = `
-INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
 SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
     json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
-    json_extract(value, '$.error')
+    json_extract(value, '$.error'), json_extract(value, '$.trace_id')
 FROM json_each(?3) WHERE true
 ON CONFLICT DO NOTHING`
 
@@ -230,7 +266,7 @@ WHERE id IN (
     SELECT id FROM {t}
     WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= ?1
     ORDER BY expires_at LIMIT ?2)
-RETURNING id, event_id, retry_count, last_error`
+RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired, last_error`
 
 // blockSQL moves a page (?1) of PENDING events that wait behind a FAILED
 // event of their aggregate to BLOCKED.

@@ -41,7 +41,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	err := s.writeTx(ctx, func(conn *sql.Conn, now string) error {
 		c.Events = nil
 		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
-		plan, err := s.planClaim(ctx, conn, now, req.Limit, req.FailedBlocks)
+		plan, err := s.planClaim(ctx, conn, now, req)
 		if err != nil {
 			return err
 		}
@@ -118,6 +118,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 // aggregate with due work.
 type runRow struct {
 	aggType, aggID, firstDue string
+	prio                     int // 0: the aggregate is in the window's FIFO share or its deadline part
 	id                       int64
 	status, availableAt      string
 	ok                       bool // PENDING and due
@@ -146,20 +147,22 @@ type claimPlan struct {
 // and, for a head that is not claimable, what it holds back: the rows behind
 // a head in backoff take its available_at, the rows behind a FAILED head
 // become BLOCKED, so that neither crowds the next window.
-func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit int, failedBlocks bool) (claimPlan, error) {
+func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, req store.ClaimRequest) (claimPlan, error) {
 	var plan claimPlan
-	window, err := s.claimWindow(ctx, conn, now, limit)
+	limit := req.Limit
+	fifo, edf := req.FIFOSlots()
+	window, err := s.claimWindow(ctx, conn, now, limit, edf)
 	if err != nil {
 		return plan, err
 	}
-	rows, err := conn.QueryContext(ctx, s.q.claimRuns, now, limit, failedBlocks)
+	rows, err := conn.QueryContext(ctx, s.q.claimRuns, now, limit, req.FailedBlocks, fifo, edf)
 	if err != nil {
 		return plan, err
 	}
 	var rs []runRow
 	for rows.Next() {
 		var r runRow
-		if err := rows.Scan(&r.aggType, &r.aggID, &r.firstDue, &r.id, &r.status, &r.availableAt, &r.ok); err != nil {
+		if err := rows.Scan(&r.aggType, &r.aggID, &r.firstDue, &r.prio, &r.id, &r.status, &r.availableAt, &r.ok); err != nil {
 			rows.Close()
 			return plan, err
 		}
@@ -170,9 +173,9 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 		return plan, err
 	}
 	type candidate struct {
-		pos      int
-		firstDue string
-		id       int64
+		pos, prio int
+		firstDue  string
+		id        int64
 	}
 	var cands []candidate
 	for start := 0; start < len(rs); {
@@ -185,7 +188,7 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 			if !r.ok {
 				break
 			}
-			cands = append(cands, candidate{pos: pos + 1, firstDue: r.firstDue, id: r.id})
+			cands = append(cands, candidate{pos: pos + 1, prio: r.prio, firstDue: r.firstDue, id: r.id})
 		}
 		head := run[0]
 		// The window's rows of a held aggregate (all PENDING and due) are
@@ -218,6 +221,9 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 		if a.pos != b.pos {
 			return a.pos < b.pos
 		}
+		if a.prio != b.prio {
+			return a.prio < b.prio
+		}
 		if a.firstDue != b.firstDue {
 			return a.firstDue < b.firstDue
 		}
@@ -236,8 +242,8 @@ func (s *Store) planClaim(ctx context.Context, conn *sql.Conn, now string, limit
 type aggregateKey struct{ aggType, aggID string }
 
 // claimWindow returns the window's row ids by aggregate.
-func (s *Store) claimWindow(ctx context.Context, conn *sql.Conn, now string, limit int) (map[aggregateKey][]int64, error) {
-	rows, err := conn.QueryContext(ctx, s.q.claimWindow, now, limit)
+func (s *Store) claimWindow(ctx context.Context, conn *sql.Conn, now string, limit, edf int) (map[aggregateKey][]int64, error) {
+	rows, err := conn.QueryContext(ctx, s.q.claimWindow, now, limit, edf)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +292,7 @@ type attemptItem struct {
 	Started  string  `json:"started"`
 	Finished string  `json:"finished"`
 	Error    *string `json:"error"`
+	TraceID  *string `json:"trace_id"`
 }
 
 // appliedRow is a row completeUpdateSQL changed.
@@ -420,6 +427,9 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			if msg != "" {
 				a.Error = &msg
 			}
+			if o.TraceID != "" {
+				a.TraceID = &o.TraceID
+			}
 			atts = append(atts, a)
 		}
 		if len(atts) > 0 {
@@ -431,7 +441,26 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 				return err
 			}
 		}
-		return nil
+		// Compensating events of the rows this completion moved to
+		// EXPIRED, in the same transaction.
+		var expiredIDs []int64
+		for _, r := range rowsChanged {
+			if r.status == string(outbox.StatusExpired) {
+				expiredIDs = append(expiredIDs, r.id)
+			}
+		}
+		if len(expiredIDs) == 0 {
+			return nil
+		}
+		rows, err = conn.QueryContext(ctx, s.q.expiredRows, int64sJSON(expiredIDs))
+		if err != nil {
+			return err
+		}
+		xs, _, err := scanExpired(rows)
+		if err != nil {
+			return err
+		}
+		return s.compensate(ctx, conn, now, xs, req.RelayID)
 	})
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
@@ -517,40 +546,6 @@ func (s *Store) reapPage(ctx context.Context, c *sql.Conn, now string, limit int
 		}
 	}
 	return n, nil
-}
-
-// expirePage ends one page of waiting events past their deadline, with an
-// audit row each.
-func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit int, relay string) (int64, error) {
-	type expired struct {
-		id, retries int64
-		eventID     string
-		lastError   string
-	}
-	rows, err := c.QueryContext(ctx, s.q.expire, now, limit)
-	if err != nil {
-		return 0, err
-	}
-	var es []expired
-	for rows.Next() {
-		var e expired
-		if err := rows.Scan(&e.id, &e.eventID, &e.retries, &e.lastError); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		es = append(es, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	for _, e := range es {
-		if _, err := c.ExecContext(ctx, s.q.audit, e.eventID, uuid.NewString(), string(store.Expired), e.id,
-			e.retries+1, relay, now, e.lastError); err != nil {
-			return 0, err
-		}
-	}
-	return int64(len(es)), nil
 }
 
 // CountMovable implements store.Store.

@@ -1,0 +1,45 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+var _ store.OverdueReporter = (*Store)(nil)
+
+// overdueSQL groups the unfinished events past their deadline (see
+// store.OverdueWhere): one row per (aggregate type, event type), with the
+// totals of all groups in every row.
+const overdueSQL = `
+SELECT aggregate_type, event_type, min(aggregate_id), count(*),
+    sum(count(*)) OVER ()::bigint, min(min(expires_at)) OVER (), max(max(expires_at)) OVER ()
+FROM {t} WHERE {where}
+GROUP BY aggregate_type, event_type
+ORDER BY count(*) DESC, aggregate_type, event_type
+LIMIT {groups}`
+
+// Overdue implements store.OverdueReporter.
+func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
+	q := strings.NewReplacer("{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "now()"),
+		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
+	rows, err := s.pool.Query(ctx, q)
+	if err != nil {
+		return store.Overdue{}, s.wrap("overdue events", err)
+	}
+	defer rows.Close()
+	var o store.Overdue
+	for rows.Next() {
+		var g store.OverdueGroup
+		var oldest, newest time.Time
+		if err := rows.Scan(&g.AggregateType, &g.EventType, &g.SampleAggregateID, &g.Count, &o.Count, &oldest, &newest); err != nil {
+			return store.Overdue{}, s.wrap("overdue events", err)
+		}
+		o.Oldest, o.Newest = oldest, newest
+		o.Groups = append(o.Groups, g)
+	}
+	return o, s.wrap("overdue events", rows.Err())
+}

@@ -1,0 +1,56 @@
+package sqlite
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+var _ store.OverdueReporter = (*Store)(nil)
+
+// overdueSQL groups the unfinished events past their deadline (see
+// store.OverdueWhere; ?1 is now), with the totals of all groups in every row.
+const overdueSQL = `
+SELECT aggregate_type, event_type, min(aggregate_id), count(*),
+    sum(count(*)) OVER (), min(min(expires_at)) OVER (), max(max(expires_at)) OVER ()
+FROM {t} WHERE {where}
+GROUP BY aggregate_type, event_type
+ORDER BY count(*) DESC, aggregate_type, event_type
+LIMIT {groups}`
+
+// Overdue implements store.OverdueReporter.
+func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
+	q := strings.NewReplacer("{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "?1"),
+		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
+	var o store.Overdue
+	err := retryBusy(ctx, func() error {
+		o = store.Overdue{}
+		var now string
+		if err := s.db.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
+			return err
+		}
+		rows, err := s.db.QueryContext(ctx, q, now)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g store.OverdueGroup
+			var oldest, newest string
+			if err := rows.Scan(&g.AggregateType, &g.EventType, &g.SampleAggregateID, &g.Count, &o.Count, &oldest, &newest); err != nil {
+				return err
+			}
+			if o.Oldest, err = parseTime(oldest); err != nil {
+				return err
+			}
+			if o.Newest, err = parseTime(newest); err != nil {
+				return err
+			}
+			o.Groups = append(o.Groups, g)
+		}
+		return rows.Err()
+	})
+	return o, s.wrap("overdue events", err)
+}
