@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,7 +23,7 @@ import (
 
 // holdAggregateLock takes, in a transaction of its own, the lock Enqueue
 // takes for the aggregate (PostgreSQL: the advisory lock; MySQL: the row
-// of the aggregate-lock table), so that a relay enqueueing a compensating
+// of the aggregates table), so that a relay enqueueing a compensating
 // event on it waits mid-transaction. It returns a function that waits
 // until a relay waits for it, and the release. SQLite has no such lock:
 // ok is false.
@@ -94,18 +93,16 @@ func holdAggregateLock(t *testing.T, kind, dsn, table, aggType, aggID string) (w
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := fnv.New32a()
-		h.Write([]byte(aggType))
-		h.Write([]byte{0})
-		h.Write([]byte(aggID))
-		if _, err := tx.ExecContext(ctx, "SELECT bucket FROM `"+table+"_aggregate_locks` WHERE bucket = ? FOR UPDATE", h.Sum32()%65536); err != nil {
+		// The row of the aggregates table (migration 2): Enqueue and the
+		// insert trigger upsert it, so holding it makes them wait.
+		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+table+"_aggregates` (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq", aggType, aggID); err != nil {
 			t.Fatal(err)
 		}
 		wait := func() {
 			deadline("a relay waiting for the aggregate's lock row", func() (bool, error) {
 				var n int
 				err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.processlist WHERE info LIKE ? AND info NOT LIKE '%processlist%'",
-					"SELECT bucket FROM `"+table+"_aggregate_locks` WHERE bucket IN (%FOR UPDATE").Scan(&n)
+					"INSERT INTO `"+table+"_aggregates`%").Scan(&n)
 				return n > 0, err
 			})
 		}
