@@ -160,11 +160,53 @@ func testRollbackNeverDelivers(t *testing.T, h *Harness) {
 	}
 }
 
+// meeting holds each relay's first Publish until at least want relays have
+// entered theirs (or until a deadline, after which the test's own check
+// reports that the work was not shared). Without it a fast first relay can
+// drain a small backlog before the others start, and the check that every
+// relay got work would depend on timing.
+type meeting struct {
+	want    int32
+	entered atomic.Int32
+	met     chan struct{}
+	once    sync.Once
+}
+
+func newMeeting(want int32) *meeting { return &meeting{want: want, met: make(chan struct{})} }
+
+// sink wraps rec so that its first Publish waits at the meeting.
+func (m *meeting) sink(rec *Recorder) sink.Sink { return &meetingSink{Recorder: rec, m: m} }
+
+type meetingSink struct {
+	*Recorder
+	m     *meeting
+	first sync.Once
+}
+
+func (s *meetingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	s.first.Do(func() {
+		if s.m.entered.Add(1) >= s.m.want {
+			s.m.once.Do(func() { close(s.m.met) })
+		}
+		timer := time.NewTimer(20 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-s.m.met:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+	})
+	return s.Recorder.Publish(ctx, msgs)
+}
+
 func testConcurrentRelays(t *testing.T, h *Harness) {
 	n := scaled(h, 4000)
+	// More aggregates than two batches of one relay cover, so that a relay
+	// held at the meeting leaves aggregates for the others.
+	const aggregates = 200
 	var events []outbox.Event
 	for i := 0; i < n; i++ {
-		events = append(events, ev(fmt.Sprintf("agg-%d", i%50), i))
+		events = append(events, ev(fmt.Sprintf("agg-%d", i%aggregates), i))
 		if len(events) == 500 {
 			enqueue(t, h, events...)
 			events = nil
@@ -174,9 +216,10 @@ func testConcurrentRelays(t *testing.T, h *Harness) {
 		enqueue(t, h, events...)
 	}
 	recs := NewRecorders(4)
+	meet := newMeeting(2)
 	var rs []*relay.Relay
 	for i, rec := range recs {
-		cfg := testConfig(h, rec, fmt.Sprintf("relay-%d", i))
+		cfg := testConfig(h, meet.sink(rec), fmt.Sprintf("relay-%d", i))
 		cfg.BatchSize = 50
 		rs = append(rs, newRelay(t, cfg))
 	}
