@@ -114,3 +114,45 @@ func TestHeldForSpansOnlyUnrecordedBatches(t *testing.T) {
 		t.Fatalf("recorded batches are still remembered: %v", p.held)
 	}
 }
+
+// deadlineSink records the deadline of the context each Publish gets.
+type deadlineSink struct {
+	nopSink
+	got []time.Time
+}
+
+func (s *deadlineSink) Publish(ctx context.Context, m []outbox.Message) []error {
+	d, _ := ctx.Deadline()
+	s.got = append(s.got, d)
+	return make([]error, len(m))
+}
+
+// Publishing gets 80% of the lease, counted from the claim, so that the
+// outcome can still be recorded before the lease ends.
+func TestPublishGetsMostOfTheLeaseNotAll(t *testing.T) {
+	sink := &deadlineSink{}
+	r, err := New(Config{Store: featuresOnly{}, Sink: sink, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimedAt := time.Now()
+	b := &batch{relay: r, localClaim: claimedAt, claim: &store.Claim{DBTime: claimedAt, Events: []store.Claimed{
+		{Message: outbox.Message{ID: 1, AggregateType: "payment", AggregateID: "p-1"}}}}}
+	outs := b.deliver(context.Background(), nil)
+	if len(outs) != 1 || outs[0].Kind != store.Delivered {
+		t.Fatalf("outcomes %+v, want one delivered", outs)
+	}
+	if want := claimedAt.Add(8 * time.Second); len(sink.got) != 1 || !sink.got[0].Equal(want) {
+		t.Fatalf("the sink's context had deadlines %v, want one at the claim + 80%% of the lease (%v)", sink.got, want)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"abc", "abc"}, {"abcd", "abcd"}, {"abcde", "abcd..."},
+	} {
+		if got := truncate(tc.in, 4); got != tc.want {
+			t.Errorf("truncate(%q, 4) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
