@@ -106,9 +106,14 @@ func TestHeldForSpansOnlyUnrecordedBatches(t *testing.T) {
 	if got := p.heldFor(&batch{seq: 2, recordedAtClaim: 0}); !got["x"].stopped || got["x"].retryIn != time.Second {
 		t.Fatalf("batch 2: held %v", got)
 	}
-	// Batch 3 was claimed after batch 1 was recorded: the claim saw it.
-	if got := p.heldFor(&batch{seq: 3, recordedAtClaim: 1}); len(got) != 0 {
-		t.Fatalf("batch 3: held %v", got)
+	// So is batch 3 if it too was claimed before batch 1 was recorded:
+	// asking for batch 2 forgot nothing that a later batch needs.
+	if got := p.heldFor(&batch{seq: 3, recordedAtClaim: 0}); !got["x"].stopped {
+		t.Fatalf("batch 3 claimed before batch 1 was recorded: held %v", got)
+	}
+	// Batch 4 was claimed after batch 1 was recorded: the claim saw it.
+	if got := p.heldFor(&batch{seq: 4, recordedAtClaim: 1}); len(got) != 0 {
+		t.Fatalf("batch 4: held %v", got)
 	}
 	if len(p.held) != 0 {
 		t.Fatalf("recorded batches are still remembered: %v", p.held)
