@@ -69,7 +69,7 @@ for t in "${targets[@]}"; do
 			"./store/postgres" '^(TestConformance|TestInterleaving)' 'TestConformance/Snapshot' ;;
 	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
 		target mysql store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|claim|sweep|enqueue|queries|store)\.go$' \
-			"./store/mysql" '^(TestConformance|TestRetry)' 'TestConformance/Snapshot' ;;
+			"./store/mysql" '^(TestConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
 		target mysql-claim store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|complete|time|retry|queries|store)\.go$' \
 			"./store/mysql" '^(TestConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
