@@ -66,7 +66,7 @@ for t in "${targets[@]}"; do
 			"./relay ./store/postgres" '^(TestClassify.*|TestHeldFor.*|TestPublish.*|TestTruncate|TestComplete.*|TestWaitSlot.*|TestClaimGets.*|TestSweep.*|TestRetention.*|TestConformance)$' 'TestConformance/(Store|Snapshot)' ;;
 	postgres) # enqueue.go (the per-aggregate lock), relay.go (claim, complete, sweep, conflict retries), queries.go
 		target postgres store/postgres '(admin|analyze|snapshot|context_headers|notify|store)\.go$' \
-			"./store/postgres" '^(TestConformance|TestInterleaving|TestEnqueue)' 'TestConformance/Snapshot' ;;
+			"./store/postgres" '^(TestConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
 	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
 		target mysql store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|claim|sweep|enqueue|queries|store)\.go$' \
 			"./store/mysql" '^(TestConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
