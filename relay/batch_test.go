@@ -109,9 +109,14 @@ func TestHeldForSpansOnlyUnrecordedBatches(t *testing.T) {
 	if got := p.heldFor(&batch{seq: 2, recordedAtClaim: 0}); !got["x"].stopped || got["x"].retryIn != time.Second {
 		t.Fatalf("batch 2: held %v", got)
 	}
-	// Batch 3 was claimed after batch 1 was recorded: the claim saw it.
-	if got := p.heldFor(&batch{seq: 3, recordedAtClaim: 1}); len(got) != 0 {
-		t.Fatalf("batch 3: held %v", got)
+	// So is batch 3 if it too was claimed before batch 1 was recorded:
+	// asking for batch 2 forgot nothing that a later batch needs.
+	if got := p.heldFor(&batch{seq: 3, recordedAtClaim: 0}); !got["x"].stopped {
+		t.Fatalf("batch 3 claimed before batch 1 was recorded: held %v", got)
+	}
+	// Batch 4 was claimed after batch 1 was recorded: the claim saw it.
+	if got := p.heldFor(&batch{seq: 4, recordedAtClaim: 1}); len(got) != 0 {
+		t.Fatalf("batch 4: held %v", got)
 	}
 	if len(p.held) != 0 {
 		t.Fatalf("recorded batches are still remembered: %v", p.held)
@@ -149,5 +154,47 @@ func TestFIFOShareValidated(t *testing.T) {
 	}
 	if _, err := New(Config{Store: featuresOnly{}, Sink: nopSink{}, FIFOShare: 1, StrictFIFO: true}); err != nil {
 		t.Errorf("FIFOShare 1: %v", err)
+	}
+}
+
+// deadlineSink records the deadline of the context each Publish gets.
+type deadlineSink struct {
+	nopSink
+	got []time.Time
+}
+
+func (s *deadlineSink) Publish(ctx context.Context, m []outbox.Message) []error {
+	d, _ := ctx.Deadline()
+	s.got = append(s.got, d)
+	return make([]error, len(m))
+}
+
+// Publishing gets 80% of the lease, counted from the claim, so that the
+// outcome can still be recorded before the lease ends.
+func TestPublishGetsMostOfTheLeaseNotAll(t *testing.T) {
+	sink := &deadlineSink{}
+	r, err := New(Config{Store: featuresOnly{}, Sink: sink, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimedAt := time.Now()
+	b := &batch{relay: r, localClaim: claimedAt, claim: &store.Claim{DBTime: claimedAt, Events: []store.Claimed{
+		{Message: outbox.Message{ID: 1, AggregateType: "payment", AggregateID: "p-1"}}}}}
+	outs := b.deliver(context.Background(), nil)
+	if len(outs) != 1 || outs[0].Kind != store.Delivered {
+		t.Fatalf("outcomes %+v, want one delivered", outs)
+	}
+	if want := claimedAt.Add(8 * time.Second); len(sink.got) != 1 || !sink.got[0].Equal(want) {
+		t.Fatalf("the sink's context had deadlines %v, want one at the claim + 80%% of the lease (%v)", sink.got, want)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"abc", "abc"}, {"abcd", "abcd"}, {"abcde", "abcd..."},
+	} {
+		if got := truncate(tc.in, 4); got != tc.want {
+			t.Errorf("truncate(%q, 4) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

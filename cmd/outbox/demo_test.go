@@ -61,11 +61,17 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 	if sum["ok"] != true {
 		t.Errorf("ok = %v", sum["ok"])
 	}
-	for _, want := range []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "ALARM", "SIGKILL relay-2",
+	for _, want := range []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "ALARM",
 		"status      FAILED", "EXPIRED (retry_count", "summary:", "result: ok"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	// On a busy machine relay-1 may take all the work of incident 3; the
+	// demo then kills relay-2 without a batch in flight and says so. (The
+	// kill mid-batch itself is TestSIGKILLMidBatch's.)
+	if !strings.Contains(out, "SIGKILL relay-2") && !strings.Contains(out, "killed it with SIGKILL anyway") {
+		t.Errorf("output tells of no SIGKILL of relay-2:\n%s", out)
 	}
 }
 

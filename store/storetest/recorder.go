@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -177,3 +178,42 @@ func (g *Gate) Entered() <-chan struct{} { return g.entered }
 func (g *Gate) Open() { g.once.Do(func() { close(g.open) }) }
 
 var errTransient = errors.New("injected transient failure")
+
+// meeting holds each relay's first Publish until at least want relays have
+// entered theirs (or until a deadline, after which the test's own check
+// reports that the work was not shared). Without it a fast first relay can
+// drain a small backlog before the others start, and the check that every
+// relay got work would depend on timing.
+type meeting struct {
+	want    int32
+	entered atomic.Int32
+	met     chan struct{}
+	once    sync.Once
+}
+
+func newMeeting(want int32) *meeting { return &meeting{want: want, met: make(chan struct{})} }
+
+// sink wraps rec so that its first Publish waits at the meeting.
+func (m *meeting) sink(rec *Recorder) sink.Sink { return &meetingSink{Recorder: rec, m: m} }
+
+type meetingSink struct {
+	*Recorder
+	m     *meeting
+	first sync.Once
+}
+
+func (s *meetingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	s.first.Do(func() {
+		if s.m.entered.Add(1) >= s.m.want {
+			s.m.once.Do(func() { close(s.m.met) })
+		}
+		timer := time.NewTimer(20 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-s.m.met:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+	})
+	return s.Recorder.Publish(ctx, msgs)
+}

@@ -166,9 +166,12 @@ func testRollbackNeverDelivers(t *testing.T, h *Harness) {
 
 func testConcurrentRelays(t *testing.T, h *Harness) {
 	n := scaled(h, 4000)
+	// More aggregates than two batches of one relay cover, so that a relay
+	// held at the meeting leaves aggregates for the others.
+	const aggregates = 200
 	var events []outbox.Event
 	for i := 0; i < n; i++ {
-		events = append(events, ev(fmt.Sprintf("agg-%d", i%50), i))
+		events = append(events, ev(fmt.Sprintf("agg-%d", i%aggregates), i))
 		if len(events) == 500 {
 			enqueue(t, h, events...)
 			events = nil
@@ -178,9 +181,10 @@ func testConcurrentRelays(t *testing.T, h *Harness) {
 		enqueue(t, h, events...)
 	}
 	recs := NewRecorders(4)
+	meet := newMeeting(2)
 	var rs []*relay.Relay
 	for i, rec := range recs {
-		cfg := testConfig(h, rec, fmt.Sprintf("relay-%d", i))
+		cfg := testConfig(h, meet.sink(rec), fmt.Sprintf("relay-%d", i))
 		cfg.BatchSize = 50
 		rs = append(rs, newRelay(t, cfg))
 	}

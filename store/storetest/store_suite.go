@@ -489,6 +489,35 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 	if r.Status != outbox.StatusProcessing || r.RetryCount != 0 {
 		t.Fatalf("after a fenced Complete the row is %s/%d, want untouched PROCESSING/0", r.Status, r.RetryCount)
 	}
+	// Nor does a wrong token with every outcome DELIVERED, the common case
+	// (a store may write it by a faster path), alone or beside a row of
+	// the forged claim's own.
+	res = complete(t, h.Store, &forged, true, outcomes(c2, store.Delivered))
+	if len(res.Applied) != 0 || len(res.Fenced) != 1 {
+		t.Fatalf("all-delivered Complete with a wrong token = %+v, want fenced", res)
+	}
+	if r, err = h.Store.GetEvent(ctx, c2.Events[0].EventID); err != nil {
+		t.Fatal(err)
+	} else if r.Status != outbox.StatusProcessing {
+		t.Fatalf("after a fenced all-delivered Complete the row is %s, want untouched PROCESSING", r.Status)
+	}
+	enqueue(t, h, ev("d", 1))
+	c3 := claim(t, h.Store, 10, time.Minute, true)
+	mixed := *c3
+	mixed.Events = append(append([]store.Claimed(nil), c3.Events...), c2.Events...)
+	res = complete(t, h.Store, &mixed, true, outcomes(&mixed, store.Delivered))
+	if len(res.Applied) != 1 || len(res.Fenced) != 1 || res.Applied[0] != c3.Events[0].ID {
+		t.Fatalf("all-delivered Complete of an own row and another claim's row = %+v, want the own row applied and the other fenced", res)
+	}
+	if r, err = h.Store.GetEvent(ctx, c2.Events[0].EventID); err != nil {
+		t.Fatal(err)
+	} else if r.Status != outbox.StatusProcessing {
+		t.Fatalf("another claim's row is %s after an all-delivered Complete that named it, want untouched PROCESSING", r.Status)
+	}
+	// Its owner still completes it.
+	if res := complete(t, h.Store, c2, true, outcomes(c2, store.Delivered)); len(res.Applied) != 1 {
+		t.Fatalf("the owner's Complete after the forged ones = %+v, want applied", res)
+	}
 }
 
 func testLeaseExpiryFencing(t *testing.T, h *Harness) {

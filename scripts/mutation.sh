@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Mutation testing of the guarantee code (fencing, ordering, expiry, retries
+# of the outcome write, the database clock) with gremlins. Not in CI: a run
+# takes tens of minutes. Usage:
+#
+#   go install github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+#   scripts/mutation.sh [relay] [postgres] [mysql] [sqlite]   # default: all four, one at a time
+#
+# The services of the README's test section must be up (PostgreSQL, MariaDB).
+# Reports go to ${OUTBOX_MUTATION_OUT:-mutation-out}/<target>.{txt,json}.
+#
+# gremlins tests a mutant with the tests of the mutated package only, but the
+# relay's guarantees are tested by the conformance suite that each backend
+# runs, and a backend's by its own package. So gremlins runs through a small
+# `go` wrapper (put first on PATH) that replaces the package gremlins names
+# with the packages that test the target (OUTBOX_MUT_PKGS) and adds -short,
+# a -run filter (OUTBOX_MUT_RUN) and a -skip filter (OUTBOX_MUT_SKIP). Mutants of code that is not guarantee
+# code (logging, metrics, configuration, admin commands) are excluded by file.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=$(realpath -m "${OUTBOX_MUTATION_OUT:-$root/mutation-out}")
+mkdir -p "$out"
+gremlins=$(command -v gremlins || echo "$(go env GOPATH)/bin/gremlins")
+if [ ! -x "$gremlins" ]; then
+	echo "gremlins not found: go install github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0" >&2
+	exit 1
+fi
+
+shim=$(mktemp -d)
+trap 'rm -rf "$shim"' EXIT
+OUTBOX_REAL_GO=$(command -v go)
+export OUTBOX_REAL_GO
+cat >"$shim/go" <<'SHIM'
+#!/usr/bin/env bash
+# gremlins' go test: test the packages named in OUTBOX_MUT_PKGS instead.
+if [ "${1:-}" = test ] && [ -n "${OUTBOX_MUT_PKGS:-}" ]; then
+	shift
+	args=("${@:1:$#-1}") # all but the last: the package gremlins chose
+	# gremlins runs a mutant's tests in the package's directory of its copy
+	# of the module; the packages are named from the module's root.
+	while [ ! -e go.mod ] && [ "$PWD" != / ]; do cd ..; done
+	# shellcheck disable=SC2086 # OUTBOX_MUT_PKGS is a list
+	exec "$OUTBOX_REAL_GO" test -count=1 -short -run "${OUTBOX_MUT_RUN:-.}" -skip "${OUTBOX_MUT_SKIP:-^$}" "${args[@]}" $OUTBOX_MUT_PKGS
+fi
+exec "$OUTBOX_REAL_GO" "$@"
+SHIM
+chmod +x "$shim/go"
+
+# target <name> <package dir> <files to leave out (regexp)> <test packages> <-run> [<-skip>]
+target() {
+	local name=$1 dir=$2 exclude=$3 pkgs=$4 run=$5 skip=${6:-^\$}
+	echo "== $name: mutating ./$dir (not $exclude), testing with $pkgs -run '$run' -skip '$skip'"
+	PATH="$shim:$PATH" OUTBOX_MUT_PKGS="$pkgs" OUTBOX_MUT_RUN="$run" OUTBOX_MUT_SKIP="$skip" \
+		nice "$gremlins" unleash --workers 1 --test-cpu 0 --timeout-coefficient 3 \
+		--coverpkg "./$dir" --exclude-files '_test\.go$' --exclude-files "$exclude" \
+		--output "$out/$name.json" "./$dir" | tee "$out/$name.txt"
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(relay postgres mysql mysql-claim sqlite)
+for t in "${targets[@]}"; do
+	case $t in
+	relay) # batch.go (expiry, deadlines, outcomes), pipeline.go (order across batches), relay.go (the outcome write and its retries), sweeper.go
+		target relay relay '(observer|route_health|config|counters)\.go$' \
+			"./relay ./store/postgres" '^(TestClassify.*|TestHeldFor.*|TestPublish.*|TestTruncate|TestComplete.*|TestWaitSlot.*|TestClaimGets.*|TestSweep.*|TestRetention.*|TestConformance)$' 'TestConformance/(Store|Snapshot)' ;;
+	postgres) # enqueue.go (the per-aggregate lock), relay.go (claim, complete, sweep, conflict retries), queries.go
+		target postgres store/postgres '(admin|analyze|snapshot|context_headers|notify|store)\.go$' \
+			"./store/postgres" '^(TestConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
+	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
+		target mysql store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|claim|sweep|enqueue|queries|store)\.go$' \
+			"./store/mysql" '^(TestConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
+	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
+		target mysql-claim store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|complete|time|retry|queries|store)\.go$' \
+			"./store/mysql" '^(TestConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
+	sqlite) # relay.go (claim, complete, sweep), store.go (the clock, write transactions)
+		target sqlite store/sqlite '(admin|snapshot|context_headers|doc|enqueue|queries)\.go$' \
+			"./store/sqlite" '^(TestConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays)' 'TestConformance/Snapshot' ;;
+	*)
+		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite)" >&2
+		exit 2
+		;;
+	esac
+done
