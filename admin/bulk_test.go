@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -209,4 +211,46 @@ func TestBulkJobOnEveryBackend(t *testing.T) {
 			op.get("/api/v1/jobs/"+fmt.Sprintf("%024x", 1)).want(t, http.StatusNotFound)
 		})
 	}
+}
+
+// TestDashboardBulkActionSaysWhenItRunsOn confirms "Retry all matching…"
+// while the test holds the first event's row, so the job cannot finish:
+// the page names the job, which then finishes once the row is let go.
+func TestDashboardBulkActionSaysWhenItRunsOn(t *testing.T) {
+	const n = 20
+	o := newBulkOutbox(t, n)
+	base := serve(t, admin.Config{Store: o.store, BulkPageSize: 5, BulkWait: 200 * time.Millisecond})
+	ctx := context.Background()
+	tx, err := o.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+o.table+`" WHERE id = $1 FOR UPDATE`, o.first); err != nil {
+		t.Fatal(err)
+	}
+	c := browserless(t)
+	fetch(t, c, "POST", base+"/login", url.Values{"token": {operatorToken}})
+	_, body := fetch(t, c, "GET", base+"/events?status=FAILED", nil)
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token in the events page")
+	}
+	resp, body := fetch(t, c, "POST", base+"/events/bulk/retry?status=FAILED", url.Values{"csrf_token": {m[1]}, "confirm": {"yes"}})
+	job := regexp.MustCompile(`Still running in the background as job ([0-9a-f]+)`).FindStringSubmatch(body)
+	if resp.StatusCode != 200 || job == nil {
+		t.Fatalf("confirmed bulk retry while a row is held: %d, want a page naming the job:\n%s", resp.StatusCode, body)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var done jobAnswer
+	waitUntil(t, time.Minute, "the job finishes", func() bool {
+		client{t, base, viewerToken}.get("/api/v1/jobs/"+job[1]).want(t, 200).decode(t, &done)
+		return done.State != "running"
+	})
+	if done.State != "done" || done.Result.Applied != n {
+		t.Fatalf("job: %+v", done)
+	}
+	o.checkAllRequeued(t, n)
 }
