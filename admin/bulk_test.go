@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,10 +104,13 @@ func (o *bulkOutbox) checkAllRequeued(t testing.TB, n int) {
 
 // jobAnswer is the API's answer about a bulk job.
 type jobAnswer struct {
-	JobID  string       `json:"job_id"`
-	State  string       `json:"state"`
-	URL    string       `json:"url"`
-	Result actionAnswer `json:"result"`
+	JobID  string `json:"job_id"`
+	State  string `json:"state"`
+	URL    string `json:"url"`
+	Result struct {
+		actionAnswer
+		Error string `json:"error"`
+	} `json:"result"`
 }
 
 // TestBulkRetryHoldsNoLongTransaction starts a bulk retry of 5,000 events
@@ -253,4 +258,64 @@ func TestDashboardBulkActionSaysWhenItRunsOn(t *testing.T) {
 		t.Fatalf("job: %+v", done)
 	}
 	o.checkAllRequeued(t, n)
+}
+
+// TestCloseStopsABulkJobKeepingItsChanges closes the handler while a job
+// waits on a row the test holds: Close returns, the job is "stopped" with
+// the events before that row requeued and audited, and nothing after it
+// changed.
+func TestCloseStopsABulkJobKeepingItsChanges(t *testing.T) {
+	const n = 30
+	o := newBulkOutbox(t, n)
+	h, err := admin.New(admin.Config{Store: o.store, Tokens: testTokens, Logger: quiet(), BulkPageSize: 4, BulkWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx := context.Background()
+	tx, err := o.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held int64 // the 11th event's row (ids have gaps)
+	if err := tx.QueryRow(ctx, `SELECT id FROM "`+o.table+`" ORDER BY id OFFSET 10 LIMIT 1`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+o.table+`" WHERE id = $1 FOR UPDATE`, held); err != nil {
+		t.Fatal(err)
+	}
+	op := client{t, srv.URL, operatorToken}
+	var j jobAnswer
+	op.post("/api/v1/events/retry?status=FAILED").want(t, http.StatusAccepted).decode(t, &j)
+	waitUntil(t, time.Minute, "the job reaches the held row", func() bool {
+		var cur jobAnswer
+		op.get(j.URL).want(t, 200).decode(t, &cur)
+		return cur.Result.Applied == 10
+	})
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var after jobAnswer
+	op.get(j.URL).want(t, 200).decode(t, &after)
+	if after.State != "stopped" || after.Result.Applied != 10 || !strings.Contains(after.Result.Error, "run it again") {
+		t.Fatalf("job after Close: %+v, want stopped after 10 applied, saying to run it again", after)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pending, audits int
+	if err := o.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'PENDING' AND id < $1),
+            (SELECT count(*) FROM "`+o.table+`_attempts" WHERE outcome = 'REQUEUED')
+        FROM "`+o.table+`"`, held).Scan(&pending, &audits); err != nil {
+		t.Fatal(err)
+	}
+	var failed int
+	if err := o.pool.QueryRow(ctx, `SELECT count(*) FROM "`+o.table+`" WHERE status = 'FAILED' AND id >= $1`, held).Scan(&failed); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 10 || audits != 10 || failed != n-10 {
+		t.Fatalf("after the stop: %d requeued before the held row and %d audit rows (want 10 each), %d FAILED from it on (want %d)", pending, audits, failed, n-10)
+	}
 }
