@@ -211,8 +211,11 @@ func (h *Handler) skipMatching(w http.ResponseWriter, r *http.Request, who Ident
 // actMatching applies a change to every event the filter matches, on the
 // server, in pages in id order (so per aggregate in id order), each event
 // in a transaction of its own with its audit row naming the operator: no
-// transaction lasts longer than one event. Once started it runs to the end
-// even if the client goes away.
+// transaction lasts longer than one event. It runs as a job (see jobs.go):
+// the answer is the result (200) if the job finished within
+// Config.BulkWait, else the job (202) with its progress so far. Once
+// started it runs to the end even if the client goes away. A dry run
+// changes nothing and answers at once.
 func (h *Handler) actMatching(w http.ResponseWriter, r *http.Request, who Identity, c store.OperatorChange) error {
 	v := r.URL.Query()
 	f, err := parseFilter(v, actionParamNames...)
@@ -223,33 +226,82 @@ func (h *Handler) actMatching(w http.ResponseWriter, r *http.Request, who Identi
 	if err != nil {
 		return err
 	}
-	ctx := r.Context()
-	if !p.dryRun {
-		ctx = context.WithoutCancel(ctx)
+	if err := bulkStatuses(c, &f); err != nil {
+		return err
 	}
-	res, err := h.actMatchingCore(ctx, who, c, f, p)
-	if err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
+	if p.dryRun {
+		res, err := h.actMatchingCore(r.Context(), who, c, f, p, nil)
+		if err != nil {
 			return err
 		}
-		return h.partial(w, &res, err)
+		writeJSON(w, http.StatusOK, res)
+		return nil
 	}
-	writeJSON(w, http.StatusOK, res)
+	j := h.startBulk(who, c, f, p)
+	if !h.waitBulk(r.Context(), j) {
+		w.Header().Set("Location", "/api/v1/jobs/"+j.id)
+		writeJSON(w, http.StatusAccepted, j.snapshot())
+		return nil
+	}
+	snap := j.snapshot()
+	status := http.StatusOK
+	if snap.State != jobDone {
+		status = http.StatusInternalServerError
+	}
+	writeJSON(w, status, snap.Result)
 	return nil
 }
 
-// actMatchingCore is actMatching without HTTP. On a database error it
-// returns what it did until then with the error.
-func (h *Handler) actMatchingCore(ctx context.Context, who Identity, c store.OperatorChange, f filter, p actionParams) (actionResult, error) {
-	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
+// startBulk starts the bulk action as a job.
+func (h *Handler) startBulk(who Identity, c store.OperatorChange, f filter, p actionParams) *bulkJob {
+	return h.jobs.start(func(ctx context.Context, j *bulkJob) (actionResult, error) {
+		return h.actMatchingCore(ctx, who, c, f, p, j.progress)
+	}, h.stopped)
+}
+
+// waitBulk waits up to Config.BulkWait for j and reports whether it
+// finished; it stops waiting (the job goes on) when ctx ends.
+func (h *Handler) waitBulk(ctx context.Context, j *bulkJob) bool {
+	if h.cfg.BulkWait < 0 {
+		select {
+		case <-j.done:
+			return true
+		default:
+			return false
+		}
+	}
+	t := time.NewTimer(h.cfg.BulkWait)
+	defer t.Stop()
+	select {
+	case <-j.done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// bulkStatuses defaults the filter's statuses to those c applies to and
+// refuses the others.
+func bulkStatuses(c store.OperatorChange, f *filter) error {
 	if len(f.Statuses) == 0 {
 		f.Statuses = c.From
 	}
 	for _, s := range f.Statuses {
 		if !slices.Contains(c.From, s) {
-			return res, badRequest("status: %s applies to %s events, not %s", actionName(c), strings.Join(store.StatusNames(c.From), " or "), s)
+			return badRequest("status: %s applies to %s events, not %s", actionName(c), strings.Join(store.StatusNames(c.From), " or "), s)
 		}
+	}
+	return nil
+}
+
+// actMatchingCore is actMatching without HTTP: it reports the result so
+// far to progress (if not nil) after each event. On a database error it
+// returns what it did until then with the error.
+func (h *Handler) actMatchingCore(ctx context.Context, who Identity, c store.OperatorChange, f filter, p actionParams, progress func(*actionResult)) (actionResult, error) {
+	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
+	if err := bulkStatuses(c, &f); err != nil {
+		return res, err
 	}
 	var after int64
 	for {
@@ -275,6 +327,9 @@ func (h *Handler) actMatchingCore(ctx context.Context, who Identity, c store.Ope
 			continue
 		}
 		for _, m := range ms {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
 			err := h.apply(ctx, c, store.OperatorAction{EventID: m.EventID, Actor: who.Name, Reason: p.reason, NewTTL: p.ttl})
 			switch {
 			case err == nil:
@@ -285,6 +340,9 @@ func (h *Handler) actMatchingCore(ctx context.Context, who Identity, c store.Ope
 				res.Gone++
 			default:
 				return res, err
+			}
+			if progress != nil {
+				progress(&res)
 			}
 		}
 	}
@@ -308,12 +366,21 @@ func (h *Handler) onRoute(ctx context.Context, ms []store.MatchedEvent, route st
 	return out
 }
 
-// partial answers a bulk action that stopped on an error with what it did
-// until then (each applied change is committed).
-func (h *Handler) partial(w http.ResponseWriter, res *actionResult, err error) error {
+// stopped logs a bulk action that stopped on err and says so in res
+// (each applied change is committed).
+func (h *Handler) stopped(res *actionResult, err error) {
 	h.log.Error("admin bulk action stopped", "action", res.Action, "actor", res.Actor, "applied", res.Applied, "err", err)
 	res.summarize()
 	res.Error = "stopped on a database error after the changes counted in applied (see the server log); run it again to continue"
+	if errors.Is(err, context.Canceled) {
+		res.Error = "stopped by the server shutting down after the changes counted in applied; run it again to continue"
+	}
+}
+
+// partial answers an action that stopped on an error with what it did
+// until then.
+func (h *Handler) partial(w http.ResponseWriter, res *actionResult, err error) error {
+	h.stopped(res, err)
 	writeJSON(w, http.StatusInternalServerError, res)
 	return nil
 }

@@ -54,6 +54,11 @@ type Config struct {
 	// BulkPageSize is how many events a bulk action changes per page;
 	// default 500.
 	BulkPageSize int
+	// BulkWait is how long a bulk retry or skip request waits for the
+	// action: it answers 200 with the result if the action finished by
+	// then, else 202 with a job whose progress GET /api/v1/jobs/{job_id}
+	// reports. Default 5s; negative answers 202 at once.
+	BulkWait time.Duration
 	// SessionTTL bounds a dashboard session; default 12h.
 	SessionTTL time.Duration
 	// Logger receives the audit of actions; default slog.Default().
@@ -73,6 +78,8 @@ type Handler struct {
 	sessions *sessions
 	// throughput caches the overview's per-minute counts.
 	throughput throughputCache
+	// jobs are the bulk actions running in the background.
+	jobs *jobs
 }
 
 // New checks cfg and returns the handler.
@@ -103,6 +110,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.BulkPageSize <= 0 {
 		cfg.BulkPageSize = 500
 	}
+	if cfg.BulkWait == 0 {
+		cfg.BulkWait = 5 * time.Second
+	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
 	}
@@ -110,7 +120,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, st: cfg.Store, q: aq.AdminQueries(), snap: snap, log: cfg.Logger,
-		mux: http.NewServeMux(), sessions: newSessions(cfg.SessionTTL)}
+		mux: http.NewServeMux(), sessions: newSessions(cfg.SessionTTL), jobs: newJobs()}
 	h.auth = newAuthenticator(cfg.Tokens, cfg.InsecureNoAuth)
 	var err error
 	if h.ui, err = newUI(); err != nil {
@@ -123,9 +133,16 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// Close releases what New opened (a database/sql handle on a PostgreSQL
-// pool); the store stays open.
-func (h *Handler) Close() error { return h.q.Close() }
+// Close stops the bulk jobs still running (between two events: each
+// change made is committed) and waits for them, then releases what New
+// opened (a database/sql handle on a PostgreSQL pool); the store stays
+// open.
+func (h *Handler) Close() error {
+	if h.jobs != nil {
+		h.jobs.close()
+	}
+	return h.q.Close()
+}
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -159,6 +176,7 @@ func apiRoutes(h *Handler) []route {
 		{"POST", "/api/v1/events/{event_id}/skip", Operator, h.skipOne},
 		{"POST", "/api/v1/events/retry", Operator, h.retryMatching},
 		{"POST", "/api/v1/events/skip", Operator, h.skipMatching},
+		{"GET", "/api/v1/jobs/{job_id}", Viewer, h.getJob},
 		{"POST", "/api/v1/purge", Operator, h.purge},
 		{"GET", "/api/v1/dead-letters", Viewer, h.listDeadLetters},
 		{"GET", "/api/v1/failure-groups", Viewer, h.failureGroups},

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"bytes"
-	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -436,18 +435,31 @@ func (h *Handler) bulkActionPage(w http.ResponseWriter, r *http.Request, v *view
 		return "", err
 	}
 	p := actionParams{dryRun: r.PostFormValue("confirm") != "yes", reason: r.PostFormValue("reason")}
-	ctx := r.Context()
-	if !p.dryRun {
-		ctx = context.WithoutCancel(ctx)
-	}
-	res, err := h.actMatchingCore(ctx, v.Who, c, f, p)
-	if err != nil {
+	if err := bulkStatuses(c, &f); err != nil {
 		return "", err
 	}
-	v.Title, v.Nav = "Confirm "+res.Action, "events"
-	if !p.dryRun {
-		v.Title, v.Flash = "Done", res.Summary
+	var res actionResult
+	if p.dryRun {
+		if res, err = h.actMatchingCore(r.Context(), v.Who, c, f, p, nil); err != nil {
+			return "", err
+		}
+		v.Title = "Confirm " + res.Action
+	} else {
+		j := h.startBulk(v.Who, c, f, p)
+		finished := h.waitBulk(r.Context(), j)
+		snap := j.snapshot()
+		res = snap.Result
+		switch {
+		case !finished:
+			v.Title = "Running"
+			v.Flash = fmt.Sprintf("Still running in the background as job %s (GET %s reports its progress): %s so far", j.id, snap.URL, res.Summary)
+		case res.Error != "":
+			v.Title, v.Flash = "Stopped", res.Summary+": "+res.Error
+		default:
+			v.Title, v.Flash = "Done", res.Summary
+		}
 	}
+	v.Nav = "events"
 	v.Data = confirmData{Action: res.Action, Result: res, Target: template.URL(r.URL.RequestURI()), Back: template.URL("/events?" + q.Encode()), Reason: p.reason}
 	return "confirm", nil
 }
