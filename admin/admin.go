@@ -104,6 +104,11 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Route == nil {
 		cfg.Route = func(aggregateType, _, _ string) string { return aggregateType + ".events" }
 	}
+	if cfg.RouteStates == nil {
+		if rs, ok := cfg.Store.(store.RouteStore); ok {
+			cfg.RouteStates = routeStatesOf(rs)
+		}
+	}
 	if cfg.RelayWithin <= 0 {
 		cfg.RelayWithin = 30 * time.Second
 	}

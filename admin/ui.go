@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -492,11 +493,33 @@ func (h *Handler) blockedPage(_ http.ResponseWriter, r *http.Request, v *view) (
 	return "blocked", nil
 }
 
-// RouteState is one route's row on the relays page. The breaker state is
-// left empty until a store reports route states (Config.RouteStates).
+// RouteState is one route's row on the relays page: its circuit breaker
+// as the relays share it through the store (Config.RouteStates; by default
+// read from a store that implements store.RouteStore).
 type RouteState struct {
 	Route   string
-	Breaker string
+	Breaker string // CLOSED, OPEN or HALF_OPEN
+	// Since is when the current outage began (zero when CLOSED); Forced
+	// says an operator set the state by hand; LastError is the last
+	// destination fault seen when it opened.
+	Since     time.Time
+	Forced    bool
+	LastError string
+}
+
+// routeStatesOf reads the routes' breakers from rs, for the relays page.
+func routeStatesOf(rs store.RouteStore) func(ctx context.Context) ([]RouteState, error) {
+	return func(ctx context.Context) ([]RouteState, error) {
+		snap, err := rs.Routes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]RouteState, 0, len(snap.Routes))
+		for _, r := range snap.Routes {
+			out = append(out, RouteState{Route: r.Name, Breaker: string(r.State), Since: r.OpenedAt, Forced: r.Forced, LastError: r.LastError})
+		}
+		return out, nil
+	}
 }
 
 func (h *Handler) relaysPage(_ http.ResponseWriter, r *http.Request, v *view) (string, error) {

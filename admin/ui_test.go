@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -8,8 +9,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/outbox/admin"
+	"github.com/txoutbox/outbox/store"
 )
 
 // browserless is a cookie-keeping client that does not follow redirects.
@@ -112,5 +115,31 @@ func TestDashboardSessionAndCSRF(t *testing.T) {
 	resp, _ = fetch(t, c, "GET", base+"/events", nil)
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("after logout: %d, want a redirect to /login", resp.StatusCode)
+	}
+}
+
+// The relays page shows each route's circuit breaker as the relays share
+// it through the store, read from the store's route table by default.
+func TestRelaysPageShowsBreakerStates(t *testing.T) {
+	b := newSQLite(t)
+	rs, ok := b.store.(store.RouteStore)
+	if !ok {
+		t.Fatalf("%T does not implement store.RouteStore", b.store)
+	}
+	ctx := context.Background()
+	if applied, err := rs.ChangeRoute(ctx, store.RouteChange{Route: "https://gateway.example/approve", To: store.BreakerOpen,
+		ProbeIn: time.Minute, Opens: 1, Actor: "relay-a", Reason: "test", LastError: "status 503 Service Unavailable"}); err != nil || !applied {
+		t.Fatalf("open the route: %v, %v", applied, err)
+	}
+	base := serve(t, admin.Config{Store: b.store})
+	c := browserless(t)
+	resp, _ := fetch(t, c, "POST", base+"/login", url.Values{"token": {viewerToken}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	resp, body := fetch(t, c, "GET", base+"/relays", nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, "https://gateway.example/approve") || !strings.Contains(body, "OPEN") ||
+		!strings.Contains(body, "status 503 Service Unavailable") {
+		t.Fatalf("relays page: %d, want the open route with its last error\n%s", resp.StatusCode, body)
 	}
 }
