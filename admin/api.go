@@ -286,6 +286,8 @@ type attemptJSON struct {
 	FinishedAt time.Time `json:"finished_at"`
 	DurationMS float64   `json:"duration_ms"`
 	Error      string    `json:"error,omitempty"`
+	// TraceID is the W3C trace id the attempt was sent under.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // eventDetail is the answer of GET /api/v1/events/{event_id}.
@@ -329,7 +331,7 @@ func (h *Handler) detail(r *http.Request, id outbox.EventID, who Identity) (even
 		}
 		d.Attempts = append(d.Attempts, attemptJSON{Attempt: a.Attempt, Outcome: string(a.Outcome), RelayID: a.RelayID, Actor: actor,
 			StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, DurationMS: float64(a.FinishedAt.Sub(a.StartedAt).Microseconds()) / 1000,
-			Error: a.Error})
+			Error: a.Error, TraceID: a.TraceID})
 	}
 	return d, nil
 }

@@ -189,6 +189,7 @@ func testAPI(t *testing.T, b *backend) {
 				Outcome string `json:"outcome"`
 				RelayID string `json:"relay_id"`
 				Error   string `json:"error"`
+				TraceID string `json:"trace_id"`
 			} `json:"attempts"`
 		}
 		viewer.get("/api/v1/events/"+heads[1].String()).want(t, 200).decode(t, &d)
@@ -196,8 +197,8 @@ func testAPI(t *testing.T, b *backend) {
 			t.Fatalf("detail: %+v", d)
 		}
 		if len(d.Attempts) != 1 || d.Attempts[0].Outcome != "FAILED" || d.Attempts[0].RelayID != "test-relay" ||
-			!contains(d.Attempts[0].Error, "503") {
-			t.Fatalf("timeline: %+v", d.Attempts)
+			!contains(d.Attempts[0].Error, "503") || d.Attempts[0].TraceID != testTraceID {
+			t.Fatalf("timeline: %+v (want the attempt's trace id %s)", d.Attempts, testTraceID)
 		}
 	})
 

@@ -165,6 +165,9 @@ func payment(aggregateID string, n int) outbox.Event {
 // failHeads claims every claimable event and completes each with a
 // FAILED outcome whose error is errText (with the event id in it, as the
 // HTTP sink writes it), so that the events behind them become BLOCKED.
+// testTraceID is the trace id failHeads records on the failed attempts.
+const testTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
 func failHeads(t testing.TB, st store.Store, errText string) []outbox.EventID {
 	t.Helper()
 	ctx := context.Background()
@@ -184,6 +187,7 @@ func failHeads(t testing.TB, st store.Store, errText string) []outbox.EventID {
 			seen[key] = true
 			o.Kind, o.Attempted = store.Failed, true
 			o.Error = fmt.Sprintf("http sink: event %s: POST http://gw.test/approve: %s", e.EventID, errText)
+			o.TraceID = testTraceID
 			failed = append(failed, e.EventID)
 		}
 		req.Outcomes = append(req.Outcomes, o)
