@@ -48,6 +48,12 @@ func (f *flakyCompleter) Complete(_ context.Context, req store.CompleteRequest) 
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
+// GetEvent fails as Complete does: the database is unreachable, so the
+// relay does not take the failures for a refusal of this batch's outcome.
+func (f *flakyCompleter) GetEvent(context.Context, outbox.EventID) (store.Record, error) {
+	return store.Record{}, errors.New("connection refused")
+}
+
 func completeOnce(t *testing.T, f *flakyCompleter, lease time.Duration) (*Relay, string) {
 	t.Helper()
 	var logs bytes.Buffer

@@ -177,7 +177,10 @@ func TestAdoptInterruptedIsFinishedByRunningItAgain(t *testing.T) {
 			} else {
 				tt.exec(t, "DROP INDEX "+idx)
 			}
-			tt.exec(t, "DELETE FROM "+tt.table+"_schema_migrations WHERE version_id = 1")
+			// The run stopped before it recorded version 1, so it applied no
+			// later migration either: none is recorded (their objects are
+			// there, and the later migrations are idempotent).
+			tt.exec(t, "DELETE FROM "+tt.table+"_schema_migrations WHERE version_id >= 1")
 
 			for _, cmd := range [][]string{{"migrate"}, {"relay", "--sink", "discard://", "--drain"}} {
 				_, errOut, code := cli(t, "", append(cmd, args...)...)
@@ -189,7 +192,8 @@ func TestAdoptInterruptedIsFinishedByRunningItAgain(t *testing.T) {
 				t.Errorf("migrate on a half-adopted table: %q; want it to name --adopt", errOut)
 			}
 			out := mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment", "--dry-run"}, args...)...)
-			if !strings.Contains(out, idx) || strings.Contains(out, "ADD COLUMN") {
+			adoption, _, _ := strings.Cut(out, "-- record schema version 1") // the later migrations follow
+			if !strings.Contains(adoption, idx) || strings.Contains(adoption, "ADD COLUMN") {
 				t.Errorf("adopt --dry-run on a half-adopted table should build %s and add no column:\n%s", idx, out)
 			}
 			mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment"}, args...)...)
