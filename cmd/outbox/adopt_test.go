@@ -413,3 +413,40 @@ func mapsEqualFunc(a, b map[int][]int) bool {
 	}
 	return true
 }
+
+// TestAdoptedTableSessionTimeZone: after adoption, the team's unchanged
+// INSERT from a MySQL session in a zone behind UTC (or ahead of it) is due
+// at once: the insert trigger fills available_at in UTC, and no column
+// default that adoption added fills it first (the trigger would move that
+// UTC time by the session's offset once more).
+func TestAdoptedTableSessionTimeZone(t *testing.T) {
+	t.Parallel()
+	tt := newTeamTable(t, backendCase{"mysql", mysqlDSN})
+	args := []string{"--db", tt.dsn, "--table", tt.table}
+	mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment"}, args...)...)
+	ctx := context.Background()
+	for _, zone := range []string{"-05:00", "+09:00"} {
+		conn, err := tt.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "SET time_zone = '"+zone+"'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+tt.table+" (aggregate_id, event_type, payload, created_at) VALUES (?, 'ApprovalRequested', '{}', NOW())", "tz"+zone); err != nil {
+			t.Fatal(err)
+		}
+		var away float64
+		var eventID string
+		if err := conn.QueryRowContext(ctx, "SELECT ABS(TIMESTAMPDIFF(MICROSECOND, available_at, UTC_TIMESTAMP(6))) / 1e6, event_id FROM "+tt.table+" WHERE aggregate_id = ?", "tz"+zone).Scan(&away, &eventID); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		if away > 60 {
+			t.Errorf("session at %s: available_at is %.0f s away from UTC now; want it due at once", zone, away)
+		}
+		if len(eventID) != 36 || eventID[14] != '7' {
+			t.Errorf("session at %s: event_id %q; want the trigger's UUIDv7", zone, eventID)
+		}
+	}
+}

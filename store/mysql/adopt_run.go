@@ -100,6 +100,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	res.SQL = append(res.SQL, "-- record schema version 1 as applied in "+s.t.Migrations)
 	laterSQL, _ := planSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
 	res.SQL = append(res.SQL, laterSQL...)
+	res.SQL = append(res.SQL, "-- once the insert trigger fills them: ALTER TABLE "+quote(s.t.Outbox)+" ALTER COLUMN available_at DROP DEFAULT (and event_id), for the columns adoption added")
 	if o.DryRun {
 		return res, nil
 	}
@@ -140,7 +141,43 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	if res.Applied, err = r.Up(ctx); err != nil {
 		return res, err
 	}
-	return res, nil
+	return res, s.dropAdoptedDefaults(ctx)
+}
+
+// dropAdoptedDefaults removes the defaults that adoption gave the columns
+// available_at and event_id, once the insert trigger (migration 2) fills
+// them itself. Until then the defaults keep the team's plain INSERT
+// working. Afterwards they would be wrong: a default is applied before the
+// trigger runs, so available_at would hold UTC_TIMESTAMP() and the trigger,
+// which moves a producer's times from its session's zone to UTC, would move
+// it once more (delivered hours late in a zone behind UTC), and event_id
+// would be a version-1 UUID where the trigger makes a UUIDv7.
+func (s *Store) dropAdoptedDefaults(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, "SELECT name FROM "+quote(store.AdoptionTable(s.t))+
+		" WHERE kind = 'column' AND name IN ('available_at', 'event_id') ORDER BY name")
+	if err != nil {
+		return fmt.Errorf("adopt %s: read the adoption record: %w", s.t.Outbox, err)
+	}
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			rows.Close()
+			return fmt.Errorf("adopt %s: read the adoption record: %w", s.t.Outbox, err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("adopt %s: read the adoption record: %w", s.t.Outbox, err)
+	}
+	for _, c := range cols {
+		q := "ALTER TABLE " + quote(s.t.Outbox) + " ALTER COLUMN " + quote(c) + " DROP DEFAULT"
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, q, err)
+		}
+	}
+	return nil
 }
 
 // planAdoption reads the table and returns the DDL that adopts it and the
