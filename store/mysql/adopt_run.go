@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
 // adoptColumn is the definition adoption gives a missing column. The
@@ -98,14 +99,14 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	}
 	res.SQL = append(res.SQL, plan[split:]...)
 	res.SQL = append(res.SQL, "-- record schema version 1 as applied in "+s.t.Migrations)
-	laterSQL, _ := planSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
+	laterSQL, _ := adoptsql.PlanSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
 	res.SQL = append(res.SQL, laterSQL...)
 	if o.DryRun {
 		return res, nil
 	}
 	run := func(q string) error {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish; --down removes what was added)", s.t.Outbox, firstLine(q), err)
+			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish; --down removes what was added)", s.t.Outbox, adoptsql.FirstLine(q), err)
 		}
 		return nil
 	}
@@ -122,7 +123,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		for _, q := range processingTx {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				_ = tx.Rollback()
-				return res, fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, firstLine(q), err)
+				return res, fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, adoptsql.FirstLine(q), err)
 			}
 		}
 		if err := tx.Commit(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
 // adoption is the plan that brings a table to migration 00001's shape in
@@ -70,7 +71,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		res.SQL = nil
 	}
 	res.SQL = append(res.SQL, "-- record schema version 1 as applied in "+s.t.Migrations)
-	laterSQL, _ := planSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
+	laterSQL, _ := adoptsql.PlanSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
 	res.SQL = append(res.SQL, laterSQL...)
 	res.Rows, res.Requeued = plan.rows, plan.processing
 	if o.DryRun {
@@ -80,7 +81,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			for _, q := range plan.inTx {
 				if _, err := tx.Exec(ctx, q); err != nil {
-					return fmt.Errorf("adopt %s: %s: %w (nothing was changed)", s.t.Outbox, firstLine(q), err)
+					return fmt.Errorf("adopt %s: %s: %w (nothing was changed)", s.t.Outbox, adoptsql.FirstLine(q), err)
 				}
 			}
 			return nil
@@ -90,7 +91,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	}
 	for _, q := range plan.online {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
-			return res, fmt.Errorf("adopt %s: %s: %w (the columns and rows are in place; run outbox migrate --adopt again to finish)", s.t.Outbox, firstLine(q), err)
+			return res, fmt.Errorf("adopt %s: %s: %w (the columns and rows are in place; run outbox migrate --adopt again to finish)", s.t.Outbox, adoptsql.FirstLine(q), err)
 		}
 	}
 	if err := r.MarkApplied(ctx, 1); err != nil {
