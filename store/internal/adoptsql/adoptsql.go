@@ -83,3 +83,35 @@ func FirstLine(q string) string {
 	}
 	return q
 }
+
+// CheckAdoptable refuses the adoption of a table that does not exist or
+// that outbox created itself, and reports whether an earlier run already
+// adopted it (so that only the later migrations remain).
+func CheckAdoptable(sc store.Schema) (alreadyAdopted bool, err error) {
+	switch {
+	case !sc.Exists:
+		return false, fmt.Errorf("%w: there is no table %s to adopt: outbox migrate --table %s creates it", store.ErrForeignTable, sc.Table, sc.Table)
+	case !sc.Foreign() && !sc.Adopted:
+		return false, fmt.Errorf("%w: table %s was created by outbox (schema version %d of %d): there is nothing to adopt; run outbox migrate --table %s",
+			store.ErrForeignTable, sc.Table, sc.Current, sc.Latest, sc.Table)
+	}
+	return !sc.Foreign() && sc.Current >= 1, nil
+}
+
+// AfterAdoptionSQL is the tail of an adoption's plan: recording version 1
+// as applied in the version table migrations, then the later pending steps
+// (version 1 itself, which adoption replaces, left out).
+func AfterAdoptionSQL(migrations string, pending []migrate.Step) []string {
+	out := []string{"-- record schema version 1 as applied in " + migrations}
+	later, _ := PlanSQL(slices.DeleteFunc(pending, func(st migrate.Step) bool { return st.Version == 1 }), nil)
+	return append(out, later...)
+}
+
+// FinishAdoption records version 1 as applied, since adoption brought the
+// table to its shape, then applies the later migrations.
+func FinishAdoption(ctx context.Context, r *migrate.Runner) ([]int64, error) {
+	if err := r.MarkApplied(ctx, 1); err != nil {
+		return nil, err
+	}
+	return r.Up(ctx)
+}
