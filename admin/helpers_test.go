@@ -15,14 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
-	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/sqlite"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -51,30 +49,7 @@ type backend struct {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newPostgres(t testing.TB) *backend {
-	dsn := testenv.Postgres.Addr(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := storetest.TableName("adm")
-	s, err := postgres.New(pool, postgres.Config{Table: table, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if _, err := s.MigrateUp(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	pool, s := pgtest.Outbox(t, "adm")
 	return &backend{name: "postgres", store: s, enqueue: func(t testing.TB, events ...outbox.Event) []outbox.EventID {
 		t.Helper()
 		ctx := context.Background()

@@ -26,20 +26,7 @@ func (p pgTx) Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.Eve
 func (p pgTx) Commit(ctx context.Context) error   { return p.tx.Commit(ctx) }
 func (p pgTx) Rollback(ctx context.Context) error { return p.tx.Rollback(ctx) }
 
-func newPool(t testing.TB) *pgxpool.Pool {
-	dsn := testenv.Postgres.Addr(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
+func newPool(t testing.TB) *pgxpool.Pool { return testenv.PostgresPool(t) }
 
 func newHarness(t testing.TB) *storetest.Harness { return newHarnessOn(t, storetest.TableName("pg")) }
 
