@@ -261,6 +261,24 @@ func statusOf(t testing.TB, st store.Store, id outbox.EventID) outbox.Status {
 	return r.Status
 }
 
+// wantSkippedBy fails unless each of ids is SKIPPED with, as its last
+// attempt, a Skipped audit row by relayID (the operator).
+func wantSkippedBy(t testing.TB, st store.Store, relayID string, ids []outbox.EventID) {
+	t.Helper()
+	for _, id := range ids {
+		if s := statusOf(t, st, id); s != outbox.StatusSkipped {
+			t.Fatalf("event %s is %s", id, s)
+		}
+		atts, err := st.Attempts(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := atts[len(atts)-1]; last.Outcome != store.Skipped || last.RelayID != relayID {
+			t.Fatalf("audit row of %s: %+v", id, last)
+		}
+	}
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // waitUntil polls cond every 10ms until it holds or the timeout passes.
