@@ -35,21 +35,7 @@ func newInterleaving(t *testing.T) *interleaving {
 	t.Helper()
 	pool := newPool(t)
 	table := storetest.TableName("pgi")
-	s, err := postgres.New(pool, postgres.Config{Table: table, NoNotify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.MigrateUp(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.MigrateDown(context.Background()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	s := migratedStore(t, pool, postgres.Config{Table: table, NoNotify: true})
 	return &interleaving{t: t, table: table, pool: pool, main: s}
 }
 
