@@ -201,18 +201,7 @@ func TestBulkJobOnEveryBackend(t *testing.T) {
 			if done.State != "done" || done.Result.Applied != n {
 				t.Fatalf("job: %+v", done)
 			}
-			for _, id := range failed {
-				if s := statusOf(t, b.store, id); s != outbox.StatusSkipped {
-					t.Fatalf("event %s is %s", id, s)
-				}
-				atts, err := b.store.Attempts(context.Background(), id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if last := atts[len(atts)-1]; last.Outcome != store.Skipped || last.RelayID != "operator:alice" {
-					t.Fatalf("audit row of %s: %+v", id, last)
-				}
-			}
+			wantSkippedBy(t, b.store, "operator:alice", failed)
 			op.get("/api/v1/jobs/"+fmt.Sprintf("%024x", 1)).want(t, http.StatusNotFound)
 		})
 	}

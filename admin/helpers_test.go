@@ -15,14 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
-	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/sqlite"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -51,30 +49,7 @@ type backend struct {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newPostgres(t testing.TB) *backend {
-	dsn := testenv.Postgres.Addr(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := storetest.TableName("adm")
-	s, err := postgres.New(pool, postgres.Config{Table: table, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if _, err := s.MigrateUp(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	pool, s := pgtest.Outbox(t, "adm")
 	return &backend{name: "postgres", store: s, enqueue: func(t testing.TB, events ...outbox.Event) []outbox.EventID {
 		t.Helper()
 		ctx := context.Background()
@@ -284,6 +259,24 @@ func statusOf(t testing.TB, st store.Store, id outbox.EventID) outbox.Status {
 		t.Fatal(err)
 	}
 	return r.Status
+}
+
+// wantSkippedBy fails unless each of ids is SKIPPED with, as its last
+// attempt, a Skipped audit row by relayID (the operator).
+func wantSkippedBy(t testing.TB, st store.Store, relayID string, ids []outbox.EventID) {
+	t.Helper()
+	for _, id := range ids {
+		if s := statusOf(t, st, id); s != outbox.StatusSkipped {
+			t.Fatalf("event %s is %s", id, s)
+		}
+		atts, err := st.Attempts(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := atts[len(atts)-1]; last.Outcome != store.Skipped || last.RelayID != relayID {
+			t.Fatalf("audit row of %s: %+v", id, last)
+		}
+	}
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -16,10 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // pgOutbox is a migrated PostgreSQL outbox on a table of its own, dropped
@@ -31,30 +29,7 @@ type pgOutbox struct {
 
 func newPGOutbox(t *testing.T) *pgOutbox {
 	t.Helper()
-	dsn := testenv.Postgres.Addr(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := storetest.TableName("brk")
-	s, err := postgres.New(pool, postgres.Config{Table: table, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if _, err := s.MigrateUp(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	pool, s := pgtest.Outbox(t, "brk")
 	return &pgOutbox{pool: pool, store: s}
 }
 

@@ -27,11 +27,7 @@ func TestSweepErrorsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.sweepLoop(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
+	defer runSweeper(r)()
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -71,11 +67,7 @@ func TestRetentionPurgeRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.sweepLoop(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
+	defer runSweeper(r)()
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -98,4 +90,14 @@ func TestRetentionPurgeRuns(t *testing.T) {
 	if req.OlderThan != time.Hour || fmt.Sprint(req.Statuses) != "[PROCESSED EXPIRED]" {
 		t.Fatalf("purge %+v, want PROCESSED and EXPIRED older than the retention", req)
 	}
+}
+
+// runSweeper starts r's sweep loop and returns the func that stops it and
+// waits for it to return.
+func runSweeper(r *Relay) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.sweepLoop(ctx) }()
+	return func() { cancel(); wg.Wait() }
 }

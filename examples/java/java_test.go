@@ -20,14 +20,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
-	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -86,35 +85,9 @@ func TestJavaProducerPostgres(t *testing.T) {
 	t.Parallel()
 	javac, java, jars := javaTools(t)
 	classes := compile(t, javac)
-	dsn := testenv.Postgres.Addr(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := storetest.TableName("javapg")
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	s, err := postgres.New(pool, postgres.Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.MigrateUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := url.Values{"user": {u.User.Username()}}
-	if p, ok := u.User.Password(); ok {
-		q.Set("password", p)
-	}
-	jdbc := "jdbc:postgresql://" + u.Host + u.Path + "?" + q.Encode()
+	pool, s := pgtest.Outbox(t, "javapg")
+	table := s.Table()
+	jdbc := jdbcURL(t, "jdbc:postgresql", testenv.Postgres.Addr(t))
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	runJava(t, java, classes+string(os.PathListSeparator)+jars, jdbc, s, db, table)
@@ -145,6 +118,13 @@ func TestJavaProducerMySQL(t *testing.T) {
 	if _, err := s.MigrateUp(ctx); err != nil {
 		t.Fatal(err)
 	}
+	jdbc := jdbcURL(t, "jdbc:mariadb", dsn)
+	runJava(t, java, classes+string(os.PathListSeparator)+jars, jdbc, s, db, table)
+}
+
+// jdbcURL is the JDBC URL, under scheme, of the server and database of
+// the URL-form dsn, with its user and password as parameters.
+func jdbcURL(t *testing.T, scheme, dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +133,7 @@ func TestJavaProducerMySQL(t *testing.T) {
 	if p, ok := u.User.Password(); ok {
 		q.Set("password", p)
 	}
-	jdbc := "jdbc:mariadb://" + u.Host + u.Path + "?" + q.Encode()
-	runJava(t, java, classes+string(os.PathListSeparator)+jars, jdbc, s, db, table)
+	return scheme + "://" + u.Host + u.Path + "?" + q.Encode()
 }
 
 // runJava runs the producer while a relay delivers, then checks: every

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
 // adoptColumn is the definition adoption gives a missing column. The
@@ -63,14 +64,9 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	if err != nil {
 		return res, err
 	}
-	switch {
-	case !sc.Exists:
-		return res, fmt.Errorf("%w: there is no table %s to adopt: outbox migrate --table %s creates it", store.ErrForeignTable, s.t.Outbox, s.t.Outbox)
-	case !sc.Foreign() && !sc.Adopted:
-		return res, fmt.Errorf("%w: table %s was created by outbox (schema version %d of %d): there is nothing to adopt; run outbox migrate --table %s",
-			store.ErrForeignTable, s.t.Outbox, sc.Current, sc.Latest, s.t.Outbox)
+	if res.AlreadyAdopted, err = adoptsql.CheckAdoptable(sc); err != nil {
+		return res, err
 	}
-	res.AlreadyAdopted = !sc.Foreign() && sc.Current >= 1
 	var plan, processingTx []string
 	if !res.AlreadyAdopted {
 		if plan, processingTx, err = s.planAdoption(ctx, r, sc, o.AggregateType, &res); err != nil {
@@ -97,16 +93,14 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		res.SQL = append(res.SQL, "COMMIT")
 	}
 	res.SQL = append(res.SQL, plan[split:]...)
-	res.SQL = append(res.SQL, "-- record schema version 1 as applied in "+s.t.Migrations)
-	laterSQL, _ := planSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
-	res.SQL = append(res.SQL, laterSQL...)
+	res.SQL = append(res.SQL, adoptsql.AfterAdoptionSQL(s.t.Migrations, later)...)
 	res.SQL = append(res.SQL, "-- once the insert trigger fills them: ALTER TABLE "+quote(s.t.Outbox)+" ALTER COLUMN available_at DROP DEFAULT (and event_id), for the columns adoption added")
 	if o.DryRun {
 		return res, nil
 	}
 	run := func(q string) error {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish; --down removes what was added)", s.t.Outbox, firstLine(q), err)
+			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish; --down removes what was added)", s.t.Outbox, adoptsql.FirstLine(q), err)
 		}
 		return nil
 	}
@@ -123,7 +117,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		for _, q := range processingTx {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				_ = tx.Rollback()
-				return res, fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, firstLine(q), err)
+				return res, fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, adoptsql.FirstLine(q), err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
@@ -135,10 +129,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 			return res, err
 		}
 	}
-	if err := r.MarkApplied(ctx, 1); err != nil {
-		return res, err
-	}
-	if res.Applied, err = r.Up(ctx); err != nil {
+	if res.Applied, err = adoptsql.FinishAdoption(ctx, r); err != nil {
 		return res, err
 	}
 	return res, s.dropAdoptedDefaults(ctx)

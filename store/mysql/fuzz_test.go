@@ -3,7 +3,6 @@ package mysql_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -17,7 +16,7 @@ func FuzzOutcomeText(f *testing.F) {
 }
 
 // dropStaleFuzzTables drops the tables of fuzz workers that were stopped
-// before their cleanup (storetest.StaleFuzzTable).
+// before their cleanup (storetest.DropStaleFuzzTables).
 func dropStaleFuzzTables(t testing.TB) {
 	ctx := context.Background()
 	db := openDB(t)
@@ -26,20 +25,16 @@ func dropStaleFuzzTables(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stale []string
+	var names []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
 			t.Fatal(err)
 		}
-		if storetest.StaleFuzzTable(name, time.Now()) {
-			stale = append(stale, name)
-		}
+		names = append(names, name)
 	}
 	rows.Close()
-	for _, name := range stale {
-		if err := storetest.DropMySQLTables(ctx, db, name); err != nil {
-			t.Logf("dropping the stale fuzz table %s: %v", name, err)
-		}
-	}
+	storetest.DropStaleFuzzTables(t, names, func(name string) error {
+		return storetest.DropMySQLTables(ctx, db, name)
+	})
 }

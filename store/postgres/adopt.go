@@ -3,13 +3,13 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
 // outboxColumns are the columns migration 00001 gives the outbox table.
@@ -63,16 +63,6 @@ func (s *Store) relation(ctx context.Context, name string) (bool, []string, erro
 	return true, cols, nil
 }
 
-func missingColumns(want, have []string) []string {
-	var out []string
-	for _, c := range want {
-		if !slices.Contains(have, c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // InspectSchema reads the outbox table's shape and versions, and counts
 // its unfinished events; it changes nothing.
 func (s *Store) InspectSchema(ctx context.Context) (store.Schema, error) {
@@ -87,7 +77,7 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 	}
 	sc.Exists = exists
 	if exists {
-		sc.Missing = missingColumns(outboxColumns, cols)
+		sc.Missing = adoptsql.MissingColumns(outboxColumns, cols)
 	}
 	if sc.Adopted, _, err = s.relation(ctx, store.AdoptionTable(s.t)); err != nil {
 		return sc, err
@@ -116,13 +106,7 @@ func (s *Store) guardUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if sc.Foreign() {
-		return store.ForeignError(s.t.Outbox, sc.Missing)
-	}
-	if sc.Adopted && sc.Current < 1 {
-		return fmt.Errorf("%w: the adoption of table %s did not finish: run outbox migrate --adopt --table %s again to complete it", store.ErrForeignTable, s.t.Outbox, s.t.Outbox)
-	}
-	return nil
+	return adoptsql.CheckUp(sc)
 }
 
 // PlanMigrateUp returns the SQL MigrateUp would run; it changes nothing.
@@ -135,18 +119,7 @@ func (s *Store) PlanMigrateUp(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer done()
-	return planSQL(r.PlanUp(ctx))
-}
-
-func planSQL(steps []migrate.Step, err error) ([]string, error) {
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, st := range steps {
-		out = append(out, fmt.Sprintf("-- migration %05d\n%s", st.Version, st.SQL))
-	}
-	return out, nil
+	return adoptsql.PlanSQL(r.PlanUp(ctx))
 }
 
 // PlanMigrateDown returns the SQL MigrateDown would run; it changes nothing.
@@ -160,23 +133,7 @@ func (s *Store) PlanMigrateDown(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer done()
-	switch {
-	case sc.Adopted:
-		later, err := planSQL(r.PlanDownTo(ctx, 1))
-		if err != nil {
-			return nil, err
-		}
-		undo, err := s.unadoptSQL(ctx)
-		return append(later, undo...), err
-	case sc.Foreign():
-		return nil, foreignDown(s.t.Outbox, sc.Missing)
-	}
-	return planSQL(r.PlanDownTo(ctx, 0))
-}
-
-func foreignDown(table string, missing []string) error {
-	return fmt.Errorf("%w: table %s lacks the outbox columns %s: outbox did not create it and will not drop it; nothing was changed",
-		store.ErrForeignTable, table, strings.Join(missing, ", "))
+	return adoptsql.PlanDown(ctx, sc, r, s.unadoptSQL)
 }
 
 // migrateDown reverts the migrations. On an adopted table it removes only
@@ -198,22 +155,15 @@ func (s *Store) migrateDown(ctx context.Context, r *migrate.Runner) error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			for _, q := range undo {
 				if _, err := tx.Exec(ctx, q); err != nil {
-					return fmt.Errorf("undo the adoption of %s: %s: %w", s.t.Outbox, firstLine(q), err)
+					return fmt.Errorf("undo the adoption of %s: %s: %w", s.t.Outbox, adoptsql.FirstLine(q), err)
 				}
 			}
 			return nil
 		})
 	case sc.Foreign():
-		return foreignDown(s.t.Outbox, sc.Missing)
+		return adoptsql.ForeignDown(s.t.Outbox, sc.Missing)
 	}
 	return r.Down(ctx)
-}
-
-func firstLine(q string) string {
-	if i := strings.IndexByte(q, '\n'); i >= 0 {
-		return q[:i]
-	}
-	return q
 }
 
 // unadoptSQL removes, from what the adoption record lists, only what

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
 // adoption is the plan that brings a table to migration 00001's shape in
@@ -47,15 +48,10 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		return res, err
 	}
 	defer done()
-	switch {
-	case !sc.Exists:
-		return res, fmt.Errorf("%w: there is no table %s to adopt: outbox migrate --table %s creates it", store.ErrForeignTable, s.t.Outbox, s.t.Outbox)
-	case !sc.Foreign() && !sc.Adopted:
-		return res, fmt.Errorf("%w: table %s was created by outbox (schema version %d of %d): there is nothing to adopt; run outbox migrate --table %s",
-			store.ErrForeignTable, s.t.Outbox, sc.Current, sc.Latest, s.t.Outbox)
+	if res.AlreadyAdopted, err = adoptsql.CheckAdoptable(sc); err != nil {
+		return res, err
 	}
 	var plan adoption
-	res.AlreadyAdopted = !sc.Foreign() && sc.Current >= 1
 	if !res.AlreadyAdopted {
 		if plan, err = s.planAdoption(ctx, r, sc, o.AggregateType); err != nil {
 			return res, err
@@ -69,9 +65,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	if len(plan.inTx) == 0 && len(plan.online) == 0 {
 		res.SQL = nil
 	}
-	res.SQL = append(res.SQL, "-- record schema version 1 as applied in "+s.t.Migrations)
-	laterSQL, _ := planSQL(slices.DeleteFunc(later, func(st migrate.Step) bool { return st.Version == 1 }), nil)
-	res.SQL = append(res.SQL, laterSQL...)
+	res.SQL = append(res.SQL, adoptsql.AfterAdoptionSQL(s.t.Migrations, later)...)
 	res.Rows, res.Requeued = plan.rows, plan.processing
 	if o.DryRun {
 		return res, nil
@@ -80,7 +74,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			for _, q := range plan.inTx {
 				if _, err := tx.Exec(ctx, q); err != nil {
-					return fmt.Errorf("adopt %s: %s: %w (nothing was changed)", s.t.Outbox, firstLine(q), err)
+					return fmt.Errorf("adopt %s: %s: %w (nothing was changed)", s.t.Outbox, adoptsql.FirstLine(q), err)
 				}
 			}
 			return nil
@@ -90,13 +84,10 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	}
 	for _, q := range plan.online {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
-			return res, fmt.Errorf("adopt %s: %s: %w (the columns and rows are in place; run outbox migrate --adopt again to finish)", s.t.Outbox, firstLine(q), err)
+			return res, fmt.Errorf("adopt %s: %s: %w (the columns and rows are in place; run outbox migrate --adopt again to finish)", s.t.Outbox, adoptsql.FirstLine(q), err)
 		}
 	}
-	if err := r.MarkApplied(ctx, 1); err != nil {
-		return res, err
-	}
-	if res.Applied, err = r.Up(ctx); err != nil {
+	if res.Applied, err = adoptsql.FinishAdoption(ctx, r); err != nil {
 		return res, err
 	}
 	return res, nil

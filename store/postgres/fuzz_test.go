@@ -3,7 +3,8 @@ package postgres_test
 import (
 	"context"
 	"testing"
-	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -17,7 +18,7 @@ func FuzzOutcomeText(f *testing.F) {
 }
 
 // dropStaleFuzzTables drops the tables of fuzz workers that were stopped
-// before their cleanup (storetest.StaleFuzzTable).
+// before their cleanup (storetest.DropStaleFuzzTables).
 func dropStaleFuzzTables(t testing.TB) {
 	ctx := context.Background()
 	pool := newPool(t)
@@ -25,20 +26,12 @@ func dropStaleFuzzTables(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stale []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		if storetest.StaleFuzzTable(name, time.Now()) {
-			stale = append(stale, name)
-		}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
-	rows.Close()
-	for _, name := range stale {
-		if _, err := pool.Exec(ctx, storetest.DropPostgresTables(name)); err != nil {
-			t.Logf("dropping the stale fuzz table %s: %v", name, err)
-		}
-	}
+	storetest.DropStaleFuzzTables(t, names, func(name string) error {
+		_, err := pool.Exec(ctx, storetest.DropPostgresTables(name))
+		return err
+	})
 }

@@ -35,21 +35,7 @@ func newInterleaving(t *testing.T) *interleaving {
 	t.Helper()
 	pool := newPool(t)
 	table := storetest.TableName("pgi")
-	s, err := postgres.New(pool, postgres.Config{Table: table, NoNotify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.MigrateUp(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.MigrateDown(context.Background()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	s := migratedStore(t, pool, postgres.Config{Table: table, NoNotify: true})
 	return &interleaving{t: t, table: table, pool: pool, main: s}
 }
 
@@ -191,14 +177,7 @@ func TestInterleavingCompleteWhileReaperHoldsTheRow(t *testing.T) {
 	}()
 	il.waitsOnLock(reaperApp, "the reaper to have written the row and wait on its audit row")
 
-	completed := make(chan store.CompleteResult, 1)
-	go func() {
-		res, err := completer.Complete(ctx, delivered(c))
-		if err != nil {
-			t.Errorf("complete: %v", err)
-		}
-		completed <- res
-	}()
+	completed := goComplete(t, completer, delivered(c))
 	il.waitsOnLock(completerApp, "Complete to wait for the row the reaper holds")
 
 	release()
@@ -239,14 +218,7 @@ func TestInterleavingReaperWhileCompleteHoldsTheRow(t *testing.T) {
 	ev := c.Events[0]
 
 	release := il.holdAuditKey(ev, c.Token, store.Delivered)
-	completed := make(chan store.CompleteResult, 1)
-	go func() {
-		res, err := completer.Complete(ctx, delivered(c))
-		if err != nil {
-			t.Errorf("complete: %v", err)
-		}
-		completed <- res
-	}()
+	completed := goComplete(t, completer, delivered(c))
 	il.waitsOnLock(completerApp, "Complete to have written the row and wait on its audit row")
 
 	sweepCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -397,4 +369,19 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bo
 		}
 		<-tick.C
 	}
+}
+
+// goComplete runs s.Complete(req) in a goroutine (it is expected to wait on
+// a lock) and returns the channel its result arrives on; an error fails
+// the test.
+func goComplete(t *testing.T, s *postgres.Store, req store.CompleteRequest) <-chan store.CompleteResult {
+	completed := make(chan store.CompleteResult, 1)
+	go func() {
+		res, err := s.Complete(context.Background(), req)
+		if err != nil {
+			t.Errorf("complete: %v", err)
+		}
+		completed <- res
+	}()
+	return completed
 }

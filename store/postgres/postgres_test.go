@@ -26,27 +26,13 @@ func (p pgTx) Enqueue(ctx context.Context, events ...outbox.Event) ([]outbox.Eve
 func (p pgTx) Commit(ctx context.Context) error   { return p.tx.Commit(ctx) }
 func (p pgTx) Rollback(ctx context.Context) error { return p.tx.Rollback(ctx) }
 
-func newPool(t testing.TB) *pgxpool.Pool {
-	dsn := testenv.Postgres.Addr(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
+func newPool(t testing.TB) *pgxpool.Pool { return testenv.PostgresPool(t) }
 
-func newHarness(t testing.TB) *storetest.Harness { return newHarnessOn(t, storetest.TableName("pg")) }
-
-// newHarnessOn is newHarness on the outbox table named table.
-func newHarnessOn(t testing.TB, table string) *storetest.Harness {
-	pool := newPool(t)
-	s, err := postgres.New(pool, postgres.Config{Table: table})
+// migratedStore is a store with cfg on pool, migrated up; at the end of the
+// test it is migrated down and its tables are dropped.
+func migratedStore(t testing.TB, pool *pgxpool.Pool, cfg postgres.Config) *postgres.Store {
+	t.Helper()
+	s, err := postgres.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +45,19 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		}
 		// What MigrateDown keeps (the migration versions), or left
 		// behind after a failure.
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(cfg.Table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
+	return s
+}
+
+func newHarness(t testing.TB) *storetest.Harness { return newHarnessOn(t, storetest.TableName("pg")) }
+
+// newHarnessOn is newHarness on the outbox table named table.
+func newHarnessOn(t testing.TB, table string) *storetest.Harness {
+	pool := newPool(t)
+	s := migratedStore(t, pool, postgres.Config{Table: table})
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	return &storetest.Harness{

@@ -3,11 +3,10 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
-	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
 // outboxColumns are the columns migration 00001 gives the outbox table.
@@ -50,10 +49,8 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 		return sc, err
 	}
 	sc.Exists = exists
-	for _, c := range outboxColumns {
-		if exists && !slices.Contains(cols, c) {
-			sc.Missing = append(sc.Missing, c)
-		}
+	if exists {
+		sc.Missing = adoptsql.MissingColumns(outboxColumns, cols)
 	}
 	if sc.Current, sc.Latest, err = s.MigrationVersion(ctx); err != nil {
 		return sc, err
@@ -80,17 +77,6 @@ func (s *Store) guardUp(ctx context.Context) error {
 	return nil
 }
 
-func planSQL(steps []migrate.Step, err error) ([]string, error) {
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, st := range steps {
-		out = append(out, fmt.Sprintf("-- migration %05d\n%s", st.Version, st.SQL))
-	}
-	return out, nil
-}
-
 // PlanMigrateUp returns the SQL MigrateUp would run; it changes nothing.
 func (s *Store) PlanMigrateUp(ctx context.Context) ([]string, error) {
 	if err := s.guardUp(ctx); err != nil {
@@ -100,7 +86,7 @@ func (s *Store) PlanMigrateUp(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return planSQL(r.PlanUp(ctx))
+	return adoptsql.PlanSQL(r.PlanUp(ctx))
 }
 
 // PlanMigrateDown returns the SQL MigrateDown would run; it changes nothing.
@@ -112,7 +98,7 @@ func (s *Store) PlanMigrateDown(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return planSQL(r.PlanDownTo(ctx, 0))
+	return adoptsql.PlanSQL(r.PlanDownTo(ctx, 0))
 }
 
 func (s *Store) guardDown(ctx context.Context) error {
@@ -121,8 +107,7 @@ func (s *Store) guardDown(ctx context.Context) error {
 		return err
 	}
 	if sc.Foreign() {
-		return fmt.Errorf("%w: table %s lacks the outbox columns %s: outbox did not create it and will not drop it; nothing was changed",
-			store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "))
+		return adoptsql.ForeignDown(s.t.Outbox, sc.Missing)
 	}
 	return nil
 }

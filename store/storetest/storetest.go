@@ -223,6 +223,22 @@ func StaleFuzzTable(name string, now time.Time) bool {
 	return err == nil && now.Sub(time.Unix(sec, 0)) > 10*time.Minute
 }
 
+// DropStaleFuzzTables drops, with drop, each of names (the backend's tables
+// that look like FuzzTable's) that StaleFuzzTable reports stale: the tables
+// of fuzz workers stopped before their cleanup. A failed drop is logged, not
+// fatal, since another run may be dropping the same table.
+func DropStaleFuzzTables(t testing.TB, names []string, drop func(name string) error) {
+	now := time.Now()
+	for _, name := range names {
+		if !StaleFuzzTable(name, now) {
+			continue
+		}
+		if err := drop(name); err != nil {
+			t.Logf("dropping the stale fuzz table %s: %v", name, err)
+		}
+	}
+}
+
 // DollarPlaceholders rewrites the ? placeholders of query as $1, $2 ...
 // for PostgreSQL (Harness.Bind). The suite's queries have no ? in literals.
 func DollarPlaceholders(query string) string {
