@@ -124,10 +124,12 @@ FROM {t} w{lm}
 WHERE w.id IN ({first})`
 
 // The parts of runsSQL for a relay with claims in flight; {own} is a list
-// of placeholders for their tokens.
+// of placeholders for their tokens. A PROCESSING row without a token is
+// never one of them: without IS NOT NULL, NOT (... IN ...) would be NULL
+// for it and skip it, and the aggregate's later rows would pass it.
 const (
 	runsNotOwn = `
-       AND NOT (x.status = 'PROCESSING' AND x.lock_token IN ({own}))`
+       AND NOT (x.status = 'PROCESSING' AND x.lock_token IS NOT NULL AND x.lock_token IN ({own}))`
 	runsLM = `
 LEFT JOIN (
     SELECT aggregate_type, aggregate_id, MIN(id) AS first_mine, MAX(id) AS last_mine FROM {t}
