@@ -20,7 +20,7 @@ import (
 )
 
 // DemoCmd runs the source document's QR-payment scenario end to end: a
-// payment service, a mock payment gateway, two relays and four scripted
+// payment service, a mock payment gateway, two relays and six scripted
 // incidents, then a summary that checks the guarantees.
 type DemoCmd struct {
 	Short     bool          `help:"A short run for CI: a few seconds (QR lifetime compressed 22x unless --time-scale is given)." env:"OUTBOX_DEMO_SHORT"`

@@ -14,7 +14,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// scenario runs the traffic and the four incidents, then lets every event
+// scenario runs the traffic and the six incidents, then lets every event
 // settle and stops the relays.
 func (d *demoRun) scenario(ctx context.Context) error {
 	d.setIncident("normal traffic")
