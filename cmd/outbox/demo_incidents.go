@@ -19,6 +19,7 @@ type maintenanceResult struct {
 	processed, failed  int
 	expired, expiredBy int // expiredBy: EXPIRED "destination unavailable since ..."
 	moving             int
+	sample             outbox.EventID // one of the expiredBy, for its audit trail
 }
 
 // edfPhase is one run of incident 6's load.
@@ -123,6 +124,9 @@ func (d *demoRun) incidentMaintenance(ctx context.Context) error {
 		if r, err := d.b.store.GetEvent(ctx, id); err == nil && r.Status == outbox.StatusExpired &&
 			strings.Contains(r.LastError, "destination unavailable since") {
 			m.expiredBy++
+			if m.sample.IsZero() && r.EventType == "ApprovalRequested" {
+				m.sample = id
+			}
 		}
 	}
 	d.maint = m

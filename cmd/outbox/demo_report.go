@@ -179,6 +179,7 @@ func (d *demoRun) report(ctx context.Context, s *demo.Summary) error {
 		{"a FAILED event (the poison merchant: dead letter + alarm)", failed},
 		{"an EXPIRED event (written while the relays were down: never sent)", expired},
 		{"the event held when relay-2 was killed (reaped after the lease, then redelivered)", d.heldID},
+		{"an event EXPIRED during the maintenance (held back by the open breaker, then compensated)", d.maint.sample},
 	} {
 		if a.id.IsZero() {
 			continue
