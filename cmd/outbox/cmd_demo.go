@@ -20,7 +20,7 @@ import (
 )
 
 // DemoCmd runs the source document's QR-payment scenario end to end: a
-// payment service, a mock payment gateway, two relays and four scripted
+// payment service, a mock payment gateway, two relays and six scripted
 // incidents, then a summary that checks the guarantees.
 type DemoCmd struct {
 	Short     bool          `help:"A short run for CI: a few seconds (QR lifetime compressed 22x unless --time-scale is given)." env:"OUTBOX_DEMO_SHORT"`
@@ -47,6 +47,10 @@ type demoPlan struct {
 	outage        time.Duration
 	pause         time.Duration // between incidents
 	restartDown   time.Duration // incident 4: longer than ttl
+	maintenance   time.Duration // incident 5: longer than ttl
+	edfBacklog    int           // incident 6: receipts queued
+	edfApprovals  int           // incident 6: approvals arriving over their deadline
+	edfLatency    time.Duration // incident 6: the slow gateway's mean latency
 	tail          time.Duration // traffic after the last incident
 	poison        int           // payments of the poison merchant
 	merchantEvery time.Duration
@@ -57,16 +61,22 @@ type demoPlan struct {
 func (c *DemoCmd) plan() (demoPlan, error) {
 	p := demoPlan{
 		scale: 10, rate: 25, warmup: 4 * time.Second, outage: 2500 * time.Millisecond, pause: 1500 * time.Millisecond,
+		edfBacklog: 600, edfApprovals: 40, edfLatency: 100 * time.Millisecond,
 		tail: 2 * time.Second, poison: 3, merchantEvery: time.Second, holdWait: 15 * time.Second,
 		relay: relayTimings{batch: 100, poll: 100 * time.Millisecond, lease: 10 * time.Second, crashLease: 2 * time.Second,
 			backoffMin: 300 * time.Millisecond, backoffMax: 2 * time.Second, sweep: 250 * time.Millisecond,
-			stopTimeout: 2 * time.Second, maxRetries: relay.DefaultMaxRetries, httpTimeout: 5 * time.Second},
+			stopTimeout: 2 * time.Second, maxRetries: relay.DefaultMaxRetries, httpTimeout: 5 * time.Second,
+			breaker: relay.BreakerConfig{Window: 2 * time.Second, MinAttempts: 10, FailureRatio: 0.5, ConsecutiveFailures: 3,
+				OpenMin: time.Second, OpenMax: 2 * time.Second, Refresh: 200 * time.Millisecond}},
 	}
 	if c.Short {
 		p.scale, p.rate, p.warmup, p.outage, p.pause, p.tail, p.poison, p.merchantEvery =
 			22, 25, 800*time.Millisecond, 600*time.Millisecond, 300*time.Millisecond, 500*time.Millisecond, 2, 300*time.Millisecond
+		p.edfBacklog, p.edfApprovals = 300, 20
 		p.relay.poll, p.relay.crashLease, p.relay.backoffMin, p.relay.backoffMax, p.relay.sweep, p.relay.stopTimeout =
 			50*time.Millisecond, time.Second, 100*time.Millisecond, 600*time.Millisecond, 250*time.Millisecond, time.Second
+		p.relay.breaker.Window, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax, p.relay.breaker.Refresh =
+			time.Second, 300*time.Millisecond, 600*time.Millisecond, 100*time.Millisecond
 	}
 	if c.TimeScale != 0 {
 		if c.TimeScale < 1 || c.TimeScale > 100 {
@@ -94,8 +104,10 @@ func (c *DemoCmd) plan() (demoPlan, error) {
 	}
 	p.ttl = time.Duration(float64(qrLifetime) / p.scale).Round(time.Millisecond)
 	p.restartDown = 2 * p.ttl
+	p.maintenance = 2 * p.ttl
 	if c.Short {
 		p.restartDown = p.ttl * 3 / 2
+		p.maintenance = p.ttl * 4 / 3
 	}
 	return p, nil
 }
@@ -128,6 +140,8 @@ type demoRun struct {
 	crashIDs      []outbox.EventID
 	heldID        outbox.EventID
 	expiredSample outbox.EventID
+	maint         maintenanceResult
+	edf           edfResult
 }
 
 // Run runs the demo.

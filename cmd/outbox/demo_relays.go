@@ -33,6 +33,18 @@ type relayTimings struct {
 	stopTimeout time.Duration
 	maxRetries  int
 	httpTimeout time.Duration
+	breaker     relay.BreakerConfig // both relays'; scaled to the demo's timings
+}
+
+// breakerEnv is b as `outbox relay` environment variables.
+func breakerEnv(b relay.BreakerConfig, env map[string]string) {
+	env["OUTBOX_BREAKER_WINDOW"] = b.Window.String()
+	env["OUTBOX_BREAKER_MIN_ATTEMPTS"] = fmt.Sprint(b.MinAttempts)
+	env["OUTBOX_BREAKER_RATIO"] = fmt.Sprint(b.FailureRatio)
+	env["OUTBOX_BREAKER_CONSECUTIVE"] = fmt.Sprint(b.ConsecutiveFailures)
+	env["OUTBOX_BREAKER_OPEN_MIN"] = b.OpenMin.String()
+	env["OUTBOX_BREAKER_OPEN_MAX"] = b.OpenMax.String()
+	env["OUTBOX_BREAKER_REFRESH"] = b.Refresh.String()
 }
 
 // inProcRelay is relay-1: a relay.Relay in this process.

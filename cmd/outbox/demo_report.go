@@ -122,10 +122,30 @@ func (d *demoRun) account(ctx context.Context) (*demo.Summary, error) {
 			s.RolledBackVisible++
 		}
 	}
+	// Compensating events: written by the store when an event with
+	// on_expired ended EXPIRED, naming it in a header.
+	for _, r := range recs {
+		if exp := r.Headers[outbox.HeaderCompensates]; exp != "" {
+			if eid, err := outbox.ParseEventID(exp); err == nil && recs[eid].Status == outbox.StatusExpired && known[eid.String()] {
+				s.Compensations++
+				known[r.EventID.String()] = true
+			}
+		}
+	}
+	s.CompensationsDelivered = rep.Compensations["ApprovalExpired"]
 	for id := range rep.Accepted {
 		if !known[id] {
 			s.UnknownDelivered++
 		}
+	}
+	if m := d.maint; m.ran {
+		s.Maintenance = &demo.MaintenanceSummary{BreakerOpened: m.opened, BreakerClosed: m.closed, Events: m.events,
+			Processed: m.processed, Failed: m.failed, Expired: m.expired, ExpiredUnavailable: m.expiredBy}
+	}
+	if e := d.edf; e.ran {
+		s.EDF = &demo.EDFSummary{Backlog: e.backlog, DeadlineMS: e.deadline.Milliseconds(),
+			Approvals: e.edf.approvals, Met: e.edf.met, Missed: e.edf.missed,
+			FIFOApprovals: e.fifo.approvals, FIFOMet: e.fifo.met, FIFOMissed: e.fifo.missed}
 	}
 	for _, id := range d.crashIDs {
 		atts, err := d.b.store.Attempts(ctx, id)
@@ -159,6 +179,7 @@ func (d *demoRun) report(ctx context.Context, s *demo.Summary) error {
 		{"a FAILED event (the poison merchant: dead letter + alarm)", failed},
 		{"an EXPIRED event (written while the relays were down: never sent)", expired},
 		{"the event held when relay-2 was killed (reaped after the lease, then redelivered)", d.heldID},
+		{"an event EXPIRED during the maintenance (held back by the open breaker, then compensated)", d.maint.sample},
 	} {
 		if a.id.IsZero() {
 			continue

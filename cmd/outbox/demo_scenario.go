@@ -14,7 +14,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// scenario runs the traffic and the four incidents, then lets every event
+// scenario runs the traffic and the six incidents, then lets every event
 // settle and stops the relays.
 func (d *demoRun) scenario(ctx context.Context) error {
 	d.setIncident("normal traffic")
@@ -27,10 +27,10 @@ func (d *demoRun) scenario(ctx context.Context) error {
 		d.incidentCrash,
 		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
 		d.incidentRestart,
-		// A fifth incident, "gateway down for maintenance", belongs here,
-		// once the relay has a circuit breaker per route: a pause, then
-		// d.incidentMaintenance (the gateway down for a scaled outage; the
-		// summary shows the breaker opening and closing and 0 FAILED).
+		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
+		d.incidentMaintenance,
+		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
+		d.incidentEDF,
 		func(ctx context.Context) error { return sleep(ctx, d.plan.tail) },
 	}
 	for _, step := range steps {
@@ -58,7 +58,10 @@ func (d *demoRun) startRelays(ctx context.Context) error {
 	return d.startRelay2()
 }
 
-func (d *demoRun) startRelay1(ctx context.Context) error {
+func (d *demoRun) startRelay1(ctx context.Context) error { return d.startRelay1With(ctx, false) }
+
+// startRelay1With starts relay-1, claiming strictly FIFO if strictFIFO.
+func (d *demoRun) startRelay1With(ctx context.Context, strictFIFO bool) error {
 	t := d.plan.relay
 	sk, err := openSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String(), sinkOptions{})
 	if err != nil {
@@ -68,7 +71,7 @@ func (d *demoRun) startRelay1(ctx context.Context) error {
 		Store: d.b.store, Sink: sk, RelayID: "relay-1",
 		BatchSize: t.batch, PollInterval: t.poll, Lease: t.lease, MaxRetries: t.maxRetries,
 		BackoffMin: t.backoffMin, BackoffMax: t.backoffMax, SweepInterval: t.sweep,
-		OnFailure: relay.BlockAggregate, StopTimeout: t.stopTimeout,
+		OnFailure: relay.BlockAggregate, StopTimeout: t.stopTimeout, Breaker: t.breaker, StrictFIFO: strictFIFO,
 		Logger:   consoleLogger(d.con, "relay-1", d.g.secrets.redact),
 		OnFailed: d.onFailed,
 	})
@@ -84,7 +87,7 @@ func (d *demoRun) startRelay1(ctx context.Context) error {
 
 func (d *demoRun) startRelay2() error {
 	t := d.plan.relay
-	env := childRelayEnv(map[string]string{
+	settings := map[string]string{
 		"OUTBOX_DB":             d.dsn,
 		"OUTBOX_TABLE":          d.table,
 		"OUTBOX_SINK":           d.gw.EventsURL("relay-2") + "&timeout=" + t.httpTimeout.String(),
@@ -102,7 +105,9 @@ func (d *demoRun) startRelay2() error {
 		"OUTBOX_PROGRESS":       "0s",
 		"OUTBOX_LOG_LEVEL":      "warn",
 		"OUTBOX_LOG_FORMAT":     "text",
-	})
+	}
+	breakerEnv(t.breaker, settings)
+	env := childRelayEnv(settings)
 	c, err := startChildRelay(env, d.con, d.g.secrets.redact, func(f failedLine) {
 		d.alarms.Add(1)
 		d.con.Printf("ALARM", "%s", f.alarmText("relay-2's ERROR log line: a relay process alerts through its log"))

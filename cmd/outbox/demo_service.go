@@ -235,6 +235,10 @@ func (s *paymentService) confirmQR(ctx context.Context) {
 	ev := outbox.Event{
 		AggregateType: "payment", AggregateID: txNo, EventType: "ApprovalRequested",
 		Payload: body, TTL: s.ttl, Headers: map[string]string{"merchant-id": merchant},
+		// If the QR code runs out before the gateway approved it, the
+		// merchant learns of it: the store enqueues ApprovalExpired in the
+		// transaction that marks this event EXPIRED.
+		OnExpired: &outbox.Compensation{EventType: "ApprovalExpired"},
 	}
 	now := time.Now()
 	id, committed, err := s.inTx(ctx, func(tx *sql.Tx) (bool, error) {
@@ -417,4 +421,37 @@ func (s *paymentService) record(id outbox.EventID, committed bool, err error, e 
 	if err != nil && n <= 3 {
 		s.log("service", "%s/%s %s: transaction failed: %v", e.AggregateType, e.AggregateID, e.EventType, err)
 	}
+}
+
+// enqueueDirect writes evs in one transaction of their own (no business
+// row: the incidents' extra load) and files them as committed.
+func (s *paymentService) enqueueDirect(ctx context.Context, evs ...outbox.Event) ([]outbox.EventID, error) {
+	tx, err := s.db.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	ids, err := outbox.Enqueue(ctx, s.db.writer, tx, evs...)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		// It may have happened: the summary reads the outbox to decide.
+		s.mu.Lock()
+		for i, ev := range evs {
+			s.ambiguous = append(s.ambiguous, sentEvent{ID: ids[i], AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, EventType: ev.EventType, At: time.Now()})
+		}
+		s.mu.Unlock()
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	now := time.Now()
+	s.mu.Lock()
+	for i, ev := range evs {
+		s.committed = append(s.committed, sentEvent{ID: ids[i], AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, EventType: ev.EventType, At: now})
+	}
+	s.mu.Unlock()
+	if s.nudge != nil {
+		s.nudge()
+	}
+	return ids, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -61,7 +62,8 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 	if sum["ok"] != true {
 		t.Errorf("ok = %v", sum["ok"])
 	}
-	for _, want := range []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "ALARM",
+	checkDemoIncidents56(t, out, sum)
+	for _, want := range []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "INCIDENT 5", "INCIDENT 6", "ALARM",
 		"status      FAILED", "EXPIRED (retry_count", "summary:", "result: ok"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -72,6 +74,64 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 	// kill mid-batch itself is TestSIGKILLMidBatch's.)
 	if !strings.Contains(out, "SIGKILL relay-2") && !strings.Contains(out, "killed it with SIGKILL anyway") {
 		t.Errorf("output tells of no SIGKILL of relay-2:\n%s", out)
+	}
+}
+
+// checkDemoIncidents56 asserts the maintenance and EDF incidents from the
+// run's own figures: the breaker opened and closed, nothing FAILED during
+// the maintenance, expired events name the outage, the EDF and FIFO runs
+// accounted for every approval, and every expired approval's
+// compensation reached the gateway.
+func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
+	t.Helper()
+	obj := func(k string) map[string]any {
+		m, ok := sum[k].(map[string]any)
+		if !ok {
+			t.Fatalf("summary lacks %q: %v", k, sum)
+		}
+		return m
+	}
+	num := func(m map[string]any, k string) int {
+		v, ok := m[k].(float64)
+		if !ok {
+			t.Fatalf("summary lacks %q: %v", k, m)
+		}
+		return int(v)
+	}
+	m := obj("maintenance")
+	if num(m, "breaker_opened") < 1 || num(m, "breaker_closed") < 1 {
+		t.Errorf("maintenance: breaker opened %d, closed %d times; want both at least once\n%s", num(m, "breaker_opened"), num(m, "breaker_closed"), out)
+	}
+	if num(m, "failed") != 0 {
+		t.Errorf("maintenance: %d events FAILED; the breaker must keep an outage from spending retries\n%s", num(m, "failed"), out)
+	}
+	if num(m, "expired_unavailable") < 1 || num(m, "expired_unavailable") > num(m, "expired") {
+		t.Errorf("maintenance: %d EXPIRED, %d of them \"destination unavailable since\"; want at least 1\n%s", num(m, "expired"), num(m, "expired_unavailable"), out)
+	}
+	if got := num(m, "processed") + num(m, "expired"); got != num(m, "events") || num(m, "events") == 0 {
+		t.Errorf("maintenance: %d events, %d delivered + %d expired; want every one final and none FAILED", num(m, "events"), num(m, "processed"), num(m, "expired"))
+	}
+	want := fmt.Sprintf("breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
+		num(m, "breaker_opened"), num(m, "breaker_closed"), num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "expired_unavailable"))
+	if !strings.Contains(out, want) {
+		t.Errorf("the summary table lacks %q:\n%s", want, out)
+	}
+	e := obj("edf")
+	if num(e, "approvals") == 0 || num(e, "met")+num(e, "missed") != num(e, "approvals") ||
+		num(e, "fifo_approvals") != num(e, "approvals") || num(e, "fifo_met")+num(e, "fifo_missed") != num(e, "fifo_approvals") {
+		t.Errorf("edf: approvals %d (met %d, missed %d), FIFO baseline %d (met %d, missed %d): want the same load, every approval final",
+			num(e, "approvals"), num(e, "met"), num(e, "missed"), num(e, "fifo_approvals"), num(e, "fifo_met"), num(e, "fifo_missed"))
+	}
+	want = fmt.Sprintf("  %-20s %7d   incident 6: of %d approvals", "EDF met deadline", num(e, "met"), num(e, "approvals"))
+	if !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf("strict FIFO baseline: %d of %d", num(e, "fifo_met"), num(e, "fifo_approvals"))) {
+		t.Errorf("the summary table lacks the EDF line (%q, FIFO %d of %d):\n%s", want, num(e, "fifo_met"), num(e, "fifo_approvals"), out)
+	}
+	comp := int(sum["compensations"].(float64))
+	if comp == 0 || int(sum["compensations_delivered"].(float64)) != comp {
+		t.Errorf("compensations %v, delivered %v: want every expired approval's ApprovalExpired at the gateway", sum["compensations"], sum["compensations_delivered"])
+	}
+	if routes, _ := sum["routes"].(map[string]any); routes["merchant.events"] == nil {
+		t.Errorf("no event reached merchant.events: %v", sum["routes"])
 	}
 }
 

@@ -48,8 +48,15 @@ type Delivery struct {
 	// Route is the destination a broker sink would publish the event to
 	// ({aggregate_type}.events).
 	Route string
-	At    time.Time
+	// Compensates is the id of the expired event a compensating event
+	// stands for; empty for other events.
+	Compensates string
+	At          time.Time
 }
+
+// CompensationRoute is where the gateway files compensating events (those
+// whose payload names an expired_event_id): the merchant's feed.
+const CompensationRoute = "merchant.events"
 
 // Aggregate returns "type/id".
 func (d Delivery) Aggregate() string { return d.AggregateType + "/" + d.AggregateID }
@@ -104,8 +111,10 @@ type Gateway struct {
 	outageHits map[string]bool
 	byRelay    map[string]int
 	byRoute    map[string]int
-	hold       *hold // armed by HoldNext, not yet used
-	holding    *hold // holding a request
+	latency    time.Duration
+	compByType map[string]int // first acceptances of compensating events, by event type
+	hold       *hold          // armed by HoldNext, not yet used
+	holding    *hold          // holding a request
 }
 
 type hold struct {
@@ -144,6 +153,8 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		outageHits: map[string]bool{},
 		byRelay:    map[string]int{},
 		byRoute:    map[string]int{},
+		latency:    cfg.Latency,
+		compByType: map[string]int{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+GatewayPath, g.serveEvent)
@@ -186,6 +197,17 @@ func (g *Gateway) SetDown(down bool) {
 	if down {
 		clear(g.outageHits)
 	}
+}
+
+// SetLatency changes the mean time the gateway takes per request (a slow
+// gateway builds a backlog); 0 restores the configured latency.
+func (g *Gateway) SetLatency(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d <= 0 {
+		d = g.cfg.Latency
+	}
+	g.latency = d
 }
 
 // IsDown reports whether an outage is on.
@@ -236,6 +258,11 @@ func (g *Gateway) ReleaseHeld() {
 type payload struct {
 	Seq        *int   `json:"seq"`
 	MerchantID string `json:"merchant_id"`
+	// ExpiredEventID is set in the default payload of a compensating
+	// event (outbox.Compensation): the id of the event that expired. (The
+	// HTTP sink keeps Outbox-* names for itself, so the
+	// outbox-compensates header does not reach the gateway.)
+	ExpiredEventID string `json:"expired_event_id"`
 }
 
 func (g *Gateway) serveEvent(w http.ResponseWriter, r *http.Request) {
@@ -259,6 +286,11 @@ func (g *Gateway) serveEvent(w http.ResponseWriter, r *http.Request) {
 	d.Route = g.router.Route(&outbox.Message{AggregateType: d.AggregateType, AggregateID: d.AggregateID, EventType: d.EventType})
 	var p payload
 	jsonErr := json.Unmarshal(body, &p)
+	if d.Compensates = p.ExpiredEventID; d.Compensates != "" {
+		// A compensating event (an approval that expired) is news for
+		// the merchant, not a payment step.
+		d.Route = CompensationRoute
+	}
 
 	status, msg, h := g.decide(key, d, p, jsonErr)
 	if h != nil {
@@ -310,7 +342,11 @@ func (g *Gateway) decideLocked(key string, d Delivery, p payload, jsonErr error)
 		d.Seq = *p.Seq
 	}
 	agg := d.Aggregate()
-	if last, ok := g.lastSeq[agg]; ok && d.Seq <= last {
+	if d.Compensates != "" {
+		// Written when its event expired, after the aggregate's steps:
+		// outside the payment's sequence.
+		g.compByType[d.EventType]++
+	} else if last, ok := g.lastSeq[agg]; ok && d.Seq <= last {
 		g.violations = append(g.violations, Violation{Aggregate: agg, EventID: key, Seq: d.Seq, After: last})
 	} else {
 		g.lastSeq[agg] = d.Seq
@@ -330,11 +366,12 @@ func (g *Gateway) decideLocked(key string, d Delivery, p payload, jsonErr error)
 
 // wait simulates the gateway's processing time.
 func (g *Gateway) wait(ctx context.Context) error {
-	if g.cfg.Latency <= 0 {
+	g.mu.Lock()
+	if g.latency <= 0 {
+		g.mu.Unlock()
 		return nil
 	}
-	g.mu.Lock()
-	d := time.Duration((0.5 + g.rnd.Float64()) * float64(g.cfg.Latency))
+	d := time.Duration((0.5 + g.rnd.Float64()) * float64(g.latency))
 	g.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -359,6 +396,9 @@ type GatewayReport struct {
 	Violations []Violation
 	ByRelay    map[string]int // first acceptances by relay
 	ByRoute    map[string]int // first acceptances by route
+	// Compensations counts first acceptances of compensating events by
+	// event type (e.g. ApprovalExpired), all on CompensationRoute.
+	Compensations map[string]int
 }
 
 // Report returns a copy of what the gateway has seen so far.
@@ -366,15 +406,19 @@ func (g *Gateway) Report() GatewayReport {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := GatewayReport{
-		Requests:   g.requests,
-		ByStatus:   make(map[int]int, len(g.byStatus)),
-		Accepted:   make(map[string]Delivery, len(g.accepted)),
-		Order:      append([]string(nil), g.order...),
-		Duplicates: g.duplicates,
-		DupByEvent: make(map[string]int, len(g.dupByEvent)),
-		Violations: append([]Violation(nil), g.violations...),
-		ByRelay:    make(map[string]int, len(g.byRelay)),
-		ByRoute:    make(map[string]int, len(g.byRoute)),
+		Requests:      g.requests,
+		ByStatus:      make(map[int]int, len(g.byStatus)),
+		Accepted:      make(map[string]Delivery, len(g.accepted)),
+		Order:         append([]string(nil), g.order...),
+		Duplicates:    g.duplicates,
+		DupByEvent:    make(map[string]int, len(g.dupByEvent)),
+		Violations:    append([]Violation(nil), g.violations...),
+		ByRelay:       make(map[string]int, len(g.byRelay)),
+		ByRoute:       make(map[string]int, len(g.byRoute)),
+		Compensations: make(map[string]int, len(g.compByType)),
+	}
+	for k, v := range g.compByType {
+		r.Compensations[k] = v
 	}
 	for k, v := range g.byStatus {
 		r.ByStatus[k] = v

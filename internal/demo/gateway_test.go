@@ -189,3 +189,63 @@ func TestGatewayConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayCompensations checks that a compensating event (its payload
+// names expired_event_id) is filed under merchant.events, counted by type,
+// and kept out of the payment's sequence check.
+func TestGatewayCompensations(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, GatewayConfig{})
+	if got := post(t, g, "r1", "a1", "T1", 1, "M-0001"); got != 200 {
+		t.Fatalf("approval: %d", got)
+	}
+	body, _ := json.Marshal(map[string]any{"expired_event_id": "a0", "aggregate_type": "payment", "aggregate_id": "T1"})
+	req, err := http.NewRequest(http.MethodPost, g.EventsURL("r1"), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "c1")
+	req.Header.Set("Outbox-Aggregate-Type", "payment")
+	req.Header.Set("Outbox-Aggregate-Id", "T1")
+	req.Header.Set("Outbox-Event-Type", "ApprovalExpired")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("compensation: %d", resp.StatusCode)
+	}
+	rep := g.Report()
+	if d := rep.Accepted["c1"]; d.Route != CompensationRoute || d.Compensates != "a0" {
+		t.Errorf("compensation filed under %q compensating %q; want %q and a0", d.Route, d.Compensates, CompensationRoute)
+	}
+	if rep.Compensations["ApprovalExpired"] != 1 || rep.ByRoute["payment.events"] != 1 {
+		t.Errorf("compensations %v, routes %v: want 1 ApprovalExpired and the approval alone under payment.events", rep.Compensations, rep.ByRoute)
+	}
+	if len(rep.Violations) != 0 {
+		t.Errorf("a compensation without seq counted as an order violation: %v", rep.Violations)
+	}
+}
+
+// TestGatewaySetLatency checks that a slowed gateway takes about the set
+// latency per request, and that SetLatency(0) restores the configured one.
+func TestGatewaySetLatency(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, GatewayConfig{})
+	g.SetLatency(200 * time.Millisecond)
+	start := time.Now()
+	if got := post(t, g, "r1", "s1", "T1", 0, "M-0001"); got != 200 {
+		t.Fatalf("slow request: %d", got)
+	}
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Errorf("a request to the slowed gateway took %s; want at least 100ms (0.5x of 200ms)", took)
+	}
+	g.SetLatency(0)
+	g.mu.Lock()
+	lat := g.latency
+	g.mu.Unlock()
+	if lat != 0 {
+		t.Errorf("after SetLatency(0) the latency is %s; want the configured 0", lat)
+	}
+}

@@ -71,11 +71,51 @@ type Summary struct {
 	// transaction wrote. Must be 0.
 	UnknownDelivered int `json:"unknown_delivered"`
 
+	// Compensations counts the compensating events (ApprovalExpired) the
+	// store enqueued for expired approvals; CompensationsDelivered those
+	// the gateway accepted (under merchant.events).
+	Compensations          int `json:"compensations"`
+	CompensationsDelivered int `json:"compensations_delivered"`
+
+	// Maintenance is incident 5's outcome, EDF incident 6's.
+	Maintenance *MaintenanceSummary `json:"maintenance,omitempty"`
+	EDF         *EDFSummary         `json:"edf,omitempty"`
+
 	GatewayRequests int            `json:"gateway_requests"`
 	DeliveredBy     map[string]int `json:"delivered_by"`
 	Routes          map[string]int `json:"routes"`
 
 	OK bool `json:"ok"`
+}
+
+// MaintenanceSummary is the outcome of the gateway's maintenance outage.
+type MaintenanceSummary struct {
+	// BreakerOpened and BreakerClosed count the breaker's transitions to
+	// OPEN (not after a failed probe) and to CLOSED, from the routes audit log.
+	BreakerOpened int `json:"breaker_opened"`
+	BreakerClosed int `json:"breaker_closed"`
+	// Events were written or refused during the outage; Processed, Failed
+	// and Expired count their final statuses; ExpiredUnavailable the
+	// EXPIRED ones whose reason is "destination unavailable since ...".
+	Events             int `json:"events"`
+	Processed          int `json:"processed"`
+	Failed             int `json:"failed"`
+	Expired            int `json:"expired"`
+	ExpiredUnavailable int `json:"expired_unavailable"`
+}
+
+// EDFSummary compares how many short-deadline approvals met their
+// deadline behind the same backlog, claimed earliest-deadline-first
+// (Approvals, Met, Missed) and strictly FIFO (the FIFO fields).
+type EDFSummary struct {
+	Backlog       int   `json:"backlog"`
+	DeadlineMS    int64 `json:"deadline_ms"`
+	Approvals     int   `json:"approvals"`
+	Met           int   `json:"met"`
+	Missed        int   `json:"missed"`
+	FIFOApprovals int   `json:"fifo_approvals"`
+	FIFOMet       int   `json:"fifo_met"`
+	FIFOMissed    int   `json:"fifo_missed"`
 }
 
 // Problems lists what broke a guarantee; empty means the run passed.
@@ -134,6 +174,15 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("EXPIRED", s.Expired, note)
 	if s.Blocked > 0 {
 		row("BLOCKED", s.Blocked, "wait behind a dead letter of their aggregate for an operator (outbox events retry|skip)")
+	}
+	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired); %d reached the gateway under merchant.events", s.CompensationsDelivered))
+	if m := s.Maintenance; m != nil {
+		row("maintenance FAILED", m.Failed, fmt.Sprintf("incident 5: breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
+			m.BreakerOpened, m.BreakerClosed, m.Events, m.Processed, m.Expired, m.ExpiredUnavailable))
+	}
+	if e := s.EDF; e != nil {
+		row("EDF met deadline", e.Met, fmt.Sprintf("incident 6: of %d approvals (%s deadline, behind %d receipts); strict FIFO baseline: %d of %d",
+			e.Approvals, time.Duration(e.DeadlineMS)*time.Millisecond, e.Backlog, e.FIFOMet, e.FIFOApprovals))
 	}
 	row("reaped", s.Reaped, "returned to PENDING after a dead relay's lease")
 	row("lost", s.Lost, must0(s.Lost)+": committed, in no final state, never seen by the gateway")
