@@ -19,6 +19,7 @@ const (
 	headerAggregateID    = "Outbox-Aggregate-Id"
 	headerAttempt        = "Outbox-Attempt"
 	headerAggregateSeq   = "Outbox-Aggregate-Seq" // when the store numbered the event
+	headerCompensates    = "Outbox-Compensates"   // on a compensating event: the expired event's id
 	headerWebhookID      = "Webhook-Id"
 	headerWebhookTime    = "Webhook-Timestamp"
 	headerWebhookSig     = "Webhook-Signature"
@@ -113,6 +114,15 @@ func (s *Sink) requestHeader(m *outbox.Message) (http.Header, error) {
 	h[headerAttempt] = []string{strconv.Itoa(m.Attempt)}
 	if m.AggregateSeq > 0 {
 		h[headerAggregateSeq] = []string{strconv.FormatInt(m.AggregateSeq, 10)}
+	}
+	// The event's own outbox-compensates header (the store sets it on the
+	// compensating event of an expired one) is passed on as the sink's own
+	// header, since event headers named Outbox-* are not carried over; only
+	// an event id is.
+	if v, ok := m.Headers[outbox.HeaderCompensates]; ok {
+		if _, err := outbox.ParseEventID(v); err == nil {
+			h[headerCompensates] = []string{v}
+		}
 	}
 	return h, nil
 }

@@ -35,6 +35,9 @@ func TestPublishSendsHeadersAndExactPayload(t *testing.T) {
 		"Authorization":   "forged",
 		"User-Agent":      "forged",
 		"Webhook-Id":      "forged",
+		// The store's header on a compensating event: passed on as the
+		// sink's own Outbox-Compensates.
+		outbox.HeaderCompensates: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
 	}
 	errs := s.Publish(testContext(t), []outbox.Message{m})
 	if len(errs) != 1 || errs[0] != nil {
@@ -63,6 +66,7 @@ func TestPublishSendsHeadersAndExactPayload(t *testing.T) {
 		"Outbox-Aggregate-Id":   "tx-1",
 		"Outbox-Attempt":        "3",
 		"Outbox-Aggregate-Seq":  "12",
+		"Outbox-Compensates":    "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
 		"Authorization":         "Bearer token-1",
 		"X-Team":                "payments",
 		"Traceparent":           m.Headers["traceparent"],
