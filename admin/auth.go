@@ -69,7 +69,7 @@ func ParseTokens(r io.Reader, source string) ([]Token, error) {
 		}
 		t := Token{Role: Role(strings.ToLower(f[0])), Name: f[1], Token: f[2]}
 		if t.Role != Viewer && t.Role != Operator {
-			return nil, fmt.Errorf("%w: %s line %d: role %q is neither viewer nor operator", outbox.ErrInvalidConfig, source, line, f[0])
+			return nil, fmt.Errorf("%w: %s line %d: role %s is neither viewer nor operator (want \"ROLE NAME TOKEN\")", outbox.ErrInvalidConfig, source, line, shown(f[0]))
 		}
 		out = append(out, t)
 	}
@@ -114,16 +114,16 @@ func checkTokens(ts []Token) error {
 	seen := map[string]bool{}
 	for i, t := range ts {
 		if t.Role != Viewer && t.Role != Operator {
-			return fmt.Errorf("%w: token %d (%s): role must be viewer or operator", outbox.ErrInvalidConfig, i+1, t.Name)
+			return fmt.Errorf("%w: token %d (%s): role must be viewer or operator", outbox.ErrInvalidConfig, i+1, shown(t.Name))
 		}
 		if t.Name == "" {
 			return fmt.Errorf("%w: token %d has no name", outbox.ErrInvalidConfig, i+1)
 		}
 		if len(t.Token) < MinTokenLen {
-			return fmt.Errorf("%w: the token of %s is shorter than %d characters: use e.g. `openssl rand -hex 24`", outbox.ErrInvalidConfig, t.Name, MinTokenLen)
+			return fmt.Errorf("%w: the token of %s is shorter than %d characters (want \"ROLE NAME TOKEN\"): use e.g. `openssl rand -hex 24`", outbox.ErrInvalidConfig, shown(t.Name), MinTokenLen)
 		}
 		if seen[t.Token] {
-			return fmt.Errorf("%w: the token of %s is given twice", outbox.ErrInvalidConfig, t.Name)
+			return fmt.Errorf("%w: the token of %s is given twice", outbox.ErrInvalidConfig, shown(t.Name))
 		}
 		seen[t.Token] = true
 	}
@@ -267,4 +267,14 @@ func withIdentity(ctx context.Context, id Identity) context.Context {
 func IdentityFrom(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(ctxKey{}).(Identity)
 	return id, ok
+}
+
+// shown quotes a field of a tokens line for an error message, unless it is
+// as long as a token: fields given in the wrong order must not put a
+// secret into an error or a log.
+func shown(s string) string {
+	if len(s) >= MinTokenLen {
+		return "(a value as long as a token, not shown)"
+	}
+	return fmt.Sprintf("%q", s)
 }

@@ -110,4 +110,12 @@ func TestAdminCommandRefusesUnsafeSetups(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "neither viewer nor operator") || strings.Contains(errOut, cliOperatorToken) {
 		t.Fatalf("bad role: exit %d\n%s", code, errOut)
 	}
+	// Fields in the wrong order: the token is never echoed.
+	for _, line := range []string{cliOperatorToken + " operator root", "operator " + cliOperatorToken + " root"} {
+		t.Setenv("OUTBOX_ADMIN_TOKENS", line)
+		_, errOut, code = cli(t, "", "admin", "--db", dsn, "--listen", "127.0.0.1:0")
+		if code == 0 || !strings.Contains(errOut, "ROLE NAME TOKEN") || strings.Contains(errOut, cliOperatorToken) {
+			t.Fatalf("fields out of order (%d): exit %d\n%s", len(line), code, errOut)
+		}
+	}
 }
