@@ -180,6 +180,7 @@ func TestParseLimits(t *testing.T) {
 		"kafka://h?max_in_flight=-1":            "positive whole number",
 		"kafka://h?rate=1/s&rate=2/s":           "twice",
 		"redis://u:s3cret@h?rate=0.5/fortnight": "unit",
+		"redis://u:s3cret@h?rate=5%zz/s":        "not valid URL escaping",
 	} {
 		_, _, err := CutLimits(raw)
 		if err == nil || !contains(err.Error(), want) || contains(err.Error(), "s3cret") {

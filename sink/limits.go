@@ -165,9 +165,12 @@ func CutLimits(raw string) (string, Limits, error) {
 		k, v, _ := strings.Cut(part, "=")
 		key, err1 := url.QueryUnescape(k)
 		value, err2 := url.QueryUnescape(v)
-		if err1 != nil || err2 != nil || !isLimitOption(key) {
+		if err1 != nil || !isLimitOption(key) {
 			kept = append(kept, part)
 			continue
+		}
+		if err2 != nil {
+			return "", Limits{}, fmt.Errorf("sink URL %q: option %s has a value that is not valid URL escaping: write %%25 for a literal %%", RedactURL(raw), key)
 		}
 		if seen[key] {
 			return "", Limits{}, fmt.Errorf("sink URL %q: option %s is given twice: keep one", RedactURL(raw), key)

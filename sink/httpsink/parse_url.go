@@ -57,9 +57,12 @@ func parseURL(raw string, lookupEnv func(string) (string, bool)) (Config, error)
 		rawKey, rawValue, _ := strings.Cut(part, "=")
 		key, err1 := url.QueryUnescape(rawKey)
 		value, err2 := url.QueryUnescape(rawValue)
-		if err1 != nil || err2 != nil || !isOption(key) {
+		if err1 != nil || !isOption(key) {
 			kept = append(kept, part) // the endpoint's own parameter
 			continue
+		}
+		if err2 != nil {
+			return Config{}, bad("option %s has a value that is not valid URL escaping (%q): write %%25 for a literal %%", key, rawValue)
 		}
 		if seen[key] {
 			return Config{}, bad("option %s is given twice: keep one", key)

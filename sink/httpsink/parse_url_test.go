@@ -76,6 +76,10 @@ func TestParseURLErrors(t *testing.T) {
 		{"https://host/?sign_secret_env=EMPTY", "EMPTY is unset or empty"},
 		{"https://host/?timeout=1s&timeout=2s", "given twice"},
 		{"https://host/?deny_private=maybe", "not a boolean"},
+		// An option whose value is not valid escaping is refused, never
+		// left in the endpoint's URL (found by FuzzParseURL).
+		{"https://0?sign_secret_env=%", "not valid URL escaping"},
+		{"https://host/?timeout=5%zz", "not valid URL escaping"},
 		{"https://host/?allow_private=true", "set DenyPrivate too"},
 		// Credentials in the URL must never come back in the error.
 		{"https://user:" + secret + "@host/?timeout=x", "timeout=x"},
