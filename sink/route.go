@@ -11,7 +11,8 @@ import (
 
 // DefaultRoute is the destination template used when none is configured:
 // payment events go to "payment.events", merchant events to
-// "merchant.events", as in the source document's Kafka topics.
+// "merchant.events", the Kafka topics of the payment story
+// (docs/ARCHITECTURE.md).
 const DefaultRoute = "{aggregate_type}.events"
 
 // Router maps a message to its destination (Kafka topic, NATS subject,

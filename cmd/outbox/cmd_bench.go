@@ -34,7 +34,7 @@ type BenchCmd struct {
 	PollInterval  time.Duration `help:"Relay poll interval (the bound on latency when no wake-up arrives)." default:"20ms" env:"OUTBOX_BENCH_POLL_INTERVAL"`
 	Wakeups       []string      `help:"Latency: wake-up modes to compare: all (in-process nudge + LISTEN/NOTIFY), notify (LISTEN/NOTIFY only, as a relay in another process hears it) and poll (polling alone). Drain and steady use the first." default:"all,notify,poll" enum:"all,notify,poll" env:"OUTBOX_BENCH_WAKEUPS"`
 	WakeupsSteady bool          `help:"Also run the other wake-up modes in the steady scenario (their cost to producers)." env:"OUTBOX_BENCH_WAKEUPS_STEADY"`
-	Reference     bool          `help:"Drain: also run a bare SQL claim-and-delete loop, the floor of DESIGN.md section 10." env:"OUTBOX_BENCH_REFERENCE"`
+	Reference     bool          `help:"Drain: also run a bare SQL claim-and-delete loop, the floor the drain goal compares against (docs/BENCHMARKS.md)." env:"OUTBOX_BENCH_REFERENCE"`
 	Admin         bool          `help:"Drain: also run the relay as with --admin (metrics, the gauges refreshed every second, /metrics scraped every second), to measure what watching it costs." env:"OUTBOX_BENCH_ADMIN"`
 	MemoryEvents  int           `help:"Memory: events in the long run." default:"1000000" env:"OUTBOX_BENCH_MEMORY_EVENTS"`
 	NoAutovacuum  bool          `help:"Do not stand in for the server's autovacuum when it is off (see docs/BENCHMARKS.md)." env:"OUTBOX_BENCH_NO_AUTOVACUUM"`

@@ -19,7 +19,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// DemoCmd runs the source document's QR-payment scenario end to end: a
+// DemoCmd runs the QR-payment story of docs/ARCHITECTURE.md end to end: a
 // payment service, a mock payment gateway, two relays and six scripted
 // incidents, then a summary that checks the guarantees.
 type DemoCmd struct {
@@ -35,7 +35,7 @@ type DemoCmd struct {
 	Quiet     bool          `help:"No live progress (incidents and the summary are still printed)." env:"OUTBOX_DEMO_QUIET"`
 }
 
-// qrLifetime is the source document's QR code lifetime.
+// qrLifetime is the QR code lifetime of the payment story: 66 seconds.
 const qrLifetime = 66 * time.Second
 
 // demoPlan holds the scenario's timings.
@@ -256,7 +256,7 @@ func (d *demoRun) setup(ctx context.Context) error {
 func (d *demoRun) printHeader() {
 	p := d.plan
 	var b strings.Builder
-	fmt.Fprintf(&b, "outbox demo: the QR-payment story of the transactional outbox, end to end (docs: DESIGN.md section 1)\n\n")
+	fmt.Fprintf(&b, "outbox demo: the QR-payment story of the transactional outbox, end to end (docs/ARCHITECTURE.md, the payment story)\n\n")
 	if d.tempDir != "" {
 		fmt.Fprintf(&b, "  database  SQLite in a temporary folder: %s\n", filepath.Join(d.tempDir, "demo.db"))
 	} else {

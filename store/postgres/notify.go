@@ -19,9 +19,10 @@ const DefaultNotifyDebounce = 5 * time.Millisecond
 // notifier debounces the NOTIFYs of Enqueue and fans out in-process
 // enqueue signals.
 //
-// A NOTIFY inside every producer transaction serializes their commits on
-// PostgreSQL's notification queue lock (RELIABILITY.md item 15). So only
-// the first Enqueue of each debounce window carries one, inside its
+// A NOTIFY inside every producer transaction serializes their commits:
+// each transaction that notified takes PostgreSQL's notification queue
+// lock in turn as it commits. So only the first Enqueue of each debounce
+// window carries one, inside its
 // transaction (it fires exactly at commit); if more Enqueues follow in the
 // window, one trailing NOTIFY is sent outside any producer transaction at
 // the end of the window, when those transactions have most likely

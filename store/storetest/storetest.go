@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every store backend runs:
 // storetest.Run(t, newHarness). It checks the Store contract directly
 // (claims, fencing, outcomes, sweeps, operator actions) and, through the
-// real relay, the guarantees of DESIGN.md section 3: atomic enqueue, no loss,
+// real relay, the guarantees the README lists: atomic enqueue, no loss,
 // per-aggregate order, bounded duplicates, fencing and expiry.
 package storetest
 

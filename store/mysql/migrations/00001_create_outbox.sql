@@ -1,7 +1,8 @@
--- The outbox table keeps the source document's columns (id, aggregate_id,
--- event_type, payload, status, retry_count, created_at, processed_at) with
--- their names and MySQL types, and adds what the guarantees need. It is the
--- PostgreSQL schema in MySQL's types:
+-- The outbox table keeps the columns of the payment story's payment_outbox
+-- table (docs/ARCHITECTURE.md): id, aggregate_id, event_type, payload,
+-- status, retry_count, created_at, processed_at, with their names and
+-- MySQL types, and adds what the guarantees need. It is the PostgreSQL
+-- schema in MySQL's types:
 --
 --   * Timestamps are DATETIME(6): UTC wall-clock time to the microsecond,
 --     always written from UTC_TIMESTAMP(6) or from UTC values, so that the

@@ -1,6 +1,7 @@
--- The outbox table keeps the source document's columns (id, aggregate_id,
--- event_type, payload, status, retry_count, created_at, processed_at) with
--- their names and meanings, and adds what the guarantees need.
+-- The outbox table keeps the columns of the payment story's payment_outbox
+-- table (docs/ARCHITECTURE.md): id, aggregate_id, event_type, payload,
+-- status, retry_count, created_at, processed_at, with their names and
+-- meanings, and adds what the guarantees need.
 
 -- +goose Up
 SET LOCAL lock_timeout = '10s';

@@ -1,7 +1,8 @@
--- The outbox table keeps the source document's columns (id, aggregate_id,
--- event_type, payload, status, retry_count, created_at, processed_at) with
--- their names and meanings, and adds what the guarantees need. It is the
--- PostgreSQL schema in SQLite's types:
+-- The outbox table keeps the columns of the payment story's payment_outbox
+-- table (docs/ARCHITECTURE.md): id, aggregate_id, event_type, payload,
+-- status, retry_count, created_at, processed_at, with their names and
+-- meanings, and adds what the guarantees need. It is the PostgreSQL
+-- schema in SQLite's types:
 --
 --   * id is INTEGER PRIMARY KEY AUTOINCREMENT, so that an id is never reused,
 --     even after the row with the highest id was purged.
