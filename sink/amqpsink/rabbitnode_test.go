@@ -172,7 +172,9 @@ func (n *rabbitNode) awaitAMQP(ctx context.Context) error {
 // an error.
 func (n *rabbitNode) rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// start_app on a loaded machine took over a minute (load average 38 on
+	// two cores): the bound is for a node that hangs, not for a slow one.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, n.ctl, append([]string{"-n", n.Name}, args...)...)
 	cmd.Env, cmd.Dir = n.env, n.dir
