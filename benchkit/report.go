@@ -26,6 +26,10 @@ type Result struct {
 	Runs []float64 `json:"runs,omitempty"`
 	// Duplicates: events the sink saw more than once.
 	Duplicates int64 `json:"duplicates,omitempty"`
+	// WALBytesPerEvent: drain, the WAL the whole server wrote from the
+	// relay's start until nothing was pending, divided by the events
+	// (median over runs).
+	WALBytesPerEvent float64 `json:"wal_bytes_per_event,omitempty"`
 
 	// TxPerSec: steady, producer tx/s with the relay running (median);
 	// latency, the committed events/s actually achieved.
@@ -164,18 +168,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if rs := rows(ScenarioDrain); len(rs) > 0 {
 		section(fmt.Sprintf("DRAIN: backlog of %d events over %d aggregates to a counting sink; median of %d runs (higher is better)",
 			c.Events, c.Aggregates, c.Runs))
-		fmt.Fprintln(tw, "system\trole\tevents/s\truns\tvs best peer\t")
+		fmt.Fprintln(tw, "system\trole\tevents/s\truns\tvs best peer\tWAL bytes/event\t")
 		for _, res := range rs {
 			if res.Err != "" {
-				fmt.Fprintf(tw, "%s\t%s\tERROR: %s\t\t\t\n", res.System, res.Role, res.Err)
+				fmt.Fprintf(tw, "%s\t%s\tERROR: %s\t\t\t\t\n", res.System, res.Role, res.Err)
 				continue
 			}
 			runs := make([]string, len(res.Runs))
 			for i, x := range res.Runs {
 				runs[i] = thousands(x)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", res.System, res.Role, thousands(res.EventsPerSec),
-				strings.Join(runs, " "), ratio(res.VsBestPeer))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", res.System, res.Role, thousands(res.EventsPerSec),
+				strings.Join(runs, " "), ratio(res.VsBestPeer), thousands(res.WALBytesPerEvent))
 		}
 	}
 	if rs := rows(ScenarioSteady); len(rs) > 0 {

@@ -17,6 +17,7 @@ func (r *runner) drain(ctx context.Context) {
 		events[i] = NewEvent(int64(i), cfg.Aggregates)
 	}
 	runs := map[*contender][]float64{}
+	wal := map[*contender][]float64{}
 	errs := map[*contender]error{}
 	dups := map[*contender]int64{}
 	profiled := false
@@ -25,20 +26,21 @@ func (r *runner) drain(ctx context.Context) {
 			return
 		}
 		label := fmt.Sprintf("drain %s run %d/%d", c.name, run, cfg.Runs)
-		rate, dup, err := r.drainOnce(ctx, c, events, label, &profiled)
+		d, err := r.drainOnce(ctx, c, events, label, &profiled)
 		if err != nil {
 			errs[c] = fmt.Errorf("run %d: %w", run, err)
 			return
 		}
-		runs[c] = append(runs[c], rate)
-		dups[c] += dup
+		runs[c] = append(runs[c], d.rate)
+		wal[c] = append(wal[c], d.walPerEvent)
+		dups[c] += d.duplicates
 	})
 	for _, c := range r.cs {
 		if !c.runs(ScenarioDrain) || !c.ready {
 			continue
 		}
 		res := Result{Scenario: ScenarioDrain, System: c.name, Role: c.Role, Runs: runs[c],
-			EventsPerSec: median(runs[c]), Duplicates: dups[c]}
+			EventsPerSec: median(runs[c]), Duplicates: dups[c], WALBytesPerEvent: median(wal[c])}
 		if errs[c] != nil {
 			res.Err = errs[c].Error()
 		}
@@ -46,24 +48,33 @@ func (r *runner) drain(ctx context.Context) {
 	}
 }
 
+// drainRun is one timed drain's figures.
+type drainRun struct {
+	rate        float64 // events/s
+	duplicates  int64   // events the sink saw more than once
+	walPerEvent float64 // WAL bytes the server wrote during the drain, per event
+}
+
 // drainOnce loads the backlog (untimed), then times the relay from start
 // until the sink has seen every event and the system reports none pending.
-func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, label string, profiled *bool) (float64, int64, error) {
+// The WAL written in that time (pg_current_wal_lsn before and after) is
+// the whole server's: run on a server nothing else writes to.
+func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, label string, profiled *bool) (drainRun, error) {
 	progress := r.cfg.Progress
 	if err := r.clean(ctx, c); err != nil {
-		return 0, 0, err
+		return drainRun{}, err
 	}
 	progress(fmt.Sprintf("%s: loading %d events", label, len(events)))
 	if err := c.System.Load(ctx, events); err != nil {
-		return 0, 0, fmt.Errorf("load: %w", err)
+		return drainRun{}, fmt.Errorf("load: %w", err)
 	}
 	if n, err := c.System.Pending(ctx); err != nil {
-		return 0, 0, err
+		return drainRun{}, err
 	} else if n != int64(len(events)) {
-		return 0, 0, fmt.Errorf("load: %d events pending after loading %d", n, len(events))
+		return drainRun{}, fmt.Errorf("load: %d events pending after loading %d", n, len(events))
 	}
 	if err := r.vacuum(ctx, c); err != nil {
-		return 0, 0, err
+		return drainRun{}, err
 	}
 	var seen atomic.Int64
 	sink := func(p [][]byte) { seen.Add(int64(len(p))) }
@@ -71,12 +82,16 @@ func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, la
 
 	// No autovacuum stand-in here: the tables were just analyzed, and a
 	// drain of seconds ends long before autovacuum's one-minute nap.
+	walStart, err := r.walLSN(ctx)
+	if err != nil {
+		return drainRun{}, err
+	}
 	stopProfile := r.profileOnce(c, profiled)
 	start := time.Now()
 	stop, err := c.System.StartRelay(ctx, sink)
 	if err != nil {
 		stopProfile()
-		return 0, 0, err
+		return drainRun{}, err
 	}
 	lastReport := start
 	err = pollUntil(ctx, time.Millisecond, drainTimeout, func() (bool, error) {
@@ -95,14 +110,38 @@ func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, la
 		})
 	}
 	elapsed := time.Since(start)
+	var walBytes float64
+	if err == nil {
+		walBytes, err = r.walSince(ctx, walStart)
+	}
 	stopProfile()
 	if stopErr := stop(); err == nil && stopErr != nil {
 		err = fmt.Errorf("relay: %w", stopErr)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("drain (%d of %d seen): %w", seen.Load(), n, err)
+		return drainRun{}, fmt.Errorf("drain (%d of %d seen): %w", seen.Load(), n, err)
 	}
 	rate := float64(n) / elapsed.Seconds()
 	progress(fmt.Sprintf("%s: %.0f events/s (%s)", label, rate, elapsed.Round(time.Millisecond)))
-	return rate, seen.Load() - n, nil
+	perEvent := walBytes / float64(n)
+	progress(fmt.Sprintf("%s: %.0f WAL bytes per event", label, perEvent))
+	return drainRun{rate: rate, duplicates: seen.Load() - n, walPerEvent: perEvent}, nil
+}
+
+// walLSN is the server's current WAL insert position.
+func (r *runner) walLSN(ctx context.Context) (string, error) {
+	var lsn string
+	if err := r.admin.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		return "", fmt.Errorf("read the WAL position: %w", err)
+	}
+	return lsn, nil
+}
+
+// walSince is the number of WAL bytes the server wrote since lsn.
+func (r *runner) walSince(ctx context.Context, lsn string) (float64, error) {
+	var bytes float64
+	if err := r.admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8`, lsn).Scan(&bytes); err != nil {
+		return 0, fmt.Errorf("read the WAL written: %w", err)
+	}
+	return bytes, nil
 }
