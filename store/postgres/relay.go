@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -320,7 +321,7 @@ func retrySerialization(ctx context.Context, f func() error) error {
 
 func isRetryableConflict(err error) bool {
 	var pe *pgconn.PgError
-	if !asPgError(err, &pe) {
+	if !errors.As(err, &pe) {
 		return false
 	}
 	switch pe.Code {
@@ -330,27 +331,12 @@ func isRetryableConflict(err error) bool {
 	return false
 }
 
-func asPgError(err error, target **pgconn.PgError) bool {
-	for err != nil {
-		if pe, ok := err.(*pgconn.PgError); ok {
-			*target = pe
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
-}
-
 // refusedData marks the errors PostgreSQL gives for the data of a write
 // (SQLSTATE classes 22 data exception, 23 integrity constraint, 54 program
 // limit exceeded) with store.ErrRefused: retrying them cannot succeed.
 func refusedData(err error) error {
 	var pe *pgconn.PgError
-	if asPgError(err, &pe) && len(pe.Code) == 5 {
+	if errors.As(err, &pe) && len(pe.Code) == 5 {
 		switch pe.Code[:2] {
 		case "22", "23", "54":
 			return store.Refused(err)
