@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
 // queries holds the fixed SQL of the store, with the table names rendered
@@ -22,6 +23,7 @@ type queries struct {
 	blockCandidates, unblockCandidates    string
 	countMovable, stats, oldestPending    string
 	blockedAg, deadLetterCount, getRecord string
+	snapshot                              snapshotsql.Dialect
 }
 
 // render replaces {t}, {dl}, {att} with the quoted table names.
@@ -52,6 +54,7 @@ func buildQueries(t store.Tables) queries {
 		blockedAg:         render(t, blockedAggregatesSQL),
 		deadLetterCount:   render(t, `SELECT COUNT(*) FROM {dl} WHERE requeued_at IS NULL`),
 		getRecord:         render(t, `SELECT `+recordColumns+` FROM {t} WHERE event_id = ?`),
+		snapshot:          snapshotDialect(t, render(t, blockedAggregatesSQL)),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
 // queries holds the SQL of the hot path, with the table names rendered in.
@@ -13,6 +14,7 @@ type queries struct {
 	reap, expire, block, unblock                  string
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
+	snapshot                                      snapshotsql.Dialect
 }
 
 // render replaces {t}, {dl} and {att} with the quoted table names.
@@ -41,6 +43,7 @@ func buildQueries(t store.Tables) queries {
 		oldestPending:    render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
 		blockedAg:        render(t, blockedAggregatesSQL),
 		deadLetterCount:  render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+		snapshot:         snapshotDialect(t, render(t, blockedAggregatesSQL)),
 	}
 }
 
