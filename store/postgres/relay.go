@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,7 +23,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	}
 	token := uuid.NewString()
 	c := &store.Claim{Token: token}
-	err := retrySerialization(ctx, func() error {
+	claimSQL, err := s.claimSQL(req)
+	if err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	err = retrySerialization(ctx, func() error {
 		c.Events = c.Events[:0]
 		own := req.Own
 		if own == nil {
@@ -39,7 +41,6 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		// on every poll. After a full batch the next claim is planned afresh.
 		// Either way the claim is one round trip: the transaction's four
 		// statements travel as one pgx batch.
-		claimSQL := s.claimSQL(req)
 		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
 		var (
 			rows pgx.Rows
@@ -120,15 +121,18 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 // between id order and nearest deadline (store.ClaimRequest.FIFOSlots):
 // they are literals so that the planner sizes the window right, and the
 // rendered text is kept, since a relay asks for the same sizes every time.
-func (s *Store) claimSQL(req store.ClaimRequest) string {
+func (s *Store) claimSQL(req store.ClaimRequest) (string, error) {
 	fifo, edf := req.FIFOSlots()
 	key := [3]int{req.Limit, fifo, edf}
 	if q, ok := s.claimByLimit.Load(key); ok {
-		return q.(string)
+		return q.(string), nil
 	}
-	q := strings.NewReplacer("$LIMIT", strconv.Itoa(req.Limit), "$FIFO", strconv.Itoa(fifo), "$EDF", strconv.Itoa(edf)).Replace(s.q.claim)
+	q, err := s.q.claim.Render(claimParams{Tables: s.t, Limit: req.Limit, FIFO: fifo, EDF: edf})
+	if err != nil {
+		return "", err
+	}
 	s.claimByLimit.Store(key, q)
-	return q
+	return q, nil
 }
 
 // Complete implements store.Store.
