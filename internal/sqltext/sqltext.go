@@ -58,3 +58,48 @@ func MustRender(text string, data any) string {
 	}
 	return s
 }
+
+// Set is a file of named statements, each between {{define "name"}} and
+// {{end}}; text outside them (comments) is never rendered. A statement
+// may include another with {{template "name" .}}.
+type Set struct {
+	tpl *template.Template
+}
+
+// ParseSet parses a file of named statements.
+func ParseSet(name, text string) (*Set, error) {
+	tpl, err := template.New(name).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("sql %s: parse: %w", name, err)
+	}
+	return &Set{tpl: tpl}, nil
+}
+
+// MustParseSet is ParseSet for a file embedded at compile time.
+func MustParseSet(name, text string) *Set {
+	s, err := ParseSet(name, text)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Render renders the statement name with data. It is safe for concurrent
+// use.
+func (s *Set) Render(name string, data any) (string, error) {
+	var buf bytes.Buffer
+	if err := s.tpl.ExecuteTemplate(&buf, name, data); err != nil {
+		return "", fmt.Errorf("sql %s: render: %w", name, err)
+	}
+	return buf.String(), nil
+}
+
+// MustRender renders a statement whose data is fixed when a store is
+// built (the table names): see the package MustRender.
+func (s *Set) MustRender(name string, data any) string {
+	out, err := s.Render(name, data)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
