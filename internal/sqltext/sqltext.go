@@ -12,8 +12,11 @@ import (
 	"text/template"
 )
 
-// Template is one parsed statement, for statements whose fixed fragments
-// vary from call to call. Parse it once; Render is safe for concurrent use.
+// Template is one parsed text: a statement, a migration, or a file of
+// named statements, each between {{define "name"}} and {{end}} (text
+// outside them, such as comments, is never rendered by RenderNamed; a
+// statement may include another with {{template "name" .}}). Parse it
+// once; rendering is safe for concurrent use.
 type Template struct {
 	tpl *template.Template
 }
@@ -28,8 +31,8 @@ func Parse(name, text string) (*Template, error) {
 	return &Template{tpl: tpl}, nil
 }
 
-// MustParse is Parse for the statements fixed at compile time: a parse
-// error there is a bug in the store, caught by its tests.
+// MustParse is Parse for the texts fixed at compile time: a parse error
+// there is a bug in the store, caught by its tests.
 func MustParse(name, text string) *Template {
 	t, err := Parse(name, text)
 	if err != nil {
@@ -38,11 +41,30 @@ func MustParse(name, text string) *Template {
 	return t
 }
 
-// Render executes the template with data.
+// Render renders the whole text with data.
 func (t *Template) Render(data any) (string, error) {
+	return t.render(t.tpl.Name(), data)
+}
+
+// RenderNamed renders the statement defined as name with data.
+func (t *Template) RenderNamed(name string, data any) (string, error) {
+	return t.render(name, data)
+}
+
+// MustRenderNamed renders a named statement whose data is fixed when a
+// store is built (the table names): see MustRender.
+func (t *Template) MustRenderNamed(name string, data any) string {
+	out, err := t.render(name, data)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func (t *Template) render(name string, data any) (string, error) {
 	var buf bytes.Buffer
-	if err := t.tpl.Execute(&buf, data); err != nil {
-		return "", fmt.Errorf("sql %s: render: %w", t.tpl.Name(), err)
+	if err := t.tpl.ExecuteTemplate(&buf, name, data); err != nil {
+		return "", fmt.Errorf("sql %s: render: %w", name, err)
 	}
 	return buf.String(), nil
 }
@@ -57,49 +79,4 @@ func MustRender(text string, data any) string {
 		panic(err)
 	}
 	return s
-}
-
-// Set is a file of named statements, each between {{define "name"}} and
-// {{end}}; text outside them (comments) is never rendered. A statement
-// may include another with {{template "name" .}}.
-type Set struct {
-	tpl *template.Template
-}
-
-// ParseSet parses a file of named statements.
-func ParseSet(name, text string) (*Set, error) {
-	tpl, err := template.New(name).Option("missingkey=error").Parse(text)
-	if err != nil {
-		return nil, fmt.Errorf("sql %s: parse: %w", name, err)
-	}
-	return &Set{tpl: tpl}, nil
-}
-
-// MustParseSet is ParseSet for a file embedded at compile time.
-func MustParseSet(name, text string) *Set {
-	s, err := ParseSet(name, text)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
-// Render renders the statement name with data. It is safe for concurrent
-// use.
-func (s *Set) Render(name string, data any) (string, error) {
-	var buf bytes.Buffer
-	if err := s.tpl.ExecuteTemplate(&buf, name, data); err != nil {
-		return "", fmt.Errorf("sql %s: render: %w", name, err)
-	}
-	return buf.String(), nil
-}
-
-// MustRender renders a statement whose data is fixed when a store is
-// built (the table names): see the package MustRender.
-func (s *Set) MustRender(name string, data any) string {
-	out, err := s.Render(name, data)
-	if err != nil {
-		panic(err)
-	}
-	return out
 }

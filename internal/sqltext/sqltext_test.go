@@ -36,20 +36,20 @@ func TestParseRefusesBadSyntax(t *testing.T) {
 }
 
 func TestSetRendersNamedStatementsOnly(t *testing.T) {
-	set := MustParseSet("queries.sql", `-- a comment, never rendered
+	set := MustParse("queries.sql", `-- a comment, never rendered
 {{define "window"}}SELECT id FROM "{{.Outbox}}" LIMIT {{.Limit}}{{end}}
 
 -- another
 {{define "union"}}({{template "window" .}}) UNION ALL (SELECT 1){{end}}
 `)
-	got, err := set.Render("union", names{Outbox: "o", Limit: 3})
+	got, err := set.RenderNamed("union", names{Outbox: "o", Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := `(SELECT id FROM "o" LIMIT 3) UNION ALL (SELECT 1)`; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	if _, err := set.Render("nope", names{}); err == nil {
+	if _, err := set.RenderNamed("nope", names{}); err == nil {
 		t.Fatal("an unknown statement rendered")
 	}
 }

@@ -21,7 +21,7 @@ import (
 var queriesSQL string
 
 // statements is queriesSQL, parsed once.
-var statements = sqltext.MustParseSet("queries.sql", queriesSQL)
+var statements = sqltext.MustParse("queries.sql", queriesSQL)
 
 // queries holds the statements rendered with the table names.
 type queries struct {
@@ -48,7 +48,7 @@ func buildQueries(t store.Tables) queries {
 	n := queryNames{Tables: t, RecordColumns: recordColumns,
 		OverdueWhere:  strings.ReplaceAll(store.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
 		OverdueGroups: store.MaxOverdueGroups}
-	render := func(name string) string { return statements.MustRender(name, n) }
+	render := func(name string) string { return statements.MustRenderNamed(name, n) }
 	return queries{
 		t:                 t,
 		reapSelect:        render("reap_select"),
@@ -77,9 +77,9 @@ type windowParams struct {
 func (q *queries) window(limit, edf int) (string, error) {
 	p := windowParams{Tables: q.t, Limit: limit, EDF: edf}
 	if edf > 0 {
-		return statements.Render("edf_window", p)
+		return statements.RenderNamed("edf_window", p)
 	}
-	return statements.Render("window", p)
+	return statements.RenderNamed("window", p)
 }
 
 // runsParams render the claim's second read: Window and First are id
@@ -97,7 +97,7 @@ func (q *queries) runs(failedBlocks bool, window, first []int64, own int) (strin
 	if own > 0 {
 		p.Own = "?" + strings.Repeat(",?", own-1)
 	}
-	return statements.Render("runs", p)
+	return statements.RenderNamed("runs", p)
 }
 
 // idsParams render a statement over the rows IDs (idList).
@@ -109,7 +109,7 @@ type idsParams struct {
 // byIDs renders one of the statements over an id list: lock_claim,
 // complete_lock or expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
-	return statements.Render(name, idsParams{Tables: q.t, IDs: idList(ids)})
+	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
 }
 
 // idList renders ids as a SQL list. They are integers, formatted here, so
