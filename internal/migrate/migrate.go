@@ -1,11 +1,11 @@
 // Package migrate runs a backend's embedded, numbered SQL migrations with
-// goose, after rendering the table names into them. Each outbox table has
+// goose, after rendering the table names into them (the templates of
+// internal/sqltext, the syntax the backends' queries use too). Each outbox table has
 // its own version table (<table>_schema_migrations), so several outboxes can
 // live in one database.
 package migrate
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -14,13 +14,12 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"testing/fstest"
-	"text/template"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -123,7 +122,7 @@ func render(fsys fs.FS, dir string, data any) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	out := fstest.MapFS{}
+	out := memFS{}
 	var names []string
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
@@ -137,15 +136,15 @@ func render(fsys fs.FS, dir string, data any) (fs.FS, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
-		tpl, err := template.New(name).Option("missingkey=error").Parse(string(raw))
+		tpl, err := sqltext.Parse(name, string(raw))
 		if err != nil {
-			return nil, fmt.Errorf("migrations: parse %s: %w", name, err)
+			return nil, fmt.Errorf("migrations: %w", err)
 		}
-		var buf bytes.Buffer
-		if err := tpl.Execute(&buf, data); err != nil {
-			return nil, fmt.Errorf("migrations: render %s: %w", name, err)
+		text, err := tpl.Render(data)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
 		}
-		out[name] = &fstest.MapFile{Data: buf.Bytes()}
+		out[name] = []byte(text)
 	}
 	return out, nil
 }

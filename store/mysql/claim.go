@@ -175,9 +175,9 @@ type windowRow struct {
 // two parts (at most Limit of them) gets its head claimed.
 func (s *Store) readWindow(ctx context.Context, req store.ClaimRequest) ([]windowRow, time.Time, error) {
 	fifoSlots, edfSlots := req.FIFOSlots()
-	query := strings.Replace(s.q.window, "{limit}", strconv.Itoa(req.Limit), 1)
-	if edfSlots > 0 {
-		query = strings.NewReplacer("{limit}", strconv.Itoa(req.Limit), "{edf}", strconv.Itoa(edfSlots)).Replace(s.q.edfWindow)
+	query, err := s.q.window(req.Limit, edfSlots)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	rows, err := s.db.QueryContext(ctx, query)
 	if err != nil {
@@ -272,26 +272,18 @@ func (s *Store) claimRead(ctx context.Context, req store.ClaimRequest) ([]claimA
 		sort.Slice(rs, func(a, b int) bool { return rs[a].id < rs[b].id })
 	}
 	slices.Sort(window)
-	fb := "FALSE"
-	if req.FailedBlocks {
-		fb = "TRUE"
+	query, err := s.q.runs(req.FailedBlocks, window, first, len(req.Own))
+	if err != nil {
+		return nil, now, err
 	}
-	parts := []string{"{failedBlocks}", fb, "{window}", idList(window), "{first}", idList(first)}
 	var args []any
-	if len(req.Own) == 0 {
-		parts = append(parts, "{notOwn}", "", "{ownRows}", "NULL, NULL", "{lm}", "")
-	} else {
-		own := "?" + strings.Repeat(",?", len(req.Own)-1)
-		parts = append(parts, "{notOwn}", strings.ReplaceAll(runsNotOwn, "{own}", own),
-			"{ownRows}", "lm.first_mine, lm.last_mine", "{lm}", strings.ReplaceAll(s.q.runsLM, "{own}", own))
-		// The tokens appear twice: in the gap, then in lm.
-		for range 2 {
-			for _, t := range req.Own {
-				args = append(args, t)
-			}
+	// The tokens appear twice: in the gap, then in lm.
+	for range 2 {
+		for _, t := range req.Own {
+			args = append(args, t)
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, strings.NewReplacer(parts...).Replace(s.q.runs), args...)
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, now, err
 	}
@@ -392,7 +384,11 @@ func planClaim(aggs []claimAgg, limit int, now time.Time) claimPlan {
 // lockCandidates locks the rows of ids that are still PENDING and due, by
 // primary key, skipping rows another transaction holds, and reads them.
 func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, ids []int64, now time.Time) (map[int64]store.Claimed, error) {
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.lockClaim, idList(ids)), formatTime(now))
+	query, err := s.q.byIDs("lock_claim", ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, query, formatTime(now))
 	if err != nil {
 		return nil, err
 	}

@@ -121,7 +121,11 @@ func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.Com
 // completeAny handles any mix of outcomes and fenced rows.
 func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64,
 	byID map[int64]*store.Outcome, applied map[int64]bool) error {
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.completeLock, idList(ids)), req.Token)
+	query, err := s.q.byIDs("complete_lock", ids)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, query, req.Token)
 	if err != nil {
 		return err
 	}

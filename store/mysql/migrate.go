@@ -4,46 +4,35 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"regexp"
-	"testing/fstest"
 
 	"github.com/pressly/goose/v3/database"
 
 	"github.com/txoutbox/outbox/internal/migrate"
+	"github.com/txoutbox/outbox/store"
 )
 
 //go:embed migrations/*.sql
 var migrationsFS embed.FS
 
-// textOnMySQL matches a JSON column marked to be stored as text on MySQL.
-var textOnMySQL = regexp.MustCompile(`(\w+)(\s+)JSON(\s+)NOT NULL /\*text-on-mysql\*/`)
+// migrationNames is what the migrations are rendered with: the table names
+// and the server's flavor.
+type migrationNames struct {
+	store.Tables
+	mariaDB bool
+}
 
-// migrationsFor returns the migrations for the server. MariaDB's JSON type
-// is LONGTEXT with a JSON_VALID check, stored byte for byte. MySQL's JSON
-// type is a binary document that reorders keys and rewrites numbers, so
-// a payload would not come back (or be delivered, or match its signature)
-// byte for byte: on MySQL the marked columns become exactly what MariaDB
-// makes of JSON.
-func migrationsFor(f flavor) (fs.FS, error) {
-	entries, err := fs.ReadDir(migrationsFS, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
+// JSONText is the type of a JSON column whose text must come back byte
+// for byte (payload). MariaDB's JSON type is LONGTEXT with a JSON_VALID
+// check, stored byte for byte. MySQL's JSON type is a binary document that
+// reorders keys and rewrites numbers, so a payload would not come back (or
+// be delivered, or match its signature) byte for byte: on MySQL the column
+// is exactly what MariaDB makes of JSON. column is the column's name, a
+// constant of the migration.
+func (m migrationNames) JSONText(column string) string {
+	if m.mariaDB {
+		return "JSON NOT NULL"
 	}
-	out := fstest.MapFS{}
-	for _, e := range entries {
-		raw, err := fs.ReadFile(migrationsFS, path.Join("migrations", e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("migrations: %w", err)
-		}
-		if !f.mariaDB {
-			raw = textOnMySQL.ReplaceAll(raw,
-				[]byte("${1}${2}LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin${3}NOT NULL CHECK (JSON_VALID(${1}))"))
-		}
-		out["migrations/"+e.Name()] = &fstest.MapFile{Data: raw}
-	}
-	return out, nil
+	return "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL CHECK (JSON_VALID(" + column + "))"
 }
 
 func (s *Store) migrator(ctx context.Context) (*migrate.Runner, error) {
@@ -51,11 +40,8 @@ func (s *Store) migrator(ctx context.Context) (*migrate.Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	fsys, err := migrationsFor(f)
-	if err != nil {
-		return nil, err
-	}
-	return migrate.New(s.db, database.DialectMySQL, fsys, "migrations", s.t)
+	return migrate.NewNamed(s.db, database.DialectMySQL, migrationsFS, "migrations",
+		migrationNames{Tables: s.t, mariaDB: f.mariaDB}, s.t.Migrations, "outbox-migrate:"+s.t.Outbox)
 }
 
 // MigrateUp applies the pending migrations. MySQL commits each DDL

@@ -2,26 +2,15 @@ package mysql
 
 import (
 	"context"
-	"strconv"
-	"strings"
 
 	"github.com/txoutbox/outbox/store"
 )
 
 var _ store.OverdueReporter = (*Store)(nil)
 
-// overdueSQL groups the unfinished events past their deadline (see
-// store.OverdueWhere), with the totals of all groups in every row.
-const overdueSQL = "SELECT aggregate_type, event_type, MIN(aggregate_id), COUNT(*), " +
-	"CAST(SUM(COUNT(*)) OVER () AS SIGNED), MIN(MIN(expires_at)) OVER (), MAX(MAX(expires_at)) OVER () " +
-	"FROM `{t}` WHERE {where} GROUP BY aggregate_type, event_type " +
-	"ORDER BY COUNT(*) DESC, aggregate_type, event_type LIMIT {groups}"
-
 // Overdue implements store.OverdueReporter.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
-	q := strings.NewReplacer("{t}", s.t.Outbox, "{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
-		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(overdueSQL)
-	rows, err := s.db.QueryContext(ctx, q)
+	rows, err := s.db.QueryContext(ctx, s.q.overdue)
 	if err != nil {
 		return store.Overdue{}, s.wrap("overdue events", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
 var (
@@ -21,19 +23,41 @@ var (
 // never read, and the ages use one reading of the clock.
 const snapshotSQL = `
 SELECT UTC_TIMESTAMP(6),
-    (SELECT COUNT(*) FROM {t} WHERE status = 'PENDING'),
-    (SELECT COUNT(*) FROM {t} WHERE status = 'PROCESSING'),
-    (SELECT COUNT(*) FROM {t} WHERE status = 'BLOCKED'),
-    (SELECT COUNT(*) FROM {t} WHERE status = 'FAILED'),
-    (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) FROM {t}
+    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PENDING'),
+    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PROCESSING'),
+    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'BLOCKED'),
+    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'FAILED'),
+    (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) FROM ` + "`{{.Outbox}}`" + `
       WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)),
-    (SELECT COUNT(*) FROM {dl} WHERE requeued_at IS NULL)`
+    (SELECT COUNT(*) FROM ` + "`{{.DeadLetters}}`" + ` WHERE requeued_at IS NULL)`
 
-const finalCountsSQL = `SELECT status, COUNT(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+const finalCountsSQL = "SELECT status, COUNT(*) FROM `{{.Outbox}}` WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status"
 
 // oldestPendingSQL visits every PENDING row for its created_at; ? is the
 // snapshot's clock.
-const oldestPendingSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), ?) FROM {t} WHERE status = 'PENDING'`
+const oldestPendingSQL = "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), ?) FROM `{{.Outbox}}` WHERE status = 'PENDING'"
+
+// snapshotDialect is the MySQL part of a snapshot: the clock is DATETIME(6)
+// in UTC, the ages are microseconds (NULL for none), and the event ids are
+// text.
+func snapshotDialect(t store.Tables, blockedAggregates string) snapshotsql.Dialect {
+	return snapshotsql.Dialect{
+		Figures:           sqltext.MustRender(snapshotSQL, t),
+		OldestPending:     sqltext.MustRender(oldestPendingSQL, t),
+		OldestPendingArgs: func(clock time.Time) []any { return []any{formatTime(clock)} },
+		FinalCounts:       sqltext.MustRender(finalCountsSQL, t),
+		BlockedAggregates: blockedAggregates,
+		Clock: func() (any, func() time.Time) {
+			var now nullTime
+			return &now, func() time.Time { return now.Time }
+		},
+		Age: func() (any, func() time.Duration) {
+			var micros sql.NullInt64
+			return &micros, func() time.Duration { return max(time.Duration(micros.Int64)*time.Microsecond, 0) }
+		},
+		EventID: func(id *outbox.EventID) (any, func()) { return id, nil },
+	}
+}
 
 // Snapshot implements store.Snapshotter: every figure is read in one
 // read-only REPEATABLE READ transaction (one InnoDB read view).
@@ -47,53 +71,37 @@ type txBeginner interface {
 }
 
 func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotRequest) (store.Snapshot, error) {
-	snap := store.NewSnapshot(req)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
-		return snap, s.wrap("snapshot", err)
+		return store.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback()
-	var now nullTime
-	var pending, processing, blocked, failed int64
-	var oldest, oldestDue sql.NullInt64
-	if err := tx.QueryRowContext(ctx, render(s.t, snapshotSQL)).Scan(&now, &pending, &processing, &blocked, &failed,
-		&oldestDue, &snap.DeadLetters); err != nil {
-		return snap, s.wrap("snapshot", err)
-	}
-	snap.DBTime = now.Time
-	snap.Counts[outbox.StatusPending], snap.Counts[outbox.StatusProcessing] = pending, processing
-	snap.Counts[outbox.StatusBlocked], snap.Counts[outbox.StatusFailed] = blocked, failed
-	snap.OldestDuePendingAge = max(time.Duration(oldestDue.Int64)*time.Microsecond, 0)
-	if req.Full {
-		if err := tx.QueryRowContext(ctx, render(s.t, oldestPendingSQL), formatTime(now.Time)).Scan(&oldest); err != nil {
-			return snap, s.wrap("snapshot: oldest pending", err)
-		}
-		snap.OldestPendingAge = max(time.Duration(oldest.Int64)*time.Microsecond, 0)
-		rows, err := tx.QueryContext(ctx, render(s.t, finalCountsSQL))
-		if err != nil {
-			return snap, s.wrap("snapshot: final counts", err)
-		}
-		err = store.ScanStatusCounts(rows, snap.Counts)
-		rows.Close()
-		if err != nil {
-			return snap, s.wrap("snapshot: final counts", err)
-		}
-	}
-	if req.FailedBlocks {
-		rows, err := tx.QueryContext(ctx, s.q.blockedAg)
-		if err != nil {
-			return snap, s.wrap("snapshot: blocked aggregates", err)
-		}
-		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
-			return rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, total)
-		})
-		rows.Close()
-		if err != nil {
-			return snap, s.wrap("snapshot: blocked aggregates", err)
-		}
+	snap, err := snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)
+	if err != nil {
+		return snap, err
 	}
 	return snap, tx.Commit()
 }
+
+// snapshotTx is a database/sql transaction as snapshotsql reads in it.
+type snapshotTx struct{ tx *sql.Tx }
+
+func (t snapshotTx) QueryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return t.tx.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (t snapshotTx) Query(ctx context.Context, query string, args ...any) (snapshotsql.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+// sqlRows are *sql.Rows whose Close error is left to Err.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
 
 // TryGaugeLease implements store.GaugeLeaser with GET_LOCK on a connection
 // taken out of the pool for as long as the lease is held: the lock, and

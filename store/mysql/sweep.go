@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -161,7 +160,11 @@ func (s *Store) expirePage(ctx context.Context, tx *sql.Tx, limit int, relay str
 		ids[i] = e.id
 	}
 	slices.Sort(ids)
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.expireUpd, idList(ids)), formatTime(now.Time)); err != nil {
+	query, err := s.q.byIDs("expire_update", ids)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, query, formatTime(now.Time)); err != nil {
 		return 0, err
 	}
 	values := make([]attemptRow, len(es))

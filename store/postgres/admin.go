@@ -259,22 +259,8 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return 0, err
 	}
 	names := store.StatusNames(req.Statuses)
-	q := render(s.t, `
-WITH p AS (
-    SELECT id, created_at, status, processed_at FROM {t} WHERE id > $1 ORDER BY id LIMIT $2
-),
-d AS (
-    SELECT o.id, o.event_id FROM {t} o JOIN p ON p.id = o.id
-    WHERE o.status = ANY($3::text[]) AND o.processed_at < now() - $4::bigint * interval '1 microsecond'
-    FOR UPDATE OF o SKIP LOCKED
-),
-da AS (DELETE FROM {att} a USING d WHERE a.event_id = d.event_id),
-dd AS (DELETE FROM {dl} x USING d WHERE x.outbox_id = d.id),
-del AS (DELETE FROM {t} o USING d WHERE o.id = d.id RETURNING o.id)
-SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
-       (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`)
 	total, err := store.PurgePages(func(after int64) (p store.PurgePage, err error) {
-		err = s.pool.QueryRow(ctx, q, after, req.BatchSize, names, req.OlderThan.Microseconds()).Scan(&p.Deleted, &p.Last, &p.Old)
+		err = s.pool.QueryRow(ctx, s.q.purge, after, req.BatchSize, names, req.OlderThan.Microseconds()).Scan(&p.Deleted, &p.Last, &p.Old)
 		return p, err
 	})
 	return total, s.wrap("purge", err)
@@ -320,3 +306,23 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 		return out, s.wrap("requeue matching", rows.Err())
 	}, s.Requeue)
 }
+
+// purgeSQL deletes one page of a purge: of the page ($2 rows after id $1),
+// the rows in a final status ($3) that finished before $4 microseconds ago,
+// with their attempts and dead letters, skipping rows another transaction
+// holds. It returns what was deleted, the page's last id, and how many of
+// its rows are older than the cutoff.
+const purgeSQL = `
+WITH p AS (
+    SELECT id, created_at, status, processed_at FROM "{{.Outbox}}" WHERE id > $1 ORDER BY id LIMIT $2
+),
+d AS (
+    SELECT o.id, o.event_id FROM "{{.Outbox}}" o JOIN p ON p.id = o.id
+    WHERE o.status = ANY($3::text[]) AND o.processed_at < now() - $4::bigint * interval '1 microsecond'
+    FOR UPDATE OF o SKIP LOCKED
+),
+da AS (DELETE FROM "{{.Attempts}}" a USING d WHERE a.event_id = d.event_id),
+dd AS (DELETE FROM "{{.DeadLetters}}" x USING d WHERE x.outbox_id = d.id),
+del AS (DELETE FROM "{{.Outbox}}" o USING d WHERE o.id = d.id RETURNING o.id)
+SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
+       (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`

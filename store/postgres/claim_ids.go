@@ -40,13 +40,13 @@ import (
 const claimIDsSQL = `
 WITH cand AS MATERIALIZED (
     SELECT o.id, o.aggregate_type, o.aggregate_id
-    FROM unnest($5::bigint[]) AS i(id) JOIN {t} o ON o.id = i.id
+    FROM unnest($5::bigint[]) AS i(id) JOIN "{{.Outbox}}" o ON o.id = i.id
     WHERE o.status = 'PENDING' AND o.available_at <= now()
 ),
 g AS MATERIALIZED (
     SELECT a.aggregate_type, a.aggregate_id,
         CASE WHEN cardinality($4::uuid[]) > 0 THEN
-            COALESCE((SELECT m.id FROM {t} m
+            COALESCE((SELECT m.id FROM "{{.Outbox}}" m
               WHERE m.aggregate_type = a.aggregate_type AND m.aggregate_id = a.aggregate_id
                 AND m.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
                 AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[])
@@ -56,7 +56,7 @@ g AS MATERIALIZED (
 ),
 agg AS MATERIALIZED (
     SELECT g.aggregate_type, g.aggregate_id,
-        COALESCE((SELECT m.id FROM {t} m
+        COALESCE((SELECT m.id FROM "{{.Outbox}}" m
           WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
             AND m.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
             AND (m.status <> 'FAILED' OR $3::bool)
@@ -72,7 +72,7 @@ ok AS MATERIALIZED (
     WHERE c.id < agg.stop_id
 ),
 l AS MATERIALIZED (
-    SELECT o.id, o.aggregate_type, o.aggregate_id FROM ok JOIN {t} o ON o.id = ok.id
+    SELECT o.id, o.aggregate_type, o.aggregate_id FROM ok JOIN "{{.Outbox}}" o ON o.id = ok.id
     WHERE o.status = 'PENDING'
     ORDER BY o.id
     FOR NO KEY UPDATE OF o SKIP LOCKED
@@ -82,7 +82,7 @@ cut AS MATERIALIZED (
     WHERE id NOT IN (SELECT id FROM l)
     GROUP BY 1, 2
 )
-UPDATE {t} o SET status = 'PROCESSING', lock_token = $1::uuid,
+UPDATE "{{.Outbox}}" o SET status = 'PROCESSING', lock_token = $1::uuid,
     locked_until = now() + $2::bigint * interval '1 millisecond'
 WHERE o.id = ANY(ARRAY(
     SELECT l.id FROM l LEFT JOIN cut USING (aggregate_type, aggregate_id)
@@ -114,7 +114,7 @@ func (s *Store) ClaimIDs(ctx context.Context, req store.ClaimRequest, ids []int6
 	if own == nil {
 		own = []string{}
 	}
-	query := render(s.t, claimIDsSQL)
+	query := s.q.claimIDs
 	err = retrySerialization(ctx, func() error {
 		c.Events = c.Events[:0]
 		rows, err := s.pool.Query(ctx, query, c.Token, req.Lease.Milliseconds(), req.FailedBlocks, own, ids)
@@ -131,7 +131,7 @@ func (s *Store) ClaimIDs(ctx context.Context, req store.ClaimRequest, ids []int6
 		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
 	}
 	if len(c.Events) < len(ids) {
-		rows, err := s.pool.Query(ctx, render(s.t, `SELECT i FROM unnest($1::bigint[]) i WHERE NOT EXISTS (SELECT 1 FROM {t} o WHERE o.id = i)`), ids)
+		rows, err := s.pool.Query(ctx, s.q.missingIDs, ids)
 		if err != nil {
 			return nil, nil, s.wrap("claim by id: look for rows not yet visible", err)
 		}
@@ -169,3 +169,6 @@ func scanClaimed(rows pgx.Rows, c *store.Claim) error {
 	}
 	return rows.Err()
 }
+
+// missingIDsSQL returns the ids of $1 that have no row (yet) in the table.
+const missingIDsSQL = `SELECT i FROM unnest($1::bigint[]) i WHERE NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" o WHERE o.id = i)`

@@ -14,19 +14,24 @@ var _ store.OverdueReporter = (*Store)(nil)
 // overdueSQL groups the unfinished events past their deadline (see
 // store.OverdueWhere): one row per (aggregate type, event type), with the
 // totals of all groups in every row.
-const overdueSQL = `
+var overdueSQL = `
 SELECT aggregate_type, event_type, min(aggregate_id), count(*),
     sum(count(*)) OVER ()::bigint, min(min(expires_at)) OVER (), max(max(expires_at)) OVER ()
-FROM {t} WHERE {where}
+FROM "{{.Outbox}}" WHERE ` + overdueWhere + `
 GROUP BY aggregate_type, event_type
 ORDER BY count(*) DESC, aggregate_type, event_type
-LIMIT {groups}`
+LIMIT ` + overdueGroups
+
+// overdueWhere is store.OverdueWhere on the database clock, and
+// overdueGroups store.MaxOverdueGroups: fixed fragments of the statement.
+var (
+	overdueWhere  = strings.ReplaceAll(store.OverdueWhere, "{now}", "now()")
+	overdueGroups = strconv.Itoa(store.MaxOverdueGroups)
+)
 
 // Overdue implements store.OverdueReporter.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
-	q := strings.NewReplacer("{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "now()"),
-		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
-	rows, err := s.pool.Query(ctx, q)
+	rows, err := s.pool.Query(ctx, s.q.overdue)
 	if err != nil {
 		return store.Overdue{}, s.wrap("overdue events", err)
 	}

@@ -4,32 +4,42 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
-// queries holds the SQL of the hot path, with the table names rendered in.
+// queries holds the SQL of the store. Every statement is a template of
+// internal/sqltext, the syntax of the migrations: the table names are
+// {{.Outbox}}, {{.DeadLetters}} and {{.Attempts}} between double quotes,
+// rendered once when the store is built. The claim's window sizes are
+// rendered per size (claimParams); every value is a bind parameter.
 type queries struct {
-	claim, complete, completeExpiring             string
+	claim                                         *sqltext.Template
+	complete, completeExpiring                    string
 	reap, expire, block, unblock                  string
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
+	purge, overdue, claimIDs, missingIDs          string
+	snapshot                                      snapshotsql.Dialect
 }
 
-// render replaces {t}, {dl} and {att} with the quoted table names.
-func render(t store.Tables, sql string) string {
-	return strings.NewReplacer(
-		"{t}", `"`+t.Outbox+`"`,
-		"{dl}", `"`+t.DeadLetters+`"`,
-		"{att}", `"`+t.Attempts+`"`,
-	).Replace(sql)
+// claimParams are what the claim statement is rendered with: the table
+// names and the window sizes, integers formatted by the template.
+type claimParams struct {
+	store.Tables
+	Limit, FIFO, EDF int
 }
+
+// render renders a statement with the table names.
+func render(t store.Tables, sql string) string { return sqltext.MustRender(sql, t) }
 
 // placeholder renders the n-th bind parameter, from 1.
 func placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 func buildQueries(t store.Tables) queries {
 	return queries{
-		claim:            render(t, claimSQL),
+		claim:            sqltext.MustParse("claim", claimSQL),
 		complete:         render(t, completeSQL),
 		completeExpiring: render(t, strings.TrimSuffix(completeSQL, "\nSELECT id FROM u")+completeExpiringTail),
 		reap:             render(t, reapSQL),
@@ -37,25 +47,30 @@ func buildQueries(t store.Tables) queries {
 		block:            render(t, blockSQL),
 		unblock:          render(t, unblockSQL),
 		countMovable:     render(t, countMovableSQL),
-		stats:            render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
-		oldestPending:    render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`),
+		stats:            render(t, `SELECT status, count(*) FROM "{{.Outbox}}" GROUP BY status`),
+		oldestPending:    render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
 		blockedAg:        render(t, blockedAggregatesSQL),
-		deadLetterCount:  render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+		deadLetterCount:  render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
+		purge:            render(t, purgeSQL),
+		overdue:          render(t, overdueSQL),
+		claimIDs:         render(t, claimIDsSQL),
+		missingIDs:       render(t, missingIDsSQL),
+		snapshot:         snapshotDialect(t, render(t, blockedAggregatesSQL)),
 	}
 }
 
 // claimSQL claims a batch in one statement.
 //
-//	win: the window: fifo, the first $LIMIT due PENDING rows in
-//	     (available_at, id) order, and edf, the $EDF due PENDING rows with
-//	     the nearest deadlines (earliest deadline first; $EDF is 0 for
-//	     strict FIFO). prio is 0 for the first $FIFO rows of fifo and for
+//	win: the window: fifo, the first {{.Limit}} due PENDING rows in
+//	     (available_at, id) order, and edf, the {{.EDF}} due PENDING rows with
+//	     the nearest deadlines (earliest deadline first; {{.EDF}} is 0 for
+//	     strict FIFO). prio is 0 for the first {{.FIFO}} rows of fifo and for
 //	     edf, 1 for the rest of fifo; w: the aggregates they belong to,
-//	     oldest first, with their best prio. At most $LIMIT aggregates have
+//	     oldest first, with their best prio. At most {{.Limit}} aggregates have
 //	     prio 0, so each of them gets its head claimed (c0 orders by pos,
 //	     then prio); the prio 1 ones fill what is left.
 //	r:   for each such aggregate, its first unfinished rows in id order (FAILED
-//	     counts when $4), about a fair share of $LIMIT per aggregate. The first
+//	     counts when $4), about a fair share of {{.Limit}} per aggregate. The first
 //	     is the aggregate's head.
 //	c:   the claimable runs: from the head on, while rows are PENDING and
 //	     due. Rows PROCESSING under one of this relay's own tokens ($4) are
@@ -81,21 +96,21 @@ func buildQueries(t store.Tables) queries {
 // cannot turn it into a scan of every pending row.
 const claimSQL = `
 WITH fifo AS MATERIALIZED (
-    SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
+    SELECT id, aggregate_type, aggregate_id, available_at FROM "{{.Outbox}}"
     WHERE status = 'PENDING' AND available_at <= now()
     ORDER BY available_at, id
-    LIMIT $LIMIT
+    LIMIT {{.Limit}}
 ),
 edf AS MATERIALIZED (
-    SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
+    SELECT id, aggregate_type, aggregate_id, available_at FROM "{{.Outbox}}"
     WHERE status = 'PENDING' AND expires_at IS NOT NULL AND available_at <= now()
     ORDER BY expires_at, id
-    LIMIT $EDF
+    LIMIT {{.EDF}}
 ),
 win AS MATERIALIZED (
     SELECT id, aggregate_type, aggregate_id, available_at, min(prio) AS prio FROM (
         SELECT id, aggregate_type, aggregate_id, available_at,
-            CASE WHEN row_number() OVER (ORDER BY available_at, id) <= $FIFO THEN 0 ELSE 1 END AS prio
+            CASE WHEN row_number() OVER (ORDER BY available_at, id) <= {{.FIFO}} THEN 0 ELSE 1 END AS prio
         FROM fifo
         UNION ALL
         SELECT id, aggregate_type, aggregate_id, available_at, 0 FROM edf
@@ -104,14 +119,14 @@ win AS MATERIALIZED (
 w AS MATERIALIZED (
     SELECT row_number() OVER () AS agg_no, g.aggregate_type, g.aggregate_id, g.first_due, g.prio,
         CASE WHEN cardinality($4::uuid[]) > 0 THEN
-            (SELECT max(m.id) FROM {t} m
+            (SELECT max(m.id) FROM "{{.Outbox}}" m
               WHERE m.aggregate_type = g.aggregate_type AND m.aggregate_id = g.aggregate_id
                 AND m.status = 'PROCESSING' AND m.lock_token = ANY($4::uuid[]))
         END AS last_mine
     FROM (SELECT aggregate_type, aggregate_id, min(available_at) AS first_due, min(prio) AS prio FROM win GROUP BY 1, 2) g
 ),
 per AS (
-    SELECT GREATEST(1, ceil($LIMIT::numeric / GREATEST(count(*), 1)))::int AS n FROM w
+    SELECT GREATEST(1, ceil({{.Limit}}::numeric / GREATEST(count(*), 1)))::int AS n FROM w
 ),
 r AS MATERIALIZED (
     SELECT w.agg_no, w.aggregate_type, w.aggregate_id, w.first_due, w.prio, x.id, x.status, x.available_at, x.ok,
@@ -121,7 +136,7 @@ r AS MATERIALIZED (
         SELECT o.id, o.status, o.available_at,
             (o.status = 'PENDING' AND o.available_at <= now()) AS ok,
             (o.status = 'PROCESSING' AND o.lock_token = ANY($4::uuid[])) AS mine
-        FROM {t} o
+        FROM "{{.Outbox}}" o
         WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
           AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
           AND (o.status <> 'FAILED' OR $3::bool)
@@ -134,7 +149,7 @@ c0 AS (
     SELECT id, agg_no FROM r
     WHERE bad = 0 AND ok
     ORDER BY pos, prio, first_due, id
-    LIMIT $LIMIT
+    LIMIT {{.Limit}}
 ),
 c AS MATERIALIZED (
     SELECT id, min(id) OVER (PARTITION BY agg_no) AS head_id FROM c0
@@ -149,22 +164,22 @@ hr AS MATERIALIZED (
       ON x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
 ),
 dfr AS (
-    UPDATE {t} o SET available_at = hr.available_at
+    UPDATE "{{.Outbox}}" o SET available_at = hr.available_at
     FROM hr
     WHERE o.id = ANY(ARRAY(SELECT id FROM hr WHERE status = 'PENDING')) AND o.id = hr.id
       AND o.status = 'PENDING' AND o.available_at < hr.available_at
 ),
 blk AS (
-    UPDATE {t} o SET status = 'BLOCKED'
+    UPDATE "{{.Outbox}}" o SET status = 'BLOCKED'
     WHERE o.id = ANY(ARRAY(SELECT id FROM hr WHERE status = 'FAILED')) AND o.status = 'PENDING'
 ),
 l AS MATERIALIZED (
-    SELECT o.id FROM {t} o
+    SELECT o.id FROM "{{.Outbox}}" o
     WHERE o.id = ANY(ARRAY(SELECT DISTINCT head_id FROM c)) AND o.status = 'PENDING'
     ORDER BY o.id
     FOR NO KEY UPDATE SKIP LOCKED
 )
-UPDATE {t} o SET status = 'PROCESSING', lock_token = $1::uuid,
+UPDATE "{{.Outbox}}" o SET status = 'PROCESSING', lock_token = $1::uuid,
     locked_until = now() + $2::bigint * interval '1 millisecond'
 WHERE o.id = ANY(ARRAY(SELECT c.id FROM c WHERE c.head_id = ANY(ARRAY(SELECT id FROM l))))
 RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
@@ -183,7 +198,7 @@ WITH i AS (
         AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at, trace_id)
 ),
 u AS (
-    UPDATE {t} o SET
+    UPDATE "{{.Outbox}}" o SET
         status = CASE i.kind
             WHEN 'DELIVERED' THEN 'PROCESSED'
             WHEN 'FAILED' THEN 'FAILED'
@@ -203,25 +218,25 @@ u AS (
         o.retry_count, o.status, o.available_at, i.kind, i.err, o.expires_at, o.on_expired
 ),
 dl AS (
-    INSERT INTO {dl} (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason)
+    INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason)
     SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, COALESCE(NULLIF(err, ''), 'failed')
     FROM u WHERE status = 'FAILED'
 ),
 blk AS (
-    UPDATE {t} o SET status = 'BLOCKED'
+    UPDATE "{{.Outbox}}" o SET status = 'BLOCKED'
     FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM u WHERE status = 'FAILED' GROUP BY 1, 2) f
     WHERE $3::bool AND o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
       AND o.id > f.id AND o.status = 'PENDING'
 ),
 dfr AS (
-    UPDATE {t} o SET available_at = r.available_at
+    UPDATE "{{.Outbox}}" o SET available_at = r.available_at
     FROM (SELECT aggregate_type, aggregate_id, min(id) AS id, max(available_at) AS available_at
           FROM u WHERE kind = 'RETRY' GROUP BY 1, 2) r
     WHERE o.aggregate_type = r.aggregate_type AND o.aggregate_id = r.aggregate_id
       AND o.id > r.id AND o.status = 'PENDING' AND o.available_at < r.available_at
 ),
 att AS (
-    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
     SELECT i.event_id, $1::uuid, i.kind, i.id, i.attempt, $2, i.started_at, i.finished_at,
         CASE WHEN u.id IS NULL
             THEN concat_ws('; ', NULLIF(i.err, ''), 'lease lost before the mark: the row was not changed')
@@ -246,18 +261,18 @@ FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u`
 // retry_count, and audits each with the claim token it had.
 const reapSQL = `
 WITH r AS (
-    SELECT id, event_id, lock_token, retry_count, locked_until FROM {t}
+    SELECT id, event_id, lock_token, retry_count, locked_until FROM "{{.Outbox}}"
     WHERE status = 'PROCESSING' AND locked_until < now()
     ORDER BY id LIMIT $1
     FOR NO KEY UPDATE SKIP LOCKED
 ),
 u AS (
-    UPDATE {t} o SET status = 'PENDING', locked_until = NULL, lock_token = NULL
+    UPDATE "{{.Outbox}}" o SET status = 'PENDING', locked_until = NULL, lock_token = NULL
     FROM r WHERE o.id = r.id
     RETURNING o.id
 ),
 att AS (
-    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
     SELECT r.event_id, COALESCE(r.lock_token, gen_random_uuid()), 'LEASE_EXPIRED', r.id, r.retry_count + 1, $2, now(), now(),
         'lease ended at ' || to_char(r.locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') ||
         ' without a result; returned to PENDING'
@@ -271,13 +286,13 @@ SELECT count(*) FROM u`
 // same transaction.
 const expireSQL = `
 WITH r AS (
-    SELECT id, event_id, retry_count, expires_at FROM {t}
+    SELECT id, event_id, retry_count, expires_at FROM "{{.Outbox}}"
     WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= now()
     ORDER BY expires_at LIMIT $1
     FOR NO KEY UPDATE SKIP LOCKED
 ),
 u AS (
-    UPDATE {t} o SET status = 'EXPIRED', processed_at = now(),
+    UPDATE "{{.Outbox}}" o SET status = 'EXPIRED', processed_at = now(),
         last_error = 'expired before delivery: deadline was ' ||
             to_char(r.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
     FROM r WHERE o.id = r.id
@@ -285,7 +300,7 @@ u AS (
         o.expires_at, o.retry_count, o.on_expired, o.last_error
 ),
 att AS (
-    INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
     SELECT u.event_id, gen_random_uuid(), 'EXPIRED', u.id, u.retry_count + 1, $2, now(), now(), u.last_error
     FROM u
 )
@@ -295,43 +310,43 @@ SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
 // aggregate to BLOCKED.
 const blockSQL = `
 WITH f AS (
-    SELECT aggregate_type, aggregate_id, min(id) AS id FROM {t} WHERE status = 'FAILED' GROUP BY 1, 2
+    SELECT aggregate_type, aggregate_id, min(id) AS id FROM "{{.Outbox}}" WHERE status = 'FAILED' GROUP BY 1, 2
 ),
 r AS (
-    SELECT o.id FROM {t} o JOIN f ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
+    SELECT o.id FROM "{{.Outbox}}" o JOIN f ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
     WHERE o.status = 'PENDING' AND o.id > f.id
     ORDER BY o.id LIMIT $1
     FOR NO KEY UPDATE OF o SKIP LOCKED
 )
-UPDATE {t} o SET status = 'BLOCKED' FROM r WHERE o.id = r.id`
+UPDATE "{{.Outbox}}" o SET status = 'BLOCKED' FROM r WHERE o.id = r.id`
 
 // unblockSQL returns BLOCKED events with no FAILED event before them (or all
 // of them when FAILED events do not block, $2 = false) to PENDING.
 const unblockSQL = `
 WITH r AS (
-    SELECT o.id FROM {t} o
+    SELECT o.id FROM "{{.Outbox}}" o
     WHERE o.status = 'BLOCKED' AND (NOT $2::bool OR NOT EXISTS (
-        SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+        SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
           AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id))
     ORDER BY o.id LIMIT $1
     FOR NO KEY UPDATE SKIP LOCKED
 )
-UPDATE {t} o SET status = 'PENDING' FROM r WHERE o.id = r.id`
+UPDATE "{{.Outbox}}" o SET status = 'PENDING' FROM r WHERE o.id = r.id`
 
 const countMovableSQL = `
-SELECT count(*) FROM {t} o
+SELECT count(*) FROM "{{.Outbox}}" o
 WHERE o.status = 'PROCESSING' OR (o.status = 'PENDING' AND NOT ($1::bool AND EXISTS (
-    SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+    SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
       AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)))`
 
 const blockedAggregatesSQL = `
 WITH f AS (
     SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, id, event_id
-    FROM {t} WHERE status = 'FAILED' ORDER BY aggregate_type, aggregate_id, id
+    FROM "{{.Outbox}}" WHERE status = 'FAILED' ORDER BY aggregate_type, aggregate_id, id
 ),
 b AS (
     SELECT f.aggregate_type, f.aggregate_id, f.event_id,
-        (SELECT count(*) FROM {t} o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+        (SELECT count(*) FROM "{{.Outbox}}" o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
            AND o.id > f.id AND o.status IN ('PENDING', 'BLOCKED')) AS waiting
     FROM f
 )

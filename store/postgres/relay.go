@@ -3,9 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,7 +23,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	}
 	token := uuid.NewString()
 	c := &store.Claim{Token: token}
-	err := retrySerialization(ctx, func() error {
+	claimSQL, err := s.claimSQL(req)
+	if err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	err = retrySerialization(ctx, func() error {
 		c.Events = c.Events[:0]
 		own := req.Own
 		if own == nil {
@@ -38,7 +41,6 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 		// on every poll. After a full batch the next claim is planned afresh.
 		// Either way the claim is one round trip: the transaction's four
 		// statements travel as one pgx batch.
-		claimSQL := s.claimSQL(req)
 		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
 		var (
 			rows pgx.Rows
@@ -119,15 +121,18 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 // between id order and nearest deadline (store.ClaimRequest.FIFOSlots):
 // they are literals so that the planner sizes the window right, and the
 // rendered text is kept, since a relay asks for the same sizes every time.
-func (s *Store) claimSQL(req store.ClaimRequest) string {
+func (s *Store) claimSQL(req store.ClaimRequest) (string, error) {
 	fifo, edf := req.FIFOSlots()
 	key := [3]int{req.Limit, fifo, edf}
 	if q, ok := s.claimByLimit.Load(key); ok {
-		return q.(string)
+		return q.(string), nil
 	}
-	q := strings.NewReplacer("$LIMIT", strconv.Itoa(req.Limit), "$FIFO", strconv.Itoa(fifo), "$EDF", strconv.Itoa(edf)).Replace(s.q.claim)
+	q, err := s.q.claim.Render(claimParams{Tables: s.t, Limit: req.Limit, FIFO: fifo, EDF: edf})
+	if err != nil {
+		return "", err
+	}
 	s.claimByLimit.Store(key, q)
-	return q
+	return q, nil
 }
 
 // Complete implements store.Store.
@@ -320,7 +325,7 @@ func retrySerialization(ctx context.Context, f func() error) error {
 
 func isRetryableConflict(err error) bool {
 	var pe *pgconn.PgError
-	if !asPgError(err, &pe) {
+	if !errors.As(err, &pe) {
 		return false
 	}
 	switch pe.Code {
@@ -330,27 +335,12 @@ func isRetryableConflict(err error) bool {
 	return false
 }
 
-func asPgError(err error, target **pgconn.PgError) bool {
-	for err != nil {
-		if pe, ok := err.(*pgconn.PgError); ok {
-			*target = pe
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
-}
-
 // refusedData marks the errors PostgreSQL gives for the data of a write
 // (SQLSTATE classes 22 data exception, 23 integrity constraint, 54 program
 // limit exceeded) with store.ErrRefused: retrying them cannot succeed.
 func refusedData(err error) error {
 	var pe *pgconn.PgError
-	if asPgError(err, &pe) && len(pe.Code) == 5 {
+	if errors.As(err, &pe) && len(pe.Code) == 5 {
 		switch pe.Code[:2] {
 		case "22", "23", "54":
 			return store.Refused(err)

@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
 var (
@@ -22,19 +24,44 @@ var (
 // of the claim's (available_at, id) index.
 const snapshotSQL = `
 SELECT now(),
-    (SELECT count(*) FROM {t} WHERE status = 'PENDING'),
-    (SELECT count(*) FROM {t} WHERE status = 'PROCESSING'),
-    (SELECT count(*) FROM {t} WHERE status = 'BLOCKED'),
-    (SELECT count(*) FROM {t} WHERE status = 'FAILED'),
-    COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM {t}
+    (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING'),
+    (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PROCESSING'),
+    (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'BLOCKED'),
+    (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'FAILED'),
+    COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM "{{.Outbox}}"
               WHERE status = 'PENDING' AND available_at <= now()), 0)::float8,
-    (SELECT count(*) FROM {dl} WHERE requeued_at IS NULL)`
+    (SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL)`
 
 // finalCountsSQL counts the final statuses: a scan of the whole table.
-const finalCountsSQL = `SELECT status, count(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+const finalCountsSQL = `SELECT status, count(*) FROM "{{.Outbox}}" WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
 
 // oldestPendingSQL visits every PENDING row for its created_at.
-const oldestPendingSQL = `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM {t} WHERE status = 'PENDING'`
+const oldestPendingSQL = `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`
+
+// snapshotDialect is the PostgreSQL part of a snapshot: pgx scans the
+// clock as a time.Time, the ages are float seconds (0 for none) and the
+// event ids are uuid bytes.
+func snapshotDialect(t store.Tables, blockedAggregates string) snapshotsql.Dialect {
+	return snapshotsql.Dialect{
+		Figures:           sqltext.MustRender(snapshotSQL, t),
+		OldestPending:     sqltext.MustRender(oldestPendingSQL, t),
+		OldestPendingArgs: func(time.Time) []any { return nil },
+		FinalCounts:       sqltext.MustRender(finalCountsSQL, t),
+		BlockedAggregates: blockedAggregates,
+		Clock: func() (any, func() time.Time) {
+			var now time.Time
+			return &now, func() time.Time { return now }
+		},
+		Age: func() (any, func() time.Duration) {
+			var seconds float64
+			return &seconds, func() time.Duration { return time.Duration(seconds * float64(time.Second)) }
+		},
+		EventID: func(id *outbox.EventID) (any, func()) {
+			var raw [16]byte
+			return &raw, func() { *id = outbox.EventID(raw) }
+		},
+	}
+}
 
 // Snapshot implements store.Snapshotter: every figure is read in one
 // read-only REPEATABLE READ transaction.
@@ -48,53 +75,23 @@ type beginner interface {
 }
 
 func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotRequest) (store.Snapshot, error) {
-	snap := store.NewSnapshot(req)
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return snap, s.wrap("snapshot", err)
+		return store.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	var oldest, oldestDue float64
-	var pending, processing, blocked, failed int64
-	if err := tx.QueryRow(ctx, render(s.t, snapshotSQL)).Scan(&snap.DBTime, &pending, &processing, &blocked, &failed,
-		&oldestDue, &snap.DeadLetters); err != nil {
-		return snap, s.wrap("snapshot", err)
-	}
-	snap.Counts[outbox.StatusPending], snap.Counts[outbox.StatusProcessing] = pending, processing
-	snap.Counts[outbox.StatusBlocked], snap.Counts[outbox.StatusFailed] = blocked, failed
-	snap.OldestDuePendingAge = time.Duration(oldestDue * float64(time.Second))
-	if req.Full {
-		if err := tx.QueryRow(ctx, render(s.t, oldestPendingSQL)).Scan(&oldest); err != nil {
-			return snap, s.wrap("snapshot: oldest pending", err)
-		}
-		snap.OldestPendingAge = time.Duration(oldest * float64(time.Second))
-		rows, err := tx.Query(ctx, render(s.t, finalCountsSQL))
-		if err != nil {
-			return snap, s.wrap("snapshot: final counts", err)
-		}
-		err = store.ScanStatusCounts(rows, snap.Counts)
-		rows.Close()
-		if err != nil {
-			return snap, s.wrap("snapshot: final counts", err)
-		}
-	}
-	if req.FailedBlocks {
-		rows, err := tx.Query(ctx, s.q.blockedAg)
-		if err != nil {
-			return snap, s.wrap("snapshot: blocked aggregates", err)
-		}
-		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
-			var id [16]byte
-			err := rows.Scan(&b.AggregateType, &b.AggregateID, &id, &b.Waiting, total)
-			b.FailedEventID = outbox.EventID(id)
-			return err
-		})
-		rows.Close()
-		if err != nil {
-			return snap, s.wrap("snapshot: blocked aggregates", err)
-		}
-	}
-	return snap, nil
+	return snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)
+}
+
+// snapshotTx is a pgx transaction as snapshotsql reads in it.
+type snapshotTx struct{ tx pgx.Tx }
+
+func (t snapshotTx) QueryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return t.tx.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (t snapshotTx) Query(ctx context.Context, query string, args ...any) (snapshotsql.Rows, error) {
+	return t.tx.Query(ctx, query, args...)
 }
 
 // TryGaugeLease implements store.GaugeLeaser with a session advisory

@@ -9,6 +9,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3/database"
@@ -209,11 +211,15 @@ func (s *Store) MigrationVersion(ctx context.Context) (int64, int64, error) {
 	return r.Version(ctx)
 }
 
+// sqlstateUndefinedTable is PostgreSQL's "relation does not exist".
+const sqlstateUndefinedTable = "42P01"
+
 // wrap adds the operation to err and turns "relation does not exist" into
 // advice.
 func (s *Store) wrap(op string, err error) error {
 	var missing string
-	if err != nil && strings.Contains(err.Error(), "SQLSTATE 42P01") {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == sqlstateUndefinedTable {
 		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
 	return store.WrapError(op, err, missing)

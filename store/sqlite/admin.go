@@ -336,11 +336,11 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 SELECT id, event_id,
     (status IN (SELECT value FROM json_each(?4)) AND processed_at IS NOT NULL AND processed_at <= ?3) AS del,
     created_at <= ?3 AS old
-FROM {t} WHERE id > ?1 ORDER BY id LIMIT ?2`)
-	delAttempts := render(s.t, `DELETE FROM {att} WHERE event_id IN (SELECT value FROM json_each(?1))`)
-	delDead := render(s.t, `DELETE FROM {dl} WHERE outbox_id IN (SELECT value FROM json_each(?1))`)
-	delEvents := render(s.t, `DELETE FROM {t} WHERE id IN (SELECT value FROM json_each(?1))`)
-	cutoffSQL := render(s.t, `SELECT strftime({ts}, ?, ?)`)
+FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2`)
+	delAttempts := render(s.t, `DELETE FROM "{{.Attempts}}" WHERE event_id IN (SELECT value FROM json_each(?1))`)
+	delDead := render(s.t, `DELETE FROM "{{.DeadLetters}}" WHERE outbox_id IN (SELECT value FROM json_each(?1))`)
+	delEvents := render(s.t, `DELETE FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1))`)
+	cutoffSQL := render(s.t, `SELECT strftime({{.TS}}, ?, ?)`)
 
 	total, err := store.PurgePages(func(after int64) (p store.PurgePage, err error) {
 		err = s.writeTx(ctx, func(c *sql.Conn, now string) error {

@@ -15,7 +15,7 @@ import (
 // that have a compensating event to enqueue.
 const expiredRowsSQL = `
 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired
-FROM {t} WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'EXPIRED' AND on_expired IS NOT NULL
+FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'EXPIRED' AND on_expired IS NOT NULL
 ORDER BY id`
 
 // scanExpired reads rows of expiredRowsSQL's columns (expireSQL returns

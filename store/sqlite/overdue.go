@@ -12,18 +12,24 @@ var _ store.OverdueReporter = (*Store)(nil)
 
 // overdueSQL groups the unfinished events past their deadline (see
 // store.OverdueWhere; ?1 is now), with the totals of all groups in every row.
-const overdueSQL = `
+var overdueSQL = `
 SELECT aggregate_type, event_type, min(aggregate_id), count(*),
     sum(count(*)) OVER (), min(min(expires_at)) OVER (), max(max(expires_at)) OVER ()
-FROM {t} WHERE {where}
+FROM "{{.Outbox}}" WHERE ` + overdueWhere + `
 GROUP BY aggregate_type, event_type
 ORDER BY count(*) DESC, aggregate_type, event_type
-LIMIT {groups}`
+LIMIT ` + overdueGroups
+
+// overdueWhere is store.OverdueWhere with now as ?1, and overdueGroups
+// store.MaxOverdueGroups: fixed fragments of the statement.
+var (
+	overdueWhere  = strings.ReplaceAll(store.OverdueWhere, "{now}", "?1")
+	overdueGroups = strconv.Itoa(store.MaxOverdueGroups)
+)
 
 // Overdue implements store.OverdueReporter.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
-	q := strings.NewReplacer("{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "?1"),
-		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
+	q := render(s.t, overdueSQL)
 	var o store.Overdue
 	err := retryBusy(ctx, func() error {
 		o = store.Overdue{}

@@ -1,8 +1,7 @@
 package sqlite
 
 import (
-	"strings"
-
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -24,16 +23,18 @@ type queries struct {
 	deadLetterCount                                   string
 }
 
-// render replaces {t}, {dl}, {att} with the quoted table names and {ts}
-// with the strftime format of stored timestamps.
+// names is what the statements are rendered with: the table names, and
+// TS, the strftime format of stored timestamps (a fixed fragment).
+type names struct {
+	store.Tables
+	TS string
+}
+
+// render renders a statement, a template of internal/sqltext (the syntax
+// of the migrations): {{.Outbox}}, {{.DeadLetters}} and {{.Attempts}}
+// between double quotes are the tables, {{.TS}} the timestamp format.
 func render(t store.Tables, sql string) string {
-	return strings.NewReplacer(
-		"{t}", `"`+t.Outbox+`"`,
-		"{dl}", `"`+t.DeadLetters+`"`,
-		"{att}", `"`+t.Attempts+`"`,
-		"{ts}", tsSQL,
-		"{expiry_idx}", `"`+t.Outbox+`_expiry_idx"`,
-	).Replace(sql)
+	return sqltext.MustRender(sql, names{Tables: t, TS: tsSQL})
 }
 
 func buildQueries(t store.Tables) queries {
@@ -44,7 +45,7 @@ func buildQueries(t store.Tables) queries {
 		claimDefer:      render(t, claimDeferSQL),
 		claimBlock:      render(t, claimBlockSQL),
 		claimUpdate:     render(t, claimUpdateSQL),
-		lockedUntil:     render(t, `SELECT strftime({ts}, ?, ?)`),
+		lockedUntil:     render(t, `SELECT strftime({{.TS}}, ?, ?)`),
 		completeUpdate:  render(t, completeUpdateSQL),
 		deadLetter:      render(t, deadLetterSQL),
 		blockAfter:      render(t, blockAfterSQL),
@@ -58,17 +59,17 @@ func buildQueries(t store.Tables) queries {
 		block:           render(t, blockSQL),
 		unblock:         render(t, unblockSQL),
 		countMovable:    render(t, countMovableSQL),
-		stats:           render(t, `SELECT status, count(*) FROM {t} GROUP BY status`),
-		oldestPending:   render(t, `SELECT min(created_at) FROM {t} WHERE status = 'PENDING'`),
+		stats:           render(t, `SELECT status, count(*) FROM "{{.Outbox}}" GROUP BY status`),
+		oldestPending:   render(t, `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
 		blockedAg:       render(t, blockedAggregatesSQL),
-		deadLetterCount: render(t, `SELECT count(*) FROM {dl} WHERE requeued_at IS NULL`),
+		deadLetterCount: render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
 	}
 }
 
 // dueSQL is the claim's cheap pre-check, run outside the write transaction:
 // when nothing is due, an idle relay's poll does not take the write lock
 // that producers need.
-const dueSQL = `SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'PENDING' AND available_at <= strftime({ts}, 'now'))`
+const dueSQL = `SELECT EXISTS (SELECT 1 FROM "{{.Outbox}}" WHERE status = 'PENDING' AND available_at <= strftime({{.TS}}, 'now'))`
 
 // claimRunsSQL reads what a claim decides on; it is the read part of
 // claimSQL of the PostgreSQL backend (?1 now, ?2 the limit, ?3 FailedBlocks,
@@ -94,14 +95,14 @@ const dueSQL = `SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'PENDING' AND av
 const claimRunsSQL = `
 WITH f AS MATERIALIZED (
     SELECT aggregate_type, aggregate_id, available_at, row_number() OVER (ORDER BY available_at, id) AS rn FROM (
-        SELECT id, aggregate_type, aggregate_id, available_at FROM {t}
+        SELECT id, aggregate_type, aggregate_id, available_at FROM "{{.Outbox}}"
         WHERE status = 'PENDING' AND available_at <= ?1
         ORDER BY available_at, id
         LIMIT ?2
     )
 ),
 e AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, available_at FROM {t} INDEXED BY {expiry_idx}
+    SELECT aggregate_type, aggregate_id, available_at FROM "{{.Outbox}}" INDEXED BY "{{.Outbox}}_expiry_idx"
     WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
     ORDER BY expires_at, id
     LIMIT ?5
@@ -118,7 +119,7 @@ per AS MATERIALIZED (
 ),
 b AS MATERIALIZED (
     SELECT w.aggregate_type, w.aggregate_id, w.first_due, w.prio,
-        (SELECT o.id FROM {t} o
+        (SELECT o.id FROM "{{.Outbox}}" o
           WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
             AND o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
           ORDER BY o.id LIMIT 1 OFFSET (SELECT n - 1 FROM per)) AS last_id
@@ -126,7 +127,7 @@ b AS MATERIALIZED (
 )
 SELECT b.aggregate_type, b.aggregate_id, b.first_due, b.prio, o.id, o.status, o.available_at,
     (o.status = 'PENDING' AND o.available_at <= ?1) AS ok
-FROM b JOIN {t} o ON o.aggregate_type = b.aggregate_type AND o.aggregate_id = b.aggregate_id
+FROM b JOIN "{{.Outbox}}" o ON o.aggregate_type = b.aggregate_type AND o.aggregate_id = b.aggregate_id
 WHERE o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
   AND (b.last_id IS NULL OR o.id <= b.last_id)
 ORDER BY b.aggregate_type, b.aggregate_id, o.id`
@@ -143,13 +144,13 @@ const waitingWithDeadline = `status IN ('PENDING', 'BLOCKED') AND expires_at IS 
 // it the rows it cannot take.
 const claimWindowSQL = `
 SELECT id, aggregate_type, aggregate_id FROM (
-    SELECT id, aggregate_type, aggregate_id FROM {t}
+    SELECT id, aggregate_type, aggregate_id FROM "{{.Outbox}}"
     WHERE status = 'PENDING' AND available_at <= ?1
     ORDER BY available_at, id
     LIMIT ?2)
 UNION
 SELECT id, aggregate_type, aggregate_id FROM (
-    SELECT id, aggregate_type, aggregate_id FROM {t} INDEXED BY {expiry_idx}
+    SELECT id, aggregate_type, aggregate_id FROM "{{.Outbox}}" INDEXED BY "{{.Outbox}}_expiry_idx"
     WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
     ORDER BY expires_at, id
     LIMIT ?3)
@@ -158,19 +159,19 @@ ORDER BY id`
 // claimDeferSQL gives the PENDING rows of ?1 (JSON ids, rows behind a head
 // in backoff) the head's available_at ?2, so that they leave the window.
 const claimDeferSQL = `
-UPDATE {t} SET available_at = ?2
+UPDATE "{{.Outbox}}" SET available_at = ?2
 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PENDING' AND available_at < ?2`
 
 // claimBlockSQL marks the PENDING rows of ?1 (JSON ids, rows behind a FAILED
 // head) BLOCKED.
 const claimBlockSQL = `
-UPDATE {t} SET status = 'BLOCKED'
+UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PENDING'`
 
 // claimUpdateSQL moves the chosen rows (?4, a JSON array of ids) to
 // PROCESSING under the claim token ?2 until ?3; ?1 is now.
 const claimUpdateSQL = `
-UPDATE {t} SET status = 'PROCESSING', lock_token = ?2, locked_until = ?3
+UPDATE "{{.Outbox}}" SET status = 'PROCESSING', lock_token = ?2, locked_until = ?3
 WHERE id IN (SELECT value FROM json_each(?4)) AND status = 'PENDING'
 RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
     retry_count, created_at, expires_at, (expires_at IS NOT NULL AND expires_at <= ?1), aggregate_seq`
@@ -184,7 +185,7 @@ WITH i AS MATERIALIZED (
         json_extract(value, '$.block') AS block
     FROM json_each(?3)
 )
-UPDATE {t} AS o SET
+UPDATE "{{.Outbox}}" AS o SET
     status = CASE i.kind
         WHEN 'DELIVERED' THEN 'PROCESSED'
         WHEN 'FAILED' THEN 'FAILED'
@@ -194,7 +195,7 @@ UPDATE {t} AS o SET
     retry_count = o.retry_count + CASE WHEN i.kind IN ('RETRY', 'FAILED') THEN 1 ELSE 0 END,
     processed_at = CASE WHEN i.kind IN ('DELIVERED', 'FAILED', 'EXPIRED') THEN ?1 END,
     available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
-        THEN strftime({ts}, ?1, i.retry) ELSE o.available_at END,
+        THEN strftime({{.TS}}, ?1, i.retry) ELSE o.available_at END,
     last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN substr(i.err, 1, 2000) ELSE o.last_error END,
     locked_until = NULL,
     lock_token = NULL
@@ -204,9 +205,9 @@ RETURNING id, aggregate_type, aggregate_id, status, available_at`
 
 // deadLetterSQL records a newly FAILED row (?1) with its reason ?2 at ?3.
 const deadLetterSQL = `
-INSERT INTO {dl} (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason, failed_at)
+INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason, failed_at)
 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, ?2, ?3
-FROM {t} WHERE id = ?1`
+FROM "{{.Outbox}}" WHERE id = ?1`
 
 // unfinished repeats the WHERE clause of the aggregate index: SQLite uses a
 // partial index only when the query names its condition, and does not infer
@@ -218,21 +219,21 @@ const unfinished = `status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`
 // itself changed, which PostgreSQL's single statement does not see as
 // PENDING either.
 const blockAfterSQL = `
-UPDATE {t} SET status = 'BLOCKED'
+UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
 WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
   AND id NOT IN (SELECT value FROM json_each(?4))`
 
 // deferSQL pushes back the PENDING rows after a retried row ?3 of aggregate
 // (?1, ?2) to its new available_at ?4; ?5 as in blockAfterSQL.
 const deferSQL = `
-UPDATE {t} SET available_at = ?4
+UPDATE "{{.Outbox}}" SET available_at = ?4
 WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
   AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5))`
 
 // insertAttemptsSQL writes one attempt row per element of ?3 (claim token
 // ?1, relay ?2); a replay conflicts and writes nothing.
 const insertAttemptsSQL = `
-INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
 SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
     json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
     json_extract(value, '$.error'), json_extract(value, '$.trace_id')
@@ -242,28 +243,28 @@ ON CONFLICT DO NOTHING`
 // reapSelectSQL finds a page of PROCESSING rows whose lease ended (?1 now,
 // ?2 page size), with the claim token they had.
 const reapSelectSQL = `
-SELECT id, event_id, lock_token, retry_count, replace(locked_until, ' ', 'T') || 'Z' FROM {t}
+SELECT id, event_id, lock_token, retry_count, replace(locked_until, ' ', 'T') || 'Z' FROM "{{.Outbox}}"
 WHERE status = 'PROCESSING' AND locked_until < ?1
 ORDER BY id LIMIT ?2`
 
 // reapUpdateSQL returns the rows of ?1 (JSON ids) to PENDING, keeping retry_count.
 const reapUpdateSQL = `
-UPDATE {t} SET status = 'PENDING', locked_until = NULL, lock_token = NULL
+UPDATE "{{.Outbox}}" SET status = 'PENDING', locked_until = NULL, lock_token = NULL
 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PROCESSING'`
 
 // auditSQL writes one attempt row at now (?7) for the sweeper; a replay
 // writes nothing.
 const auditSQL = `
-INSERT INTO {att} (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
 ON CONFLICT DO NOTHING`
 
 // expireSQL ends a page (?2) of waiting events past their deadline (?1 now).
 const expireSQL = `
-UPDATE {t} SET status = 'EXPIRED', processed_at = ?1,
+UPDATE "{{.Outbox}}" SET status = 'EXPIRED', processed_at = ?1,
     last_error = 'expired before delivery: deadline was ' || replace(expires_at, ' ', 'T') || 'Z'
 WHERE id IN (
-    SELECT id FROM {t}
+    SELECT id FROM "{{.Outbox}}"
     WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= ?1
     ORDER BY expires_at LIMIT ?2)
 RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired, last_error`
@@ -271,10 +272,10 @@ RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, heade
 // blockSQL moves a page (?1) of PENDING events that wait behind a FAILED
 // event of their aggregate to BLOCKED.
 const blockSQL = `
-UPDATE {t} SET status = 'BLOCKED'
+UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
 WHERE id IN (
-    SELECT o.id FROM {t} o
-    JOIN (SELECT aggregate_type, aggregate_id, min(id) AS id FROM {t} WHERE status = 'FAILED'
+    SELECT o.id FROM "{{.Outbox}}" o
+    JOIN (SELECT aggregate_type, aggregate_id, min(id) AS id FROM "{{.Outbox}}" WHERE status = 'FAILED'
           GROUP BY aggregate_type, aggregate_id) f
       ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
     WHERE o.status = 'PENDING' AND o.` + unfinished + ` AND o.id > f.id
@@ -284,11 +285,11 @@ WHERE id IN (
 // before them (or all of them when FAILED events do not block, ?2 false) to
 // PENDING.
 const unblockSQL = `
-UPDATE {t} SET status = 'PENDING'
+UPDATE "{{.Outbox}}" SET status = 'PENDING'
 WHERE id IN (
-    SELECT o.id FROM {t} o
+    SELECT o.id FROM "{{.Outbox}}" o
     WHERE o.status = 'BLOCKED' AND (NOT ?2 OR NOT EXISTS (
-        SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+        SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
           AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id))
     ORDER BY o.id LIMIT ?1)`
 
@@ -296,19 +297,19 @@ WHERE id IN (
 // a FAILED event (when ?1), as two counts so that each reads its partial
 // index instead of the whole table.
 const countMovableSQL = `
-SELECT (SELECT count(*) FROM {t} WHERE status = 'PROCESSING')
-     + (SELECT count(*) FROM {t} o WHERE o.status = 'PENDING' AND NOT (?1 AND EXISTS (
-          SELECT 1 FROM {t} f WHERE f.status = 'FAILED'
+SELECT (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PROCESSING')
+     + (SELECT count(*) FROM "{{.Outbox}}" o WHERE o.status = 'PENDING' AND NOT (?1 AND EXISTS (
+          SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
             AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)))`
 
 const blockedAggregatesSQL = `
 WITH f AS (
-    SELECT aggregate_type, aggregate_id, min(id) AS id FROM {t} WHERE status = 'FAILED'
+    SELECT aggregate_type, aggregate_id, min(id) AS id FROM "{{.Outbox}}" WHERE status = 'FAILED'
     GROUP BY aggregate_type, aggregate_id
 ),
 b AS (
-    SELECT f.aggregate_type, f.aggregate_id, (SELECT e.event_id FROM {t} e WHERE e.id = f.id) AS event_id,
-        (SELECT count(*) FROM {t} o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+    SELECT f.aggregate_type, f.aggregate_id, (SELECT e.event_id FROM "{{.Outbox}}" e WHERE e.id = f.id) AS event_id,
+        (SELECT count(*) FROM "{{.Outbox}}" o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
            AND o.id > f.id AND o.status IN ('PENDING', 'BLOCKED') AND o.` + unfinished + `) AS waiting
     FROM f
 )

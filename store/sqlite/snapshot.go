@@ -14,16 +14,16 @@ var _ store.Snapshotter = (*Store)(nil)
 // snapshotSQL reads the cheap figures in one statement (?1 is now): each
 // count names one unfinished status and reads its partial index.
 const snapshotSQL = `
-SELECT (SELECT count(*) FROM {t} WHERE status = 'PENDING'),
-       (SELECT count(*) FROM {t} WHERE status = 'PROCESSING'),
-       (SELECT count(*) FROM {t} WHERE status = 'BLOCKED'),
-       (SELECT count(*) FROM {t} WHERE status = 'FAILED'),
-       (SELECT min(available_at) FROM {t} WHERE status = 'PENDING' AND available_at <= ?1),
-       (SELECT count(*) FROM {dl} WHERE requeued_at IS NULL)`
+SELECT (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING'),
+       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PROCESSING'),
+       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'BLOCKED'),
+       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'FAILED'),
+       (SELECT min(available_at) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND available_at <= ?1),
+       (SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL)`
 
-const finalCountsSQL = `SELECT status, count(*) FROM {t} WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
+const finalCountsSQL = `SELECT status, count(*) FROM "{{.Outbox}}" WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
 
-const oldestPendingSQL = `SELECT min(created_at) FROM {t} WHERE status = 'PENDING'`
+const oldestPendingSQL = `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status = 'PENDING'`
 
 // Snapshot implements store.Snapshotter: every figure is read in one read
 // transaction. SQLite has no lease for the gauges (store.GaugeLeaser): it

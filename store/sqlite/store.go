@@ -272,7 +272,7 @@ func (s *Store) MigrationVersion(ctx context.Context) (int64, int64, error) {
 // wrap adds the operation to err and turns "no such table" into advice.
 func (s *Store) wrap(op string, err error) error {
 	var missing string
-	if err != nil && strings.Contains(err.Error(), "no such table") {
+	if isGenericError(err, "no such table") {
 		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
 	return store.WrapError(op, err, missing)
@@ -340,11 +340,18 @@ func isBusy(err error) bool {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
 			return true
 		}
-		return false
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "database is locked") || strings.Contains(msg, "database table is locked") ||
-		strings.Contains(msg, "SQLITE_BUSY")
+	return false
+}
+
+// isGenericError reports whether err is SQLite's generic SQLITE_ERROR with
+// a message that contains reason. SQLite gives no finer result code for
+// some failures ("no such table", "no transaction is active"); the
+// primary code is checked first, so that only the engine's own errors are
+// read this way.
+func isGenericError(err error, reason string) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(se.Error(), reason)
 }
 
 // busyRetry is the policy of retryBusy.
@@ -447,7 +454,7 @@ func (s *Store) writerGate() chan struct{} {
 // inside a transaction that would hold the write lock.
 func (s *Store) rollback(c *sql.Conn) {
 	_, err := c.ExecContext(context.Background(), "ROLLBACK")
-	if err == nil || strings.Contains(err.Error(), "no transaction is active") {
+	if err == nil || isGenericError(err, "no transaction is active") {
 		return
 	}
 	s.log.Warn("outbox sqlite: rollback failed; discarding the connection", "err", err)

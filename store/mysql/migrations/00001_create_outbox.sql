@@ -15,8 +15,8 @@
 --   * payload is JSON. On MariaDB JSON is LONGTEXT with a JSON_VALID check,
 --     stored byte for byte. MySQL's own JSON type would rewrite the document
 --     (key order, number formatting), so on MySQL the store renders the
---     column as exactly that (LONGTEXT + JSON_VALID): see
---     store/mysql/migrate.go. The marker comment /*text-on-mysql*/ is where.
+--     column as exactly that (LONGTEXT + JSON_VALID): the payload columns'
+--     type is the JSONText action, rendered by store/mysql/migrate.go.
 --   * MySQL has no partial indexes. Two stored generated columns play their
 --     part: "unfinished" (1 while the row is PENDING, PROCESSING, BLOCKED or
 --     FAILED) follows the aggregate in the per-aggregate index, so that "an
@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS `{{.Outbox}}` (
     aggregate_type VARCHAR(100) NOT NULL,
     aggregate_id   VARCHAR(100) NOT NULL,
     event_type     VARCHAR(200) NOT NULL,
-    payload        JSON         NOT NULL /*text-on-mysql*/,
+    payload        {{.JSONText "payload"}},
     headers        JSON         NOT NULL,
     status         VARCHAR(20)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'PENDING',
     retry_count    INT          NOT NULL DEFAULT 0,
@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS `{{.DeadLetters}}` (
     aggregate_type VARCHAR(100) NOT NULL,
     aggregate_id   VARCHAR(100) NOT NULL,
     event_type     VARCHAR(200) NOT NULL,
-    payload        JSON         NOT NULL /*text-on-mysql*/,
+    payload        {{.JSONText "payload"}},
     headers        JSON         NOT NULL,
     retry_count    INT          NOT NULL,
     reason         TEXT         NOT NULL,

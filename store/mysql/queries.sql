@@ -1,0 +1,197 @@
+-- The fixed SQL of the MySQL store: one named statement per define block,
+-- rendered by store/mysql/queries.go with internal/sqltext, the template
+-- syntax of the migrations. The tables are .Outbox, .DeadLetters and
+-- .Attempts between backticks; the claim's window sizes and id lists are
+-- integers formatted in Go, fixed fragments; every other value is a bind
+-- parameter (?).
+--
+-- The statements translate the PostgreSQL backend's
+-- (store/postgres/queries.go); where PostgreSQL does a step in one
+-- statement with data-modifying CTEs, LATERAL and RETURNING, which MariaDB
+-- lacks, the step here is a few statements (reads without locks, then a
+-- short READ COMMITTED transaction that changes rows by primary key), and
+-- the choices between them are made in Go (claim.go, complete.go,
+-- sweep.go).
+
+-- window is the first read of a claim (claimSQL's win in the PostgreSQL
+-- backend): the first Limit due PENDING rows in (available_at, id) order,
+-- from the (status, available_at, id) index, and the database clock.
+--
+-- Unless the claim is strict FIFO, edf_window adds the EDF due PENDING
+-- rows with the nearest deadlines, from the expiry index (earliest deadline
+-- first; see store.ClaimRequest.FIFOSlots); part tells them apart.
+{{define "window"}}
+SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6), 0 AS part FROM `{{.Outbox}}`
+WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY available_at, id
+LIMIT {{.Limit}}{{end}}
+
+-- edf_window is window with the deadline part of the window.
+{{define "edf_window"}}
+({{template "window" .}})
+UNION ALL
+(SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6), 1 AS part FROM `{{.Outbox}}`
+WHERE waiting_expires_at IS NOT NULL AND status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY waiting_expires_at, id
+LIMIT {{.EDF}}){{end}}
+
+-- runs is the second read of a claim (claimSQL's r and held): for each
+-- aggregate of the window, named by its first window row (First), its
+-- gap: its lowest unfinished row (FAILED counts when FailedBlocks) that is
+-- neither in the window (Window) nor PROCESSING under one of the relay's
+-- own claims in flight (the part under Own), as "id,status,available_at". It is the
+-- first entries of the (aggregate_type, aggregate_id, unfinished, id) index,
+-- where the window's ids are skipped inside the index and only the other
+-- rows are read. The own rows are the aggregate's first and last rows
+-- PROCESSING under one of the relay's own claims (from lm, the rows in
+-- flight only), or NULL.
+--
+-- Every row before the gap is a window row or one of the relay's own; so
+-- the window rows before the gap are the aggregate's run from its head, and
+-- a gap below both the first window row and the first own row is the head
+-- itself, which holds the aggregate back (FAILED, or PENDING outside the
+-- window). A window row before the last own row (given back while a later
+-- batch is in flight) stops the aggregate. MariaDB has no LATERAL join: the
+-- correlated subquery plays its part, once per aggregate. The window is
+-- passed back as literal ids rather than read again in the same statement:
+-- MariaDB would compute it once per reference, and subqueries over a
+-- grouped window are several times slower than this.
+--
+-- The parts under Own are for a relay with claims in flight; Own is a
+-- list of placeholders for their tokens. A PROCESSING row without a token is
+-- never one of them: without IS NOT NULL, NOT (... IN ...) would be NULL
+-- for it and skip it, and the aggregate's later rows would pass it.
+{{define "runs"}}
+SELECT w.id,
+    (SELECT CONCAT_WS(',', x.id, x.status, x.available_at) FROM `{{.Outbox}}` x
+     WHERE x.aggregate_type = w.aggregate_type AND x.aggregate_id = w.aggregate_id AND x.unfinished = 1
+       AND (x.status <> 'FAILED' OR {{if .FailedBlocks}}TRUE{{else}}FALSE{{end}})
+       AND x.id NOT IN ({{.Window}}){{if .Own}}
+       AND NOT (x.status = 'PROCESSING' AND x.lock_token IS NOT NULL AND x.lock_token IN ({{.Own}})){{end}}
+     ORDER BY x.id LIMIT 1) AS gap,
+    {{if .Own}}lm.first_mine, lm.last_mine{{else}}NULL, NULL{{end}}
+FROM `{{.Outbox}}` w{{if .Own}}
+LEFT JOIN (
+    SELECT aggregate_type, aggregate_id, MIN(id) AS first_mine, MAX(id) AS last_mine FROM `{{.Outbox}}`
+    WHERE status = 'PROCESSING' AND lock_token IN ({{.Own}})
+    GROUP BY aggregate_type, aggregate_id
+) lm ON lm.aggregate_type = w.aggregate_type AND lm.aggregate_id = w.aggregate_id{{end}}
+WHERE w.id IN ({{.First}}){{end}}
+
+-- lock_claim locks the chosen rows that are still PENDING and due, and
+-- reads them (claimSQL's l): SKIP LOCKED, so a concurrent claim keeps its
+-- rows and this one never waits. The ids are rendered in (IDs); ? is now.
+{{define "lock_claim"}}
+SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, created_at, expires_at,
+    aggregate_seq
+FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
+WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND available_at <= CAST(? AS DATETIME(6))
+ORDER BY id
+FOR UPDATE SKIP LOCKED{{end}}
+
+-- complete_lock locks the rows of a completion that are still PROCESSING
+-- under its claim token, in id order, and reads the database clock. It
+-- waits (no SKIP LOCKED): a row another transaction holds is decided when
+-- that one ends.
+{{define "complete_lock"}}
+SELECT id, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
+WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?
+ORDER BY id
+FOR UPDATE{{end}}
+
+-- reap_select locks a page (?) of PROCESSING rows whose lease ended,
+-- skipping rows another transaction holds, with the claim token they had.
+-- The PROCESSING range of the due index holds only the rows in flight.
+{{define "reap_select"}}
+SELECT id, event_id, lock_token, retry_count, locked_until, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
+WHERE status = 'PROCESSING' AND locked_until < UTC_TIMESTAMP(6)
+LIMIT ?
+FOR UPDATE SKIP LOCKED{{end}}
+
+-- expire_select locks a page (?) of waiting events past their deadline,
+-- from the expiry index (waiting_expires_at is NULL for other rows).
+{{define "expire_select"}}
+SELECT id, event_id, retry_count, expires_at, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
+WHERE waiting_expires_at <= UTC_TIMESTAMP(6) AND status IN ('PENDING', 'BLOCKED')
+LIMIT ?
+FOR UPDATE SKIP LOCKED{{end}}
+
+-- expire_update ends the locked rows (IDs); ? is now. The message names
+-- the deadline as RFC 3339 UTC to the millisecond, as on PostgreSQL.
+{{define "expire_update"}}
+UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'EXPIRED', processed_at = CAST(? AS DATETIME(6)),
+    last_error = CONCAT('expired before delivery: deadline was ',
+        LEFT(DATE_FORMAT(expires_at, '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z')
+WHERE id IN ({{.IDs}}){{end}}
+
+-- block_candidates finds a page (?) of PENDING events that wait behind a
+-- FAILED event of their aggregate (blockSQL); the sweeper then locks them
+-- with SKIP LOCKED and moves them to BLOCKED.
+{{define "block_candidates"}}
+SELECT o.id FROM `{{.Outbox}}` o
+JOIN (SELECT aggregate_type, aggregate_id, MIN(id) AS id FROM `{{.Outbox}}` WHERE status = 'FAILED'
+      GROUP BY aggregate_type, aggregate_id) f
+  ON o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+WHERE o.unfinished = 1 AND o.status = 'PENDING' AND o.id > f.id
+ORDER BY o.id
+LIMIT ?{{end}}
+
+-- unblock_candidates finds a page (second ?) of BLOCKED events with no
+-- FAILED event before them, or all of them when FAILED events do not block
+-- (first ? false).
+{{define "unblock_candidates"}}
+SELECT o.id FROM `{{.Outbox}}` o
+LEFT JOIN (SELECT aggregate_type, aggregate_id, MIN(id) AS id FROM `{{.Outbox}}` WHERE status = 'FAILED'
+           GROUP BY aggregate_type, aggregate_id) f
+  ON ? AND o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id AND f.id < o.id
+WHERE o.status = 'BLOCKED' AND f.id IS NULL
+ORDER BY o.id
+LIMIT ?{{end}}
+
+-- count_movable counts PROCESSING rows and PENDING rows not held back by
+-- a FAILED event (when ?): all PENDING rows (a range of the due index, read
+-- from the index alone), less those behind a FAILED event, found from the
+-- few FAILED rows through the per-aggregate index.
+{{define "count_movable"}}
+SELECT (SELECT COUNT(*) FROM `{{.Outbox}}` WHERE status = 'PROCESSING')
+     + (SELECT COUNT(*) FROM `{{.Outbox}}` WHERE status = 'PENDING')
+     - (SELECT COUNT(*) FROM (SELECT aggregate_type, aggregate_id, MIN(id) AS id FROM `{{.Outbox}}` WHERE status = 'FAILED'
+                              GROUP BY aggregate_type, aggregate_id) f
+        JOIN `{{.Outbox}}` o ON o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+          AND o.unfinished = 1 AND o.id > f.id AND o.status = 'PENDING'
+        WHERE ?){{end}}
+
+-- blocked_aggregates lists the first 100 aggregates held back by a FAILED
+-- event (with the event and how many events wait behind it), and how many
+-- there are in all.
+{{define "blocked_aggregates"}}
+WITH f AS (
+    SELECT aggregate_type, aggregate_id, MIN(id) AS id FROM `{{.Outbox}}` WHERE status = 'FAILED'
+    GROUP BY aggregate_type, aggregate_id
+),
+b AS (
+    SELECT f.aggregate_type, f.aggregate_id, (SELECT e.event_id FROM `{{.Outbox}}` e WHERE e.id = f.id) AS event_id,
+        (SELECT COUNT(*) FROM `{{.Outbox}}` o WHERE o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
+           AND o.unfinished = 1 AND o.id > f.id AND o.status IN ('PENDING', 'BLOCKED')) AS waiting
+    FROM f
+)
+SELECT aggregate_type, aggregate_id, event_id, waiting, COUNT(*) OVER () FROM b
+WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
+
+-- The figures of Stats.
+{{define "stats"}}SELECT status, COUNT(*) FROM `{{.Outbox}}` GROUP BY status{{end}}
+
+{{define "oldest_pending"}}SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) FROM `{{.Outbox}}` WHERE status = 'PENDING'{{end}}
+
+{{define "dead_letter_count"}}SELECT COUNT(*) FROM `{{.DeadLetters}}` WHERE requeued_at IS NULL{{end}}
+
+-- One event's row, by its event id (?).
+{{define "get_record"}}SELECT {{.RecordColumns}} FROM `{{.Outbox}}` WHERE event_id = ?{{end}}
+
+-- overdue groups the unfinished events past their deadline (see
+-- store.OverdueWhere, on the database clock), with the totals of all
+-- groups in every row.
+{{define "overdue"}}SELECT aggregate_type, event_type, MIN(aggregate_id), COUNT(*),
+    CAST(SUM(COUNT(*)) OVER () AS SIGNED), MIN(MIN(expires_at)) OVER (), MAX(MAX(expires_at)) OVER ()
+FROM `{{.Outbox}}` WHERE {{.OverdueWhere}} GROUP BY aggregate_type, event_type
+ORDER BY COUNT(*) DESC, aggregate_type, event_type LIMIT {{.OverdueGroups}}{{end}}
