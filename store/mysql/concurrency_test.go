@@ -16,8 +16,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/mysql"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // syncBuffer collects log lines from several goroutines.
@@ -88,7 +88,7 @@ func TestProducersWhileTwoRelaysClaim(t *testing.T) {
 	if testing.Short() {
 		txPerProducer = 40
 	}
-	recs := storetest.NewRecorders(2)
+	recs := relaytest.NewRecorders(2)
 	var relays []*relay.Relay
 	for i, rec := range recs {
 		r, err := relay.New(relay.Config{
@@ -177,7 +177,7 @@ func TestProducersWhileTwoRelaysClaim(t *testing.T) {
 			t.Fatalf("event %s delivered %d times, want once (no faults were injected)", id, seen[id])
 		}
 	}
-	if err := storetest.CheckOrder(all); err != nil {
+	if err := relaytest.CheckOrder(all); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range relays {

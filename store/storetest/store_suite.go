@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -98,7 +99,7 @@ func testMigrate(t *testing.T, h *Harness) {
 	if err != nil || cur != latest || cur < 1 {
 		t.Fatalf("MigrationVersion = %d, %d, %v; want current == latest >= 1", cur, latest, err)
 	}
-	enqueue(t, h, ev("m-1", 1))
+	Enqueue(t, h, PaymentEvent("m-1", 1))
 	if err := h.Store.MigrateDown(ctx); err != nil {
 		t.Fatalf("MigrateDown: %v", err)
 	}
@@ -110,8 +111,8 @@ func testMigrate(t *testing.T, h *Harness) {
 	if applied, err := h.Store.MigrateUp(ctx); err != nil || len(applied) == 0 {
 		t.Fatalf("MigrateUp after down = %v, %v; want the migrations applied again", applied, err)
 	}
-	enqueue(t, h, ev("m-1", 2))
-	if n := countStatus(t, h.Store, outbox.StatusPending); n != 1 {
+	Enqueue(t, h, PaymentEvent("m-1", 2))
+	if n := CountStatus(t, h.Store, outbox.StatusPending); n != 1 {
 		t.Fatalf("after up/down/up and one enqueue: %d PENDING, want 1", n)
 	}
 }
@@ -122,13 +123,13 @@ func testCommitRollback(t *testing.T, h *Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Enqueue(ctx, ev("rb", 1), ev("rb", 2)); err != nil {
+	if _, err := tx.Enqueue(ctx, PaymentEvent("rb", 1), PaymentEvent("rb", 2)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	committed := enqueue(t, h, ev("ok", 1))
+	committed := Enqueue(t, h, PaymentEvent("ok", 1))
 	c := claim(t, h.Store, 100, time.Minute, true)
 	if len(c.Events) != 1 || c.Events[0].EventID != committed[0] {
 		t.Fatalf("claimed %d events, want exactly the committed one", len(c.Events))
@@ -172,7 +173,7 @@ func testBadInput(t *testing.T, h *Harness) {
 			t.Fatal(err)
 		}
 		// A valid event first: a bad one later in the call must stop the whole call.
-		_, err = tx.Enqueue(ctx, ev("good", 1), tc.event)
+		_, err = tx.Enqueue(ctx, PaymentEvent("good", 1), tc.event)
 		var ie *outbox.InvalidEventError
 		if !errors.Is(err, outbox.ErrInvalidEvent) || !errors.As(err, &ie) || ie.Field != tc.field || ie.Index != 1 {
 			t.Errorf("%s: err = %v, want an InvalidEventError for event #1 field %s", tc.name, err, tc.field)
@@ -210,7 +211,7 @@ func testEnqueueFields(t *testing.T, h *Harness) {
 	e := outbox.Event{ID: fixed, AggregateType: "merchant", AggregateID: "m-7", EventType: "MerchantUpdated",
 		Payload: []byte(`{"b": 2, "a": [1, 2.50, "x"]}`), Headers: map[string]string{"traceparent": "00-abc-def-01", "X-Correlation-Id": "c1"},
 		TTL: time.Hour}
-	got := enqueue(t, h, e)
+	got := Enqueue(t, h, e)
 	if got[0] != fixed {
 		t.Fatalf("Enqueue returned id %s, want the caller's %s", got[0], fixed)
 	}
@@ -240,7 +241,7 @@ func testEnqueueFields(t *testing.T, h *Harness) {
 	}
 	_ = tx.Rollback(ctx)
 	// Delay: not claimable until due.
-	enqueue(t, h, outbox.Event{AggregateType: "payment", AggregateID: "later", EventType: "E", Payload: []byte(`{}`), Delay: time.Hour})
+	Enqueue(t, h, outbox.Event{AggregateType: "payment", AggregateID: "later", EventType: "E", Payload: []byte(`{}`), Delay: time.Hour})
 	c := claim(t, h.Store, 10, time.Minute, true)
 	for _, ce := range c.Events {
 		if ce.AggregateID == "later" {
@@ -252,9 +253,9 @@ func testEnqueueFields(t *testing.T, h *Harness) {
 func testClaimExclusivity(t *testing.T, h *Harness) {
 	var events []outbox.Event
 	for i := 0; i < 9; i++ {
-		events = append(events, ev(fmt.Sprintf("agg-%d", i%3), i))
+		events = append(events, PaymentEvent(fmt.Sprintf("agg-%d", i%3), i))
 	}
-	all := enqueue(t, h, events...)
+	all := Enqueue(t, h, events...)
 	first := claim(t, h.Store, 3, time.Minute, true)
 	if len(first.Events) != 3 {
 		t.Fatalf("first claim got %d events, want 3 (the window)", len(first.Events))
@@ -276,7 +277,7 @@ func testClaimExclusivity(t *testing.T, h *Harness) {
 	if len(third.Events) != 6 {
 		t.Fatalf("after the first batch completed, claim got %d events, want the remaining 6", len(third.Events))
 	}
-	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != 3 {
+	if n := CountStatus(t, h.Store, outbox.StatusProcessed); n != 3 {
 		t.Errorf("%d PROCESSED, want 3", n)
 	}
 }
@@ -284,9 +285,9 @@ func testClaimExclusivity(t *testing.T, h *Harness) {
 func testClaimRun(t *testing.T, h *Harness) {
 	var events []outbox.Event
 	for i := 0; i < 5; i++ {
-		events = append(events, ev("one", i))
+		events = append(events, PaymentEvent("one", i))
 	}
-	enqueue(t, h, events...)
+	Enqueue(t, h, events...)
 	c := claim(t, h.Store, 3, time.Minute, true)
 	if len(c.Events) != 3 {
 		t.Fatalf("claimed %d of one aggregate's events, want 3 in one claim", len(c.Events))
@@ -309,9 +310,9 @@ func testClaimBehindOwn(t *testing.T, h *Harness) {
 	}
 	var events []outbox.Event
 	for i := 0; i < 6; i++ {
-		events = append(events, ev("pipe", i))
+		events = append(events, PaymentEvent("pipe", i))
 	}
-	enqueue(t, h, events...)
+	Enqueue(t, h, events...)
 	first := claim(t, h.Store, 2, time.Minute, true)
 	if len(first.Events) != 2 {
 		t.Fatalf("first claim: %d events", len(first.Events))
@@ -340,7 +341,7 @@ func testClaimBehindOwn(t *testing.T, h *Harness) {
 	// An event given back while a later batch of its aggregate is still in
 	// flight stops the aggregate for this relay too: neither it nor what
 	// follows the batch in flight may be claimed.
-	enqueue(t, h, ev("back", 1), ev("back", 2), ev("back", 3))
+	Enqueue(t, h, PaymentEvent("back", 1), PaymentEvent("back", 2), PaymentEvent("back", 3))
 	b1 := claim(t, h.Store, 1, time.Minute, true)
 	b2, err := h.Store.Claim(context.Background(), store.ClaimRequest{RelayID: "test", Limit: 1, Lease: time.Minute,
 		FailedBlocks: true, Own: []string{b1.Token}})
@@ -362,7 +363,7 @@ func testClaimBehindOwn(t *testing.T, h *Harness) {
 
 func testCompleteOutcomes(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	enqueue(t, h, ev("d", 1), ev("r", 1), ev("f", 1), ev("x", 1), ev("l", 1))
+	Enqueue(t, h, PaymentEvent("d", 1), PaymentEvent("r", 1), PaymentEvent("f", 1), PaymentEvent("x", 1), PaymentEvent("l", 1))
 	c := claim(t, h.Store, 10, time.Minute, true)
 	if len(c.Events) != 5 {
 		t.Fatalf("claimed %d, want 5", len(c.Events))
@@ -455,7 +456,7 @@ func indexOf(c *store.Claim, id int64) int {
 
 func testCompleteFencing(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	enqueue(t, h, ev("a", 1), ev("b", 1))
+	Enqueue(t, h, PaymentEvent("a", 1), PaymentEvent("b", 1))
 	c := claim(t, h.Store, 10, time.Minute, true)
 	outs := outcomes(c, store.Delivered)
 	if res := complete(t, h.Store, c, true, outs); len(res.Applied) != 2 {
@@ -474,7 +475,7 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 		t.Fatalf("after a replay: %d attempt rows, want 1", len(atts))
 	}
 	// A wrong token changes nothing.
-	enqueue(t, h, ev("c", 1))
+	Enqueue(t, h, PaymentEvent("c", 1))
 	c2 := claim(t, h.Store, 10, time.Minute, true)
 	forged := *c2
 	forged.Token = "00000000-0000-4000-8000-000000000000"
@@ -501,7 +502,7 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 	} else if r.Status != outbox.StatusProcessing {
 		t.Fatalf("after a fenced all-delivered Complete the row is %s, want untouched PROCESSING", r.Status)
 	}
-	enqueue(t, h, ev("d", 1))
+	Enqueue(t, h, PaymentEvent("d", 1))
 	c3 := claim(t, h.Store, 10, time.Minute, true)
 	mixed := *c3
 	mixed.Events = append(append([]store.Claimed(nil), c3.Events...), c2.Events...)
@@ -522,13 +523,13 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 
 func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	enqueue(t, h, ev("lease", 1))
+	Enqueue(t, h, PaymentEvent("lease", 1))
 	old := claim(t, h.Store, 10, 150*time.Millisecond, true)
 	if len(old.Events) != 1 {
 		t.Fatalf("claimed %d", len(old.Events))
 	}
 	var reaped int64
-	waitFor(t, 10*time.Second, "the reaper to return the expired lease", func() (bool, error) {
+	wait.Until(t, 10*time.Second, "the reaper to return the expired lease", func() (bool, error) {
 		res, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true})
 		reaped += res.Reaped
 		return reaped == 1, err
@@ -575,10 +576,10 @@ func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 }
 
 func testRetryDefersFollowers(t *testing.T, h *Harness) {
-	enqueue(t, h, ev("x", 1))
+	Enqueue(t, h, PaymentEvent("x", 1))
 	c := claim(t, h.Store, 10, time.Minute, true)
 	// A follower arrives while the head is in flight.
-	enqueue(t, h, ev("x", 2), ev("y", 1))
+	Enqueue(t, h, PaymentEvent("x", 2), PaymentEvent("y", 1))
 	outs := outcomes(c, store.Retry)
 	outs[0].RetryIn = time.Hour
 	complete(t, h.Store, c, true, outs)
@@ -599,14 +600,14 @@ func testRetryDefersFollowers(t *testing.T, h *Harness) {
 // is in backoff are due before the head; the claim must still start the
 // aggregate at its head once the head is due, even with a window of one.
 func testRetriedHeadNotStarved(t *testing.T, h *Harness) {
-	head := enqueue(t, h, ev("x", 1))[0]
+	head := Enqueue(t, h, PaymentEvent("x", 1))[0]
 	c := claim(t, h.Store, 10, time.Minute, true)
 	outs := outcomes(c, store.Retry)
 	outs[0].RetryIn = 200 * time.Millisecond
 	complete(t, h.Store, c, true, outs)
-	enqueue(t, h, ev("x", 2), ev("x", 3))
+	Enqueue(t, h, PaymentEvent("x", 2), PaymentEvent("x", 3))
 	var got *store.Claim
-	waitFor(t, 10*time.Second, "the retried head to be claimed again", func() (bool, error) {
+	wait.Until(t, 10*time.Second, "the retried head to be claimed again", func() (bool, error) {
 		got = claim(t, h.Store, 1, time.Minute, true)
 		return len(got.Events) > 0, nil
 	})
@@ -619,13 +620,13 @@ func testRetriedHeadNotStarved(t *testing.T, h *Harness) {
 // a head in backoff; another aggregate's event queued after them is still
 // reached within a few claims.
 func testPileBehindBackoff(t *testing.T, h *Harness) {
-	enqueue(t, h, ev("s", 1))
+	Enqueue(t, h, PaymentEvent("s", 1))
 	c := claim(t, h.Store, 2, time.Minute, true)
 	outs := outcomes(c, store.Retry)
 	outs[0].RetryIn = time.Hour
 	complete(t, h.Store, c, true, outs)
-	enqueue(t, h, ev("s", 2), ev("s", 3), ev("s", 4), ev("s", 5))
-	other := enqueue(t, h, ev("t", 1))[0]
+	Enqueue(t, h, PaymentEvent("s", 2), PaymentEvent("s", 3), PaymentEvent("s", 4), PaymentEvent("s", 5))
+	other := Enqueue(t, h, PaymentEvent("t", 1))[0]
 	for i := 0; i < 5; i++ {
 		got := claim(t, h.Store, 2, time.Minute, true)
 		for _, e := range got.Events {
@@ -658,14 +659,14 @@ func mustFind(t testing.TB, h *Harness, aggregateID string, n int) outbox.EventI
 
 func testFailedBlocks(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	enqueue(t, h, ev("poison", 1), ev("poison", 2), ev("fine", 1))
+	Enqueue(t, h, PaymentEvent("poison", 1), PaymentEvent("poison", 2), PaymentEvent("fine", 1))
 	c := claim(t, h.Store, 1, time.Minute, true)
 	if len(c.Events) != 1 || c.Events[0].AggregateID != "poison" {
 		t.Fatalf("claim = %+v", c.Events)
 	}
 	complete(t, h.Store, c, true, outcomes(c, store.Failed))
 	// A later event of the blocked aggregate arrives after the failure.
-	enqueue(t, h, ev("poison", 3))
+	Enqueue(t, h, PaymentEvent("poison", 3))
 	got := claim(t, h.Store, 10, time.Minute, true)
 	if len(got.Events) != 1 || got.Events[0].AggregateID != "fine" {
 		t.Fatalf("claim after a FAILED event = %+v, want only the other aggregate", got.Events)
@@ -721,14 +722,14 @@ func testFailedBlocks(t *testing.T, h *Harness) {
 }
 
 func testFailedContinue(t *testing.T, h *Harness) {
-	enqueue(t, h, ev("p", 1), ev("p", 2))
+	Enqueue(t, h, PaymentEvent("p", 1), PaymentEvent("p", 2))
 	c := claim(t, h.Store, 1, time.Minute, false)
 	complete(t, h.Store, c, false, outcomes(c, store.Failed))
 	next := claim(t, h.Store, 10, time.Minute, false)
 	if len(next.Events) != 1 || next.Events[0].AggregateID != "p" {
 		t.Fatalf("with FAILED not blocking, claim = %+v; want the next event of the aggregate", next.Events)
 	}
-	if n := countStatus(t, h.Store, outbox.StatusBlocked); n != 0 {
+	if n := CountStatus(t, h.Store, outbox.StatusBlocked); n != 0 {
 		t.Fatalf("%d BLOCKED with the continue policy", n)
 	}
 }
@@ -737,20 +738,20 @@ func testExpiry(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	past := outbox.Event{AggregateType: "payment", AggregateID: "qr", EventType: "ApprovalRequested", Payload: []byte(`{}`),
 		ExpiresAt: time.Now().Add(-time.Second)}
-	enqueue(t, h, past)
+	Enqueue(t, h, past)
 	c := claim(t, h.Store, 10, time.Minute, true)
 	if len(c.Events) != 1 || !c.Events[0].Expired {
 		t.Fatalf("claim of an expired event = %+v, want it flagged Expired", c.Events)
 	}
 	// Waiting events (BLOCKED behind a FAILED one) expire through the sweeper.
-	enqueue(t, h, ev("held", 1))
+	Enqueue(t, h, PaymentEvent("held", 1))
 	f := claim(t, h.Store, 10, time.Minute, true)
 	complete(t, h.Store, f, true, outcomes(f, store.Failed))
-	short := ev("held", 2)
+	short := PaymentEvent("held", 2)
 	short.TTL = 100 * time.Millisecond
-	enqueue(t, h, short)
+	Enqueue(t, h, short)
 	var expired int64
-	waitFor(t, 10*time.Second, "the sweeper to expire the waiting event", func() (bool, error) {
+	wait.Until(t, 10*time.Second, "the sweeper to expire the waiting event", func() (bool, error) {
 		res, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true})
 		expired += res.Expired
 		return expired == 1, err
@@ -770,9 +771,9 @@ func testExpiry(t *testing.T, h *Harness) {
 
 func testRequeueExpired(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	e := ev("qr", 1)
+	e := PaymentEvent("qr", 1)
 	e.ExpiresAt = time.Now().Add(-time.Second)
-	id := enqueue(t, h, e)[0]
+	id := Enqueue(t, h, e)[0]
 	c := claim(t, h.Store, 10, time.Minute, true)
 	complete(t, h.Store, c, true, outcomes(c, store.Expired))
 	if err := h.Store.Requeue(ctx, store.OperatorAction{EventID: id, Actor: "bob"}); err != nil {
@@ -800,7 +801,7 @@ func testRequeueExpired(t *testing.T, h *Harness) {
 
 func testPurge(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	enqueue(t, h, ev("a", 1), ev("b", 1), ev("c", 1))
+	Enqueue(t, h, PaymentEvent("a", 1), PaymentEvent("b", 1), PaymentEvent("c", 1))
 	c := claim(t, h.Store, 2, time.Minute, true)
 	complete(t, h.Store, c, true, outcomes(c, store.Delivered))
 	n, err := h.Store.Purge(ctx, store.PurgeRequest{OlderThan: time.Hour})
@@ -851,7 +852,7 @@ func testLateCommit(t *testing.T, h *Harness) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id, err := tx.Enqueue(ctx, ev(fmt.Sprintf("late-%d-%d", round, w), w))
+			id, err := tx.Enqueue(ctx, PaymentEvent(fmt.Sprintf("late-%d-%d", round, w), w))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -881,9 +882,9 @@ func testLateCommit(t *testing.T, h *Harness) {
 func testListAndGet(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
-		enqueue(t, h, ev("list", i))
+		Enqueue(t, h, PaymentEvent("list", i))
 	}
-	enqueue(t, h, ev("other", 0))
+	Enqueue(t, h, PaymentEvent("other", 0))
 	recs, err := h.Store.ListEvents(ctx, store.ListFilter{AggregateID: "list", Limit: 3})
 	if err != nil {
 		t.Fatal(err)
