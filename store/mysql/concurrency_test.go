@@ -15,6 +15,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/mysql"
@@ -36,27 +37,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// waitUntil polls cond until it holds or the timeout passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		ok, err := cond()
-		if err != nil {
-			lastErr = err
-		} else if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
-		}
-		<-tick.C
-	}
 }
 
 func isConflict(err error) bool {
@@ -158,7 +138,7 @@ func TestProducersWhileTwoRelaysClaim(t *testing.T) {
 	}
 	wg.Wait()
 	total := len(committed)
-	waitUntil(t, 3*time.Minute, "every committed event PROCESSED", func() (bool, error) {
+	wait.Until(t, 3*time.Minute, "every committed event PROCESSED", func() (bool, error) {
 		st, err := s.Stats(ctx, true)
 		return st.Counts[outbox.StatusProcessed] == int64(total), err
 	})

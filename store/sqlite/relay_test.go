@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/sqlite"
 )
@@ -186,7 +187,7 @@ func TestReaperAfterShortLease(t *testing.T) {
 		t.Fatalf("claim = %v", eventIDs(c))
 	}
 	var reaped int64
-	waitFor(t, 10*time.Second, "the reaper to return the events", func() bool {
+	wait.For(t, 10*time.Second, "the reaper to return the events", func() bool {
 		res, err := e.store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper-1", FailedBlocks: true, Limit: 1})
 		if err != nil {
 			t.Fatalf("sweep: %v", err)
@@ -253,7 +254,7 @@ func TestExpiry(t *testing.T) {
 	}
 
 	var expired int64
-	waitFor(t, 10*time.Second, "the sweeper to expire the short-TTL events", func() bool {
+	wait.For(t, 10*time.Second, "the sweeper to expire the short-TTL events", func() bool {
 		res, err := e.store.Sweep(ctx, store.SweepRequest{RelayID: "sw", FailedBlocks: true})
 		if err != nil {
 			t.Fatalf("sweep: %v", err)
@@ -375,7 +376,7 @@ func TestConcurrentRelays(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 60*time.Second, "every event to be delivered", func() bool {
+	wait.For(t, 60*time.Second, "every event to be delivered", func() bool {
 		select {
 		case err := <-errs:
 			close(done)
