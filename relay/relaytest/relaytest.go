@@ -59,7 +59,7 @@ func RunRelay(t *testing.T, newHarness storetest.Factory) {
 // testConfig is a relay configuration with short timings for tests. The
 // circuit breaker is off: these tests check the retry policy, order and
 // fencing with sinks that fail some events on purpose, which would open
-// it (its own tests are in the relay package and RunRoutes).
+// it (its own tests are in the relay package and storetest.RunRoutes).
 func testConfig(h *storetest.Harness, s sink.Sink, id string) relay.Config {
 	return relay.Config{
 		Breaker:       relay.BreakerConfig{Disabled: true},
