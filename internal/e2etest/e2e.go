@@ -198,12 +198,14 @@ type SyncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p to the buffer.
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
+// String returns what was written so far.
 func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -327,6 +329,10 @@ func (b *Backlog) Processed(t testing.TB) int {
 	return int(n)
 }
 
+// breakerReleased matches the audit rows of publishes that failed and were
+// given back by an open circuit breaker.
+const breakerReleased = "(outcome = 'RELEASED' AND error LIKE '%circuit breaker open%')"
+
 // Outcomes counts the backlog's audit rows by outcome (DELIVERED, RETRY,
 // RELEASED, ...), and how many events have a RETRY row and ended PROCESSED:
 // they failed to publish at least once and were delivered later. A publish
@@ -334,10 +340,6 @@ func (b *Backlog) Processed(t testing.TB) int {
 // RELEASED attempt (no retry counted) whose error says "circuit breaker
 // open"; Outcomes counts those as RETRY too, since for these tests both
 // are a publish that failed while the broker was down.
-// breakerReleased matches the audit rows of publishes that failed and were
-// given back by an open circuit breaker.
-const breakerReleased = "(outcome = 'RELEASED' AND error LIKE '%circuit breaker open%')"
-
 func (b *Backlog) Outcomes(t testing.TB) (byOutcome map[string]int, retriedThenDelivered int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
