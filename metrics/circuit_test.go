@@ -13,7 +13,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/metrics"
 	"github.com/txoutbox/outbox/relay"
-	"github.com/txoutbox/outbox/store/storetest"
+	"github.com/txoutbox/outbox/relay/relaytest"
 )
 
 // TestCircuitStateFollowsTheBreaker: outbox_circuit_state{route} is 2
@@ -31,7 +31,7 @@ func TestCircuitStateFollowsTheBreaker(t *testing.T) {
 			}
 			var down atomic.Bool
 			down.Store(true)
-			rec := &storetest.Recorder{Fail: func(outbox.Message) error {
+			rec := &relaytest.Recorder{Fail: func(outbox.Message) error {
 				if down.Load() {
 					return errors.New("gateway said 503")
 				}

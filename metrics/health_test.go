@@ -17,6 +17,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/metrics"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/sqlite"
@@ -25,7 +26,7 @@ import (
 
 // healthSink reports a fixed reachability.
 type healthSink struct {
-	storetest.Recorder
+	relaytest.Recorder
 	ok    bool
 	err   error
 	since time.Time
@@ -66,7 +67,7 @@ func TestEndpoints(t *testing.T) {
 		code      int
 		sinkState string
 	}{
-		{"no health", &storetest.Recorder{}, 200, "unknown"},
+		{"no health", &relaytest.Recorder{}, 200, "unknown"},
 		{"reached", &healthSink{ok: true}, 200, "reached"},
 		{"known down", &healthSink{err: errors.New("dial tcp: connection refused"), since: since}, 200,
 			"down since 2030-01-02T03:04:05Z: dial tcp: connection refused"},

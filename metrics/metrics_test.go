@@ -17,9 +17,9 @@ import (
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/metrics"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // series returns the samples of name that have the label pairs given.
@@ -133,7 +133,7 @@ func drainWithFailures(t *testing.T, b *backend, m relay.Observer, log *slog.Log
 
 	var mu sync.Mutex
 	flakyFailed := false
-	rec := &storetest.Recorder{Fail: func(m outbox.Message) error {
+	rec := &relaytest.Recorder{Fail: func(m outbox.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -316,7 +316,7 @@ func TestStoreErrorsAreCounted(t *testing.T) {
 	}
 	b.enqueue(t, event("a", 0))
 	st := &failingStore{Store: b.store, fails: 2}
-	r, err := relay.New(relay.Config{Store: st, Sink: &storetest.Recorder{}, Observer: m, PollInterval: 10 * time.Millisecond,
+	r, err := relay.New(relay.Config{Store: st, Sink: &relaytest.Recorder{}, Observer: m, PollInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +395,7 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 }
 
 // routedSink names each message's route after its aggregate id.
-type routedSink struct{ storetest.Recorder }
+type routedSink struct{ relaytest.Recorder }
 
 func (*routedSink) Destination(m *outbox.Message) string { return "route-" + m.AggregateID }
 

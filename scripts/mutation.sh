@@ -10,8 +10,10 @@
 # Reports go to ${OUTBOX_MUTATION_OUT:-mutation-out}/<target>.{txt,json}.
 #
 # gremlins tests a mutant with the tests of the mutated package only, but the
-# relay's guarantees are tested by the conformance suite that each backend
-# runs, and a backend's by its own package. So gremlins runs through a small
+# relay's guarantees are tested by the relay-over-store suite
+# (relay/relaytest, TestRelayConformance) that each backend runs next to
+# the Store conformance suite (TestConformance), and a backend's by its own
+# package. So gremlins runs through a small
 # `go` wrapper (put first on PATH) that replaces the package gremlins names
 # with the packages that test the target (OUTBOX_MUT_PKGS) and adds -short,
 # a -run filter (OUTBOX_MUT_RUN) and a -skip filter (OUTBOX_MUT_SKIP). Mutants of code that is not guarantee
@@ -63,19 +65,19 @@ for t in "${targets[@]}"; do
 	case $t in
 	relay) # batch.go (expiry, deadlines, outcomes), pipeline.go (order across batches), relay.go (the outcome write and its retries), sweeper.go
 		target relay relay '(observer|route_health|config|counters)\.go$' \
-			"./relay ./store/postgres" '^(TestClassify.*|TestHeldFor.*|TestPublish.*|TestTruncate|TestComplete.*|TestWaitSlot.*|TestClaimGets.*|TestSweep.*|TestRetention.*|TestConformance)$' 'TestConformance/(Store|Snapshot)' ;;
+			"./relay ./store/postgres" '^(TestClassify.*|TestHeldFor.*|TestPublish.*|TestTruncate|TestComplete.*|TestWaitSlot.*|TestClaimGets.*|TestSweep.*|TestRetention.*|TestConformance|TestRelayConformance)$' 'TestConformance/(Store|Snapshot)' ;;
 	postgres) # enqueue.go (the per-aggregate lock), relay.go (claim, complete, sweep, conflict retries), queries.go
 		target postgres store/postgres '(admin|analyze|snapshot|context_headers|notify|store)\.go$' \
-			"./store/postgres" '^(TestConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
+			"./store/postgres" '^(TestConformance|TestRelayConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
 	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
 		target mysql store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|claim|sweep|enqueue|queries|store)\.go$' \
-			"./store/mysql" '^(TestConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
+			"./store/mysql" '^(TestConformance|TestRelayConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
 		target mysql-claim store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|complete|time|retry|queries|store)\.go$' \
-			"./store/mysql" '^(TestConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
+			"./store/mysql" '^(TestConformance|TestRelayConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
 	sqlite) # relay.go (claim, complete, sweep), store.go (the clock, write transactions)
 		target sqlite store/sqlite '(admin|snapshot|context_headers|doc|enqueue|queries)\.go$' \
-			"./store/sqlite" '^(TestConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays)' 'TestConformance/Snapshot' ;;
+			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays)' 'TestConformance/Snapshot' ;;
 	*)
 		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite)" >&2
 		exit 2

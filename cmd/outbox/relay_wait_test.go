@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -20,14 +21,14 @@ import (
 // lost, exit 0.
 func TestRelayWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
-	b := sinktest.NewBacklog(t, "wait_db", 200, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "wait_db", 200, e2etest.DefaultAggregates())
 	u, err := url.Parse(b.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := sinktest.NewProxy(t, u.Host)
 	u.Host = proxy.Addr
-	relay := sinktest.StartCLI(t, "relay", "--drain", "--db", u.String(), "--table", b.Table, "--sink", "discard://",
+	relay := e2etest.StartCLI(t, "relay", "--drain", "--db", u.String(), "--table", b.Table, "--sink", "discard://",
 		"--poll-interval", "20ms", "--progress", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

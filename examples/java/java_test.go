@@ -25,6 +25,7 @@ import (
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -141,7 +142,7 @@ func jdbcURL(t *testing.T, scheme, dsn string) string {
 // arrive numbered 1, 2, 3 ... and each thread's in its commit order, and
 // the rolled-back payment has neither a row nor an event.
 func runJava(t *testing.T, java, classPath, jdbc string, s store.Store, db *sql.DB, table string) {
-	rec := &storetest.Recorder{Name: "sink"}
+	rec := &relaytest.Recorder{Name: "sink"}
 	newRelay := func(id string) *relay.Relay {
 		r, err := relay.New(relay.Config{Store: s, Sink: rec, RelayID: id, BatchSize: 50,
 			PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -12,13 +12,13 @@ import (
 
 	"github.com/txoutbox/outbox/inbox/inboxkafka"
 	"github.com/txoutbox/outbox/inbox/internal/paidtwice"
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	sinktest.RemoveCLI()
+	e2etest.RemoveCLI()
 	os.Exit(code)
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // TestE2EBrokerDownBehindBreaker stops the RabbitMQ application of a
@@ -19,24 +19,24 @@ import (
 // order.
 func TestE2EBrokerDownBehindBreaker(t *testing.T) {
 	t.Parallel()
-	outage := sinktest.BrokerOutage(testenv.Short())
+	outage := e2etest.BrokerOutage(testenv.Short())
 	node := startRabbitNode(t)
 	u := node.URL
 	n := 2000
 	ex := "outbox.brk." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
-	b := sinktest.NewBacklog(t, "brk_amqp", n, sinktest.Aggregates(80, 20))
+	b := e2etest.NewBacklog(t, "brk_amqp", n, e2etest.Aggregates(80, 20))
 	r := newQueueReader(t, u, ex, "#", true)
 	ctx, cancel := context.WithTimeout(context.Background(), outage+5*time.Minute)
 	defer cancel()
 	// A rate limit keeps most of the backlog waiting when the broker stops.
-	relay := sinktest.StartCLI(t, append(b.RelayArgs(fmt.Sprintf("%s?exchange=%s&publish_timeout=2s&reconnect_wait=100ms&rate=100/s", u, ex)),
+	relay := e2etest.StartCLI(t, append(b.RelayArgs(fmt.Sprintf("%s?exchange=%s&publish_timeout=2s&reconnect_wait=100ms&rate=100/s", u, ex)),
 		"--poll-interval", "1s", "--batch", "100")...)
 	relay.Await(ctx, t, 100*time.Millisecond, "a first delivery", func() bool { return b.Processed(t) > 0 })
 	node.rabbitmqctl(t, "stop_app")
 	down := time.Now()
 	relay.Await(ctx, t, 200*time.Millisecond, "the breaker to open", func() bool { return b.BreakerOpened(t) })
-	if err := sinktest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
+	if err := e2etest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
 		t.Fatal(err)
 	}
 	node.rabbitmqctl(t, "start_app")
@@ -53,5 +53,5 @@ func TestE2EBrokerDownBehindBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read %d of %d: %v", len(ds), n, err)
 	}
-	sinktest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" })
+	e2etest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" })
 }

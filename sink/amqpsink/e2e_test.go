@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -24,12 +25,12 @@ import (
 // if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		sinktest.RemoveCLI()
+		e2etest.RemoveCLI()
 		os.Exit(code)
 	}))
 }
 
-// arrived converts deliveries for sinktest.CheckArrived, checking that
+// arrived converts deliveries for e2etest.CheckArrived, checking that
 // each carries its event id as its AMQP message-id too.
 func arrived(t *testing.T, ds []amqp.Delivery) []sinktest.Received {
 	t.Helper()
@@ -50,11 +51,11 @@ func TestE2EDrain(t *testing.T) {
 	u := brokerURL(t)
 	ex := "outbox.e2e." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
-	b := sinktest.NewBacklog(t, "e2e_amqp", 2000, sinktest.Aggregates(30, 10))
+	b := e2etest.NewBacklog(t, "e2e_amqp", 2000, e2etest.Aggregates(30, 10))
 	// The queue is bound before the relay runs: until then, every event
 	// would be returned as unroutable (and retried).
 	r := newQueueReader(t, u, ex, "#", true)
-	sinktest.RunCLI(t, "", b.RelayArgs(u+"?exchange="+ex, "--route", "merchant=merchant.audit")...)
+	e2etest.RunCLI(t, "", b.RelayArgs(u+"?exchange="+ex, "--route", "merchant=merchant.audit")...)
 	if n := b.Processed(t); n != len(b.Events) {
 		t.Fatalf("%d of %d events PROCESSED after the drain", n, len(b.Events))
 	}
@@ -64,7 +65,7 @@ func TestE2EDrain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read %d of %d: %v", len(ds), len(b.Events), err)
 	}
-	if dups := sinktest.CheckArrived(t, arrived(t, ds), b, func(typ string) string {
+	if dups := e2etest.CheckArrived(t, arrived(t, ds), b, func(typ string) string {
 		if typ == "merchant" {
 			return "merchant.audit"
 		}
@@ -87,14 +88,14 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	}
 	ex := "outbox.e2e." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
-	b := sinktest.NewBacklog(t, "e2e_amqp", n, sinktest.Aggregates(80, 20))
+	b := e2etest.NewBacklog(t, "e2e_amqp", n, e2etest.Aggregates(80, 20))
 	r := newQueueReader(t, u, ex, "#", true)
 	_, ch := dialT(t, u)
 
 	// The rate limit stretches the drain over about 20 s, so that the
 	// restart (rabbitmqctl takes seconds to start) lands in the middle of
 	// it on a fast machine too.
-	relay := sinktest.StartCLI(t, b.RelayArgs(fmt.Sprintf("%s?exchange=%s&publish_timeout=2s&reconnect_wait=100ms&rate=%d/s&burst=100", u, ex, n/20),
+	relay := e2etest.StartCLI(t, b.RelayArgs(fmt.Sprintf("%s?exchange=%s&publish_timeout=2s&reconnect_wait=100ms&rate=%d/s&burst=100", u, ex, n/20),
 		"--batch", "100", "--backoff-min", "10ms", "--backoff-max", "500ms", "--max-retries", "1000")...)
 
 	// Wait until a tenth of the backlog is queued, then restart. The
@@ -129,7 +130,7 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read %d of %d: %v", len(ds), n, err)
 	}
-	dups := sinktest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" })
+	dups := e2etest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" })
 	t.Logf("%d events, %d repeats after the restart (bound: the events in flight)", n, dups)
 	if dups > 100 {
 		t.Fatalf("%d repeats: more than one batch (--batch 100), the most that can be in flight at the restart", dups)
@@ -147,9 +148,9 @@ func TestE2EBrokerUpAfterRelayStarts(t *testing.T) {
 	pu.Host = proxy.Addr
 	ex := "outbox.e2e." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
-	b := sinktest.NewBacklog(t, "e2e_amqp", 500, sinktest.Aggregates(8, 4))
+	b := e2etest.NewBacklog(t, "e2e_amqp", 500, e2etest.Aggregates(8, 4))
 	r := newQueueReader(t, u, ex, "#", true)
-	relay := sinktest.StartCLI(t, b.RelayArgs(pu.String()+"?exchange="+ex+"&reconnect_wait=50ms")...)
+	relay := e2etest.StartCLI(t, b.RelayArgs(pu.String()+"?exchange="+ex+"&reconnect_wait=50ms")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	relay.Await(ctx, t, 20*time.Millisecond, "a WARN that the broker is unreachable", func() bool {
@@ -166,7 +167,7 @@ func TestE2EBrokerUpAfterRelayStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dups := sinktest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" }); dups != 0 {
+	if dups := e2etest.CheckArrived(t, arrived(t, ds), b, func(typ string) string { return typ + ".events" }); dups != 0 {
 		t.Fatalf("%d repeats", dups)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // rabbitNode is a private RabbitMQ node for a test that must stop or
@@ -33,7 +33,7 @@ type rabbitNode struct {
 	ctl  string // the rabbitmqctl script
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  sinktest.SyncBuffer
+	log  e2etest.SyncBuffer
 }
 
 // RabbitMQ's own scripts; Debian's /usr/sbin wrappers run them as the

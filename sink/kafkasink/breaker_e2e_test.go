@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // TestEndToEndBrokerDownBehindBreaker stops a kfake broker for 2 minutes
@@ -19,21 +19,21 @@ import (
 // nothing lost, in order.
 func TestEndToEndBrokerDownBehindBreaker(t *testing.T) {
 	t.Parallel()
-	outage := sinktest.BrokerOutage(testenv.Short())
+	outage := e2etest.BrokerOutage(testenv.Short())
 	n := 2000
-	b := sinktest.NewBacklog(t, "brk_kafka", n, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "brk_kafka", n, e2etest.DefaultAggregates())
 	topics := []string{"payment.events", "merchant.events"}
 	c := newCluster(t, kfake.SeedTopics(3, topics...))
 	ctx, cancel := context.WithTimeout(context.Background(), outage+4*time.Minute)
 	defer cancel()
 	// A rate limit keeps most of the backlog waiting when the broker stops.
-	relay := sinktest.StartCLI(t, append(b.RelayArgs("kafka://"+c.addr()+"?produce_timeout=2s&rate=100/s"),
+	relay := e2etest.StartCLI(t, append(b.RelayArgs("kafka://"+c.addr()+"?produce_timeout=2s&rate=100/s"),
 		"--poll-interval", "1s", "--batch", "100")...)
 	relay.Await(ctx, t, 100*time.Millisecond, "a first delivery", func() bool { return b.Processed(t) > 0 })
 	c.stop()
 	down := time.Now()
 	relay.Await(ctx, t, 200*time.Millisecond, "the breaker to open", func() bool { return b.BreakerOpened(t) })
-	if err := sinktest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
+	if err := e2etest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.start(ctx); err != nil {
@@ -48,5 +48,5 @@ func TestEndToEndBrokerDownBehindBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sinktest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
+	e2etest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
 }

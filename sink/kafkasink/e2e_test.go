@@ -15,15 +15,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // TestMain removes the CLI the tests built, and fails the package's tests
 // if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		sinktest.RemoveCLI()
+		e2etest.RemoveCLI()
 		os.Exit(code)
 	}))
 }
@@ -37,11 +37,11 @@ func TestEndToEnd(t *testing.T) {
 	if testenv.Short() {
 		n = 300
 	}
-	b := sinktest.NewBacklog(t, "kafka_e2e", n, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "kafka_e2e", n, e2etest.DefaultAggregates())
 	topics := []string{"payment.events", "merchant.events", "merchant.audit"}
 	c := newCluster(t, kfake.SeedTopics(3, topics...))
 
-	sinktest.RunCLI(t, "", b.RelayArgs("kafka://"+c.addr(), "--route", "merchant=merchant.audit")...)
+	e2etest.RunCLI(t, "", b.RelayArgs("kafka://"+c.addr(), "--route", "merchant=merchant.audit")...)
 
 	r := newReader(t, c.addr(), topics...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -50,7 +50,7 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dups := sinktest.CheckArrived(t, got, b, func(typ string) string {
+	dups := e2etest.CheckArrived(t, got, b, func(typ string) string {
 		if typ == "merchant" {
 			return "merchant.audit"
 		}
@@ -77,7 +77,7 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 		// A batch of 100 is about one produce request: hold an early one.
 		n, heldAt = 1000, 10
 	}
-	b := sinktest.NewBacklog(t, "kafka_e2e", n, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "kafka_e2e", n, e2etest.DefaultAggregates())
 	topics := []string{"payment.events", "merchant.events"}
 	c := newCluster(t, kfake.SeedTopics(3, topics...))
 
@@ -99,7 +99,7 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	relay := sinktest.StartCLI(t, b.RelayArgs("kafka://"+c.addr()+"?produce_timeout=1s", "--batch", "100",
+	relay := e2etest.StartCLI(t, b.RelayArgs("kafka://"+c.addr()+"?produce_timeout=1s", "--batch", "100",
 		"--max-retries", "1000", "--backoff-min", "10ms", "--backoff-max", "200ms", "--poll-interval", "50ms")...)
 	relay.Await(ctx, t, 5*time.Millisecond, fmt.Sprintf("%d produce requests", heldAt), func() bool {
 		select {
@@ -140,7 +140,7 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dups := sinktest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
+	dups := e2etest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
 	if dups > 2*100 {
 		t.Fatalf("%d duplicates after one broker restart with batches of 100: more than the work in flight", dups)
 	}

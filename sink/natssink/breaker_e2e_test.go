@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // TestE2EServerDownBehindBreaker stops a private JetStream server for 2
@@ -17,15 +17,15 @@ import (
 // is back the backlog drains within 60 s, in order.
 func TestE2EServerDownBehindBreaker(t *testing.T) {
 	t.Parallel()
-	outage := sinktest.BrokerOutage(testenv.Short())
+	outage := e2etest.BrokerOutage(testenv.Short())
 	e := startEmbedded(t)
 	n := 2000
-	b := sinktest.NewBacklog(t, "brk_nats", n, sinktest.Aggregates(80, 20))
+	b := e2etest.NewBacklog(t, "brk_nats", n, e2etest.Aggregates(80, 20))
 	_, js := jsClient(t, e.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), outage+4*time.Minute)
 	defer cancel()
 	// A rate limit keeps most of the backlog waiting when the server stops.
-	relay := sinktest.StartCLI(t, append(b.RelayArgs(e.URL+"?reconnect_wait=50ms&rate=100/s"), "--poll-interval", "1s", "--batch", "100")...)
+	relay := e2etest.StartCLI(t, append(b.RelayArgs(e.URL+"?reconnect_wait=50ms&rate=100/s"), "--poll-interval", "1s", "--batch", "100")...)
 	relay.Await(ctx, t, 20*time.Millisecond, fmt.Sprintf("%d events in the stream", n/10), func() bool {
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
 		defer scancel()
@@ -35,7 +35,7 @@ func TestE2EServerDownBehindBreaker(t *testing.T) {
 	e.stop()
 	down := time.Now()
 	relay.Await(ctx, t, 200*time.Millisecond, "the breaker to open", func() bool { return b.BreakerOpened(t) })
-	if err := sinktest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
+	if err := e2etest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.restart(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/sinktest"
@@ -25,7 +26,7 @@ import (
 // if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		sinktest.RemoveCLI()
+		e2etest.RemoveCLI()
 		os.Exit(code)
 	}))
 }
@@ -67,11 +68,11 @@ func readStream(t *testing.T, js jetstream.JetStream, stream string) []sinktest.
 	return out
 }
 
-// checkDelivered asserts what sinktest.CheckArrived does, and that no
+// checkDelivered asserts what e2etest.CheckArrived does, and that no
 // event is in the stream twice (the stream drops repeats by Nats-Msg-Id).
-func checkDelivered(t *testing.T, got []sinktest.Received, b *sinktest.Backlog, subjectOf func(aggType string) string) {
+func checkDelivered(t *testing.T, got []sinktest.Received, b *e2etest.Backlog, subjectOf func(aggType string) string) {
 	t.Helper()
-	if dups := sinktest.CheckArrived(t, got, b, subjectOf); dups != 0 {
+	if dups := e2etest.CheckArrived(t, got, b, subjectOf); dups != 0 {
 		t.Fatalf("%d events are in the stream twice", dups)
 	}
 }
@@ -82,11 +83,11 @@ func checkDelivered(t *testing.T, got []sinktest.Received, b *sinktest.Backlog, 
 func TestE2EDrainSharedServer(t *testing.T) {
 	url := sharedURL(t)
 	id := uniq()
-	b := sinktest.NewBacklog(t, "e2e_nats", 2000, sinktest.Aggregates(30, 10))
+	b := e2etest.NewBacklog(t, "e2e_nats", 2000, e2etest.Aggregates(30, 10))
 	stream := "E" + id
 	t.Cleanup(func() { deleteStream(t, url, stream) })
 	sinkURL := fmt.Sprintf("%s?subject=e%s.{aggregate_type}.events&stream=%s&stream_subjects=e%s.*.*", url, id, stream, id)
-	sinktest.RunCLI(t, "", b.RelayArgs(sinkURL, "--route", "merchant=e"+id+".merchant.audit")...)
+	e2etest.RunCLI(t, "", b.RelayArgs(sinkURL, "--route", "merchant=e"+id+".merchant.audit")...)
 	if n := b.Processed(t); n != len(b.Events) {
 		t.Fatalf("%d of %d events PROCESSED after the drain", n, len(b.Events))
 	}
@@ -104,8 +105,8 @@ func TestE2EDrainSharedServer(t *testing.T) {
 // OUTBOX on *.events, which the sink creates.
 func TestE2EDrainDefaults(t *testing.T) {
 	e := startEmbedded(t)
-	b := sinktest.NewBacklog(t, "e2e_nats", 2000, sinktest.Aggregates(30, 10))
-	sinktest.RunCLI(t, "", b.RelayArgs(e.URL)...)
+	b := e2etest.NewBacklog(t, "e2e_nats", 2000, e2etest.Aggregates(30, 10))
+	e2etest.RunCLI(t, "", b.RelayArgs(e.URL)...)
 	if n := b.Processed(t); n != len(b.Events) {
 		t.Fatalf("%d of %d events PROCESSED after the drain", n, len(b.Events))
 	}
@@ -132,10 +133,10 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	if testenv.Short() {
 		n = 5000
 	}
-	b := sinktest.NewBacklog(t, "e2e_nats", n, sinktest.Aggregates(80, 20))
+	b := e2etest.NewBacklog(t, "e2e_nats", n, e2etest.Aggregates(80, 20))
 	_, js := jsClient(t, e.URL)
 
-	relay := sinktest.StartCLI(t, b.RelayArgs(e.URL+"?publish_timeout=2s&reconnect_wait=50ms",
+	relay := e2etest.StartCLI(t, b.RelayArgs(e.URL+"?publish_timeout=2s&reconnect_wait=50ms",
 		"--batch", "100", "--backoff-min", "10ms", "--backoff-max", "200ms", "--max-retries", "1000")...)
 
 	// Wait until a tenth of the backlog is in the stream, then restart.
@@ -178,8 +179,8 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 func TestE2EServerUpAfterRelayStarts(t *testing.T) {
 	e := startEmbedded(t)
 	e.stop()
-	b := sinktest.NewBacklog(t, "e2e_nats", 500, sinktest.Aggregates(8, 4))
-	relay := sinktest.StartCLI(t, b.RelayArgs(e.URL+"?reconnect_wait=50ms")...)
+	b := e2etest.NewBacklog(t, "e2e_nats", 500, e2etest.Aggregates(8, 4))
+	relay := e2etest.StartCLI(t, b.RelayArgs(e.URL+"?reconnect_wait=50ms")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	relay.Await(ctx, t, 20*time.Millisecond, "a WARN that NATS is unreachable", func() bool {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // TestEndToEndServerDownBehindBreaker stops a private redis-server for 2
@@ -17,20 +17,20 @@ import (
 // nothing lost, in order.
 func TestEndToEndServerDownBehindBreaker(t *testing.T) {
 	t.Parallel()
-	outage := sinktest.BrokerOutage(testenv.Short())
+	outage := e2etest.BrokerOutage(testenv.Short())
 	n := 2000
 	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	b := sinktest.NewBacklog(t, "brk_redis", n, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "brk_redis", n, e2etest.DefaultAggregates())
 	ctx, cancel := context.WithTimeout(context.Background(), outage+4*time.Minute)
 	defer cancel()
 	// A rate limit keeps most of the backlog waiting when the server stops.
-	relay := sinktest.StartCLI(t, append(b.RelayArgs("redis://"+srv.addr()+"/0?timeout=2s&rate=100/s"),
+	relay := e2etest.StartCLI(t, append(b.RelayArgs("redis://"+srv.addr()+"/0?timeout=2s&rate=100/s"),
 		"--poll-interval", "1s", "--batch", "100")...)
 	relay.Await(ctx, t, 100*time.Millisecond, "a first delivery", func() bool { return b.Processed(t) > 0 })
 	srv.kill()
 	down := time.Now()
 	relay.Await(ctx, t, 200*time.Millisecond, "the breaker to open", func() bool { return b.BreakerOpened(t) })
-	if err := sinktest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
+	if err := e2etest.WaitOutage(ctx, outage-time.Since(down)); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.restart(ctx); err != nil {
@@ -43,5 +43,5 @@ func TestEndToEndServerDownBehindBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sinktest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
+	e2etest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
 }

@@ -13,15 +13,15 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // TestMain removes the CLI the tests built, and fails the package's tests
 // if a goroutine they started is still running once they all passed.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		sinktest.RemoveCLI()
+		e2etest.RemoveCLI()
 		os.Exit(code)
 	}))
 }
@@ -40,9 +40,9 @@ func TestEndToEnd(t *testing.T) {
 	prefix := uniquePrefix(t)
 	c := newClient(t, addr, db)
 	dropPrefix(t, c, prefix)
-	b := sinktest.NewBacklog(t, "redis_e2e", n, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "redis_e2e", n, e2etest.DefaultAggregates())
 
-	sinktest.RunCLI(t, "", b.RelayArgs(fmt.Sprintf("redis://%s/%d?stream=%s.{aggregate_type}.events", addr, db, prefix),
+	e2etest.RunCLI(t, "", b.RelayArgs(fmt.Sprintf("redis://%s/%d?stream=%s.{aggregate_type}.events", addr, db, prefix),
 		"--route", "merchant="+prefix+".merchant.audit")...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -51,7 +51,7 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dups := sinktest.CheckArrived(t, got, b, func(typ string) string {
+	dups := e2etest.CheckArrived(t, got, b, func(typ string) string {
 		if typ == "merchant" {
 			return prefix + ".merchant.audit"
 		}
@@ -81,11 +81,11 @@ func TestEndToEndServerRestart(t *testing.T) {
 	}
 	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := newClient(t, srv.addr(), 0)
-	b := sinktest.NewBacklog(t, "redis_e2e", n, sinktest.DefaultAggregates())
+	b := e2etest.NewBacklog(t, "redis_e2e", n, e2etest.DefaultAggregates())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	relay := sinktest.StartCLI(t, b.RelayArgs("redis://"+srv.addr()+"/0?timeout=2s", "--batch", "100",
+	relay := e2etest.StartCLI(t, b.RelayArgs("redis://"+srv.addr()+"/0?timeout=2s", "--batch", "100",
 		"--max-retries", "1000", "--backoff-min", "10ms", "--backoff-max", "200ms", "--poll-interval", "50ms")...)
 
 	// Wait for part of the backlog, then hold the relay's writes.
@@ -114,7 +114,7 @@ func TestEndToEndServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dups := sinktest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
+	dups := e2etest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
 	if dups > 2*100 {
 		t.Fatalf("%d duplicates after one server restart with batches of 100: more than the work in flight", dups)
 	}
@@ -134,9 +134,9 @@ func TestEndToEndServerUpAfterRelayStarts(t *testing.T) {
 	srv := startServer(t)
 	srv.kill()
 	const n, rate, burst = 300, 400.0, 20
-	b := sinktest.NewBacklog(t, "redis_e2e", n, sinktest.Aggregates(8, 4))
+	b := e2etest.NewBacklog(t, "redis_e2e", n, e2etest.Aggregates(8, 4))
 	start := time.Now()
-	relay := sinktest.StartCLI(t, b.RelayArgs(fmt.Sprintf("redis://%s/0?stream=late.{aggregate_type}&rate=%v/s&burst=%d", srv.addr(), rate, burst),
+	relay := e2etest.StartCLI(t, b.RelayArgs(fmt.Sprintf("redis://%s/0?stream=late.{aggregate_type}&rate=%v/s&burst=%d", srv.addr(), rate, burst),
 		"--route-limit", "late.merchant=rate=0")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -159,7 +159,7 @@ func TestEndToEndServerUpAfterRelayStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dups := sinktest.CheckArrived(t, got, b, func(typ string) string { return "late." + typ }); dups != 0 {
+	if dups := e2etest.CheckArrived(t, got, b, func(typ string) string { return "late." + typ }); dups != 0 {
 		t.Fatalf("%d duplicates", dups)
 	}
 	// The payment events (3 in 4) went at most burst + rate*t.

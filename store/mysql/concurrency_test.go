@@ -15,9 +15,10 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/mysql"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // syncBuffer collects log lines from several goroutines.
@@ -36,27 +37,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// waitUntil polls cond until it holds or the timeout passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		ok, err := cond()
-		if err != nil {
-			lastErr = err
-		} else if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
-		}
-		<-tick.C
-	}
 }
 
 func isConflict(err error) bool {
@@ -88,7 +68,7 @@ func TestProducersWhileTwoRelaysClaim(t *testing.T) {
 	if testing.Short() {
 		txPerProducer = 40
 	}
-	recs := storetest.NewRecorders(2)
+	recs := relaytest.NewRecorders(2)
 	var relays []*relay.Relay
 	for i, rec := range recs {
 		r, err := relay.New(relay.Config{
@@ -158,7 +138,7 @@ func TestProducersWhileTwoRelaysClaim(t *testing.T) {
 	}
 	wg.Wait()
 	total := len(committed)
-	waitUntil(t, 3*time.Minute, "every committed event PROCESSED", func() (bool, error) {
+	wait.Until(t, 3*time.Minute, "every committed event PROCESSED", func() (bool, error) {
 		st, err := s.Stats(ctx, true)
 		return st.Counts[outbox.StatusProcessed] == int64(total), err
 	})
@@ -177,7 +157,7 @@ func TestProducersWhileTwoRelaysClaim(t *testing.T) {
 			t.Fatalf("event %s delivered %d times, want once (no faults were injected)", id, seen[id])
 		}
 	}
-	if err := storetest.CheckOrder(all); err != nil {
+	if err := relaytest.CheckOrder(all); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range relays {

@@ -27,7 +27,8 @@
 //
 // The backend keeps the guarantees of package outbox, with the same state
 // machine, claim rules and audit trail as the PostgreSQL backend, and is
-// checked by the same conformance suite (store/storetest):
+// checked by the same conformance suites (store/storetest for the Store
+// contract, relay/relaytest for the guarantees through the relay):
 //
 //   - Atomic: events are rows written in the caller's transaction.
 //   - Per-aggregate order: Enqueue locks a row per aggregate (a fixed table

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -80,7 +81,7 @@ func TestAggregateLockSerializesProducers(t *testing.T) {
 		second, err = s.Enqueue(ctx, t2, payment("tx-1", 2))
 		done <- err
 	}()
-	waitUntil(t, 30*time.Second, "the second producer to wait for the aggregate's lock", func() (bool, error) {
+	wait.Until(t, 30*time.Second, "the second producer to wait for the aggregate's lock", func() (bool, error) {
 		return lockWaiting(ctx, db, conn2)
 	})
 	select {
@@ -141,7 +142,7 @@ func TestPlainInsertWaitsForEnqueue(t *testing.T) {
 		_, err := conn.ExecContext(ctx, "INSERT INTO `"+s.Table()+"` (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'tx-1', 'E', '{}')")
 		done <- err
 	}()
-	waitUntil(t, 30*time.Second, "the plain INSERT to wait for the aggregate's lock", func() (bool, error) {
+	wait.Until(t, 30*time.Second, "the plain INSERT to wait for the aggregate's lock", func() (bool, error) {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
             WHERE id = ? AND info LIKE 'INSERT INTO %'`, conn2).Scan(&n)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/mysql"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // TestProducerSessionTimeZone: a producer whose session is at +09:00
@@ -78,7 +78,7 @@ func TestProducerSessionTimeZone(t *testing.T) {
 	}
 
 	// A relay delivers them at once: all four within the drain.
-	rec := &storetest.Recorder{Name: "sink"}
+	rec := &relaytest.Recorder{Name: "sink"}
 	drainWith(t, s, rec)
 	if got := len(rec.Deliveries()); got != 4 {
 		t.Fatalf("delivered %d of the 4 events written at +09:00", got)
@@ -86,7 +86,7 @@ func TestProducerSessionTimeZone(t *testing.T) {
 }
 
 // drainWith runs a relay on s into rec until nothing is due.
-func drainWith(t *testing.T, s *mysql.Store, rec *storetest.Recorder) {
+func drainWith(t *testing.T, s *mysql.Store, rec *relaytest.Recorder) {
 	t.Helper()
 	r, err := relay.New(relay.Config{Store: s, Sink: rec, RelayID: "tz", PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
 	if err != nil {

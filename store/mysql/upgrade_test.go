@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -27,7 +28,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if err := s.MigrateUpTo(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	storetest.RunUpgradeFromV1(t, storetest.UpgradeHarness{
+	relaytest.RunUpgradeFromV1(t, relaytest.UpgradeHarness{
 		Store: s, DB: db, Table: table,
 		InsertV1: "INSERT INTO `" + table + "` (event_id, aggregate_type, aggregate_id, event_type, payload, headers, status, " +
 			"created_at, available_at, locked_until) VALUES (?, 'payment', ?, 'OldEvent', '{\"old\":true}', '{}', ?, " +

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -65,7 +66,7 @@ func (il *interleaving) storeAs(role string) (*postgres.Store, string) {
 // waitsOnLock waits until a connection named app waits on a lock.
 func (il *interleaving) waitsOnLock(app, what string) {
 	il.t.Helper()
-	waitUntil(il.t, 30*time.Second, what, func() (bool, error) {
+	wait.Until(il.t, 30*time.Second, what, func() (bool, error) {
 		var n int
 		err := il.pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
@@ -93,7 +94,7 @@ func (il *interleaving) claimExpired(agg string) *store.Claim {
 	if err != nil || len(c.Events) != 1 {
 		il.t.Fatalf("claim: %v, %d events", err, len(c.Events))
 	}
-	waitUntil(il.t, 30*time.Second, "the lease to end on the database's clock", func() (bool, error) {
+	wait.Until(il.t, 30*time.Second, "the lease to end on the database's clock", func() (bool, error) {
 		var ended bool
 		err := il.pool.QueryRow(ctx, fmt.Sprintf(`SELECT locked_until < now() FROM %q WHERE id = $1`, il.table), c.Events[0].ID).Scan(&ended)
 		return ended, err
@@ -294,7 +295,7 @@ func TestInterleavingClaimWhileProducersOfOneAggregateEnqueue(t *testing.T) {
 		done <- result{ids, err}
 	}()
 	var second *result
-	waitUntil(t, 30*time.Second, "the second producer to wait on a lock (or to commit)", func() (bool, error) {
+	wait.Until(t, 30*time.Second, "the second producer to wait on a lock (or to commit)", func() (bool, error) {
 		select {
 		case r := <-done:
 			second = &r
@@ -348,27 +349,6 @@ func TestInterleavingClaimWhileProducersOfOneAggregateEnqueue(t *testing.T) {
 func payment(agg string, n int) outbox.Event {
 	return outbox.Event{AggregateType: "payment", AggregateID: agg, EventType: "ApprovalRequested",
 		Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))}
-}
-
-// waitUntil polls cond until it holds or the timeout passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		ok, err := cond()
-		if err != nil {
-			lastErr = err
-		} else if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
-		}
-		<-tick.C
-	}
 }
 
 // goComplete runs s.Complete(req) in a goroutine (it is expected to wait on

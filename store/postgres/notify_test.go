@@ -12,6 +12,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -61,9 +62,9 @@ func event(agg string) outbox.Event {
 
 // startRelay runs a relay with a one-minute poll interval: anything
 // delivered within the test's deadline arrived through a wake-up.
-func startRelay(t *testing.T, s *postgres.Store, noListen bool) *storetest.Recorder {
+func startRelay(t *testing.T, s *postgres.Store, noListen bool) *relaytest.Recorder {
 	t.Helper()
-	rec := &storetest.Recorder{Name: "sink"}
+	rec := &relaytest.Recorder{Name: "sink"}
 	r, err := relay.New(relay.Config{Store: s, Sink: rec, PollInterval: time.Minute, NoListen: noListen,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -90,7 +91,7 @@ func startRelay(t *testing.T, s *postgres.Store, noListen bool) *storetest.Recor
 	return rec
 }
 
-func waitDelivered(t *testing.T, rec *storetest.Recorder, n int, how string) {
+func waitDelivered(t *testing.T, rec *relaytest.Recorder, n int, how string) {
 	t.Helper()
 	deadline := time.After(15 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -136,7 +137,7 @@ func TestPollingAloneDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &storetest.Recorder{Name: "sink"}
+	rec := &relaytest.Recorder{Name: "sink"}
 	r, err := relay.New(relay.Config{Store: s, Sink: rec, PollInterval: 50 * time.Millisecond, NoListen: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

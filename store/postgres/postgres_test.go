@@ -10,6 +10,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -87,6 +88,12 @@ func scale() float64 {
 	return 1
 }
 
+// TestConformance runs the Store conformance suite.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
+}
+
+// TestRelayConformance runs the relay-over-store suite on the same harness.
+func TestRelayConformance(t *testing.T) {
+	relaytest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -31,7 +32,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
-	storetest.RunUpgradeFromV1(t, storetest.UpgradeHarness{
+	relaytest.RunUpgradeFromV1(t, relaytest.UpgradeHarness{
 		Store: s, DB: db, Table: table, Bind: storetest.DollarPlaceholders,
 		InsertV1: `INSERT INTO ` + table + ` (event_id, aggregate_type, aggregate_id, event_type, payload, status, locked_until)
 			VALUES (?::uuid, 'payment', ?, 'OldEvent', '{"old":true}', ?, now() - interval '1 hour')`,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/sqlite"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -75,6 +76,12 @@ func newConformanceHarness(t testing.TB) *storetest.Harness {
 	}
 }
 
+// TestConformance runs the Store conformance suite.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newConformanceHarness(t) })
+}
+
+// TestRelayConformance runs the relay-over-store suite on the same harness.
+func TestRelayConformance(t *testing.T) {
+	relaytest.Run(t, func(t *testing.T) *storetest.Harness { return newConformanceHarness(t) })
 }

@@ -30,7 +30,8 @@
 // The backend keeps the guarantees of package outbox, with the same schema,
 // state machine, claim rules and audit trail as the PostgreSQL backend (its
 // statements are translations of that backend's), and is checked by the same
-// conformance suite (store/storetest):
+// conformance suites (store/storetest for the Store contract, relay/relaytest
+// for the guarantees through the relay):
 //
 //   - Atomic: events are rows written in the caller's transaction.
 //   - Per-aggregate order: SQLite has one writer at a time and assigns ids at

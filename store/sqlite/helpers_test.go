@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/sqlite"
 )
@@ -145,24 +146,10 @@ func (e *env) dbNow(t testing.TB) time.Time {
 	return tm
 }
 
-// waitFor polls cond every 5ms until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // waitDBClockPast waits until SQLite's clock is strictly after tm.
 func (e *env) waitDBClockPast(t testing.TB, tm time.Time) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "the database clock to pass "+tm.String(), func() bool { return e.dbNow(t).After(tm) })
+	wait.For(t, 5*time.Second, "the database clock to pass "+tm.String(), func() bool { return e.dbNow(t).After(tm) })
 }
 
 func eventIDs(c *store.Claim) []outbox.EventID {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/sqlite"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -33,7 +34,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	var purged int64
-	storetest.RunUpgradeFromV1(t, storetest.UpgradeHarness{
+	relaytest.RunUpgradeFromV1(t, relaytest.UpgradeHarness{
 		Store: s, DB: db, Table: `"` + table + `"`,
 		InsertV1: `INSERT INTO "` + table + `" (event_id, aggregate_type, aggregate_id, event_type, payload, status, locked_until)
 			VALUES (?, 'payment', ?, 'OldEvent', '{"old":true}', ?, strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hour'))`,

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 )
 
-// withCompensation returns e with a deadline already past (unless it has
+// WithCompensation returns e with a deadline already past (unless it has
 // one) and an on_expired of type ApprovalExpired.
-func withCompensation(e outbox.Event, payload string) outbox.Event {
+func WithCompensation(e outbox.Event, payload string) outbox.Event {
 	if e.TTL == 0 && e.ExpiresAt.IsZero() {
 		e.ExpiresAt = time.Now().Add(-time.Second)
 	}
@@ -43,10 +43,10 @@ func compensationsOf(t testing.TB, h *Harness, aggregateID string, expired outbo
 	return out
 }
 
-// checkCompensated checks that expired ended EXPIRED with exactly one
+// CheckCompensated checks that expired ended EXPIRED with exactly one
 // compensating event on its aggregate, after its other events, linked
 // both ways.
-func checkCompensated(t testing.TB, h *Harness, aggregateID string, expired outbox.EventID, wantPayload string) store.Record {
+func CheckCompensated(t testing.TB, h *Harness, aggregateID string, expired outbox.EventID, wantPayload string) store.Record {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := h.Store.GetEvent(ctx, expired)
@@ -100,13 +100,13 @@ func checkCompensated(t testing.TB, h *Harness, aggregateID string, expired outb
 func testCompensationBySweeper(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	// BLOCKED behind a FAILED head, so that only the sweeper can expire it.
-	enqueue(t, h, ev("sw", 1))
+	Enqueue(t, h, PaymentEvent("sw", 1))
 	f := claim(t, h.Store, 10, time.Minute, true)
 	complete(t, h.Store, f, true, outcomes(f, store.Failed))
-	e := withCompensation(ev("sw", 2), `{"reason":"qr code expired"}`)
+	e := WithCompensation(PaymentEvent("sw", 2), `{"reason":"qr code expired"}`)
 	e.ExpiresAt, e.TTL = time.Time{}, 100*time.Millisecond
-	ids := enqueue(t, h, e, ev("sw", 3))
-	waitFor(t, 10*time.Second, "the sweeper to expire the waiting event", func() (bool, error) {
+	ids := Enqueue(t, h, e, PaymentEvent("sw", 3))
+	wait.Until(t, 10*time.Second, "the sweeper to expire the waiting event", func() (bool, error) {
 		_, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true})
 		if err != nil {
 			return false, err
@@ -114,14 +114,14 @@ func testCompensationBySweeper(t *testing.T, h *Harness) {
 		r, err := h.Store.GetEvent(ctx, ids[0])
 		return r.Status == outbox.StatusExpired, err
 	})
-	c := checkCompensated(t, h, "sw", ids[0], `{"reason":"qr code expired"}`)
+	c := CheckCompensated(t, h, "sw", ids[0], `{"reason":"qr code expired"}`)
 	if later, _ := h.Store.GetEvent(ctx, ids[1]); c.ID <= later.ID {
 		t.Errorf("compensating row %d is before the aggregate's later event %d", c.ID, later.ID)
 	}
 	if _, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true}); err != nil {
 		t.Fatal(err)
 	}
-	checkCompensated(t, h, "sw", ids[0], "")
+	CheckCompensated(t, h, "sw", ids[0], "")
 }
 
 // testCompensationByComplete: an event the relay completes as EXPIRED (at
@@ -130,7 +130,7 @@ func testCompensationBySweeper(t *testing.T, h *Harness) {
 // and a requeue that expires again, add none.
 func testCompensationByComplete(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	ids := enqueue(t, h, withCompensation(ev("cl", 1), ""))
+	ids := Enqueue(t, h, WithCompensation(PaymentEvent("cl", 1), ""))
 	c := claim(t, h.Store, 10, time.Minute, true)
 	if len(c.Events) != 1 || !c.Events[0].Expired {
 		t.Fatalf("claim = %+v, want the expired event flagged", c.Events)
@@ -138,7 +138,7 @@ func testCompensationByComplete(t *testing.T, h *Harness) {
 	outs := outcomes(c, store.Expired)
 	complete(t, h.Store, c, true, outs)
 	complete(t, h.Store, c, true, outs) // a replay after an ambiguous commit
-	comp := checkCompensated(t, h, "cl", ids[0], `"expired_event_id":"`+ids[0].String()+`"`)
+	comp := CheckCompensated(t, h, "cl", ids[0], `"expired_event_id":"`+ids[0].String()+`"`)
 	for _, want := range []string{`"expired_event_type":"ApprovalRequested"`, `"aggregate_id":"cl"`, `"payload":{"aggregate":"cl","n":1}`} {
 		if !strings.Contains(string(comp.Payload), want) {
 			t.Errorf("template payload %s lacks %s", comp.Payload, want)
@@ -147,9 +147,9 @@ func testCompensationByComplete(t *testing.T, h *Harness) {
 
 	// A late send: not expired at claim, the relay found the deadline
 	// passed during delivery.
-	late := withCompensation(ev("late", 1), `{"late":true}`)
+	late := WithCompensation(PaymentEvent("late", 1), `{"late":true}`)
 	late.ExpiresAt, late.TTL = time.Time{}, time.Hour
-	lateIDs := enqueue(t, h, late, ev("late", 2))
+	lateIDs := Enqueue(t, h, late, PaymentEvent("late", 2))
 	c = claim(t, h.Store, 10, time.Minute, true)
 	var lateOuts []store.Outcome
 	for _, o := range outcomes(c, store.Released) {
@@ -159,14 +159,14 @@ func testCompensationByComplete(t *testing.T, h *Harness) {
 		lateOuts = append(lateOuts, o)
 	}
 	complete(t, h.Store, c, true, lateOuts)
-	checkCompensated(t, h, "late", lateIDs[0], `{"late":true}`)
+	CheckCompensated(t, h, "late", lateIDs[0], `{"late":true}`)
 
 	// An operator requeues the expired event with a new deadline, and it
 	// expires again: still one compensating event.
 	if err := h.Store.Requeue(ctx, store.OperatorAction{EventID: ids[0], Actor: "bob", NewTTL: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the requeued event to expire again", func() (bool, error) {
+	wait.Until(t, 10*time.Second, "the requeued event to expire again", func() (bool, error) {
 		_, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true})
 		if err != nil {
 			return false, err
@@ -185,55 +185,7 @@ func testCompensationByComplete(t *testing.T, h *Harness) {
 		r, err := h.Store.GetEvent(ctx, ids[0])
 		return r.Status == outbox.StatusExpired, err
 	})
-	checkCompensated(t, h, "cl", ids[0], "")
-}
-
-// testCompensationThroughRelay: the relay retries an event until its
-// deadline passes; it ends EXPIRED, never delivered, and its compensating
-// event is delivered after it, once, with outbox-compensates set.
-func testCompensationThroughRelay(t *testing.T, h *Harness) {
-	ctx := context.Background()
-	e := withCompensation(ev("rl", 1), `{"merchant":"m-1"}`)
-	e.ExpiresAt, e.TTL = time.Time{}, 500*time.Millisecond
-	ids := enqueue(t, h, e)
-	rec := &Recorder{Fail: func(m outbox.Message) error {
-		if m.EventType == "ApprovalRequested" {
-			return errors.New("gateway unavailable")
-		}
-		return nil
-	}}
-	cfg := testConfig(h, rec, "comp")
-	cfg.MaxRetries = 1000
-	r := newRelay(t, cfg)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
-	compID := store.CompensationID(ids[0])
-	waitFor(t, 30*time.Second, "the compensating event to be delivered", func() (bool, error) {
-		for _, d := range rec.Deliveries() {
-			if d.EventID == compID {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	n := 0
-	for _, d := range rec.Deliveries() {
-		switch d.EventID {
-		case ids[0]:
-			t.Errorf("the expired event was delivered")
-		case compID:
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("compensating event delivered %d times, want 1", n)
-	}
-	checkCompensated(t, h, "rl", ids[0], `{"merchant":"m-1"}`)
+	CheckCompensated(t, h, "cl", ids[0], "")
 }
 
 // testOnExpiredBadInput: a bad on_expired is refused at Enqueue, naming
@@ -251,7 +203,7 @@ func testOnExpiredBadInput(t *testing.T, h *Harness) {
 		{"event type too long", func(e *outbox.Event) { e.OnExpired.EventType = strings.Repeat("x", 201) }, "limit is 200"},
 	}
 	for _, tc := range cases {
-		e := withCompensation(ev("bad", 1), "")
+		e := WithCompensation(PaymentEvent("bad", 1), "")
 		tc.mod(&e)
 		tx, err := h.Begin(ctx)
 		if err != nil {
@@ -264,60 +216,7 @@ func testOnExpiredBadInput(t *testing.T, h *Harness) {
 			t.Errorf("%s: Enqueue = %v, want an invalid-event error on on_expired saying %q", tc.name, err, tc.want)
 		}
 	}
-	if n := countStatus(t, h.Store, outbox.StatusPending); n != 0 {
+	if n := CountStatus(t, h.Store, outbox.StatusPending); n != 0 {
 		t.Fatalf("refused events wrote %d rows", n)
 	}
-}
-
-// testMinTimeLeft: a route with min_time_left=2s never sends an event with
-// 1 s left: it ends EXPIRED with the reason, and its compensating event
-// goes out instead; an event with time to spare is delivered.
-func testMinTimeLeft(t *testing.T, h *Harness) {
-	ctx := context.Background()
-	short := withCompensation(ev("mtl-short", 1), "")
-	short.ExpiresAt, short.TTL = time.Time{}, time.Second
-	long := ev("mtl-long", 1)
-	long.TTL = time.Minute
-	ids := enqueue(t, h, short, long)
-	rec := &Recorder{}
-	limited, err := sink.Limit(rec, sink.LimitConfig{Default: sink.Limits{MinTimeLeft: 2 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRelay(t, testConfig(h, limited, "mtl"))
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
-	compID := store.CompensationID(ids[0])
-	waitFor(t, 30*time.Second, "both events and the compensation to be final", func() (bool, error) {
-		for _, id := range []outbox.EventID{ids[0], ids[1], compID} {
-			r, err := h.Store.GetEvent(ctx, id)
-			if err != nil {
-				return false, nil // the compensation may not exist yet
-			}
-			if !r.Status.Final() {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	delivered := map[outbox.EventID]bool{}
-	for _, d := range rec.Deliveries() {
-		delivered[d.EventID] = true
-	}
-	if delivered[ids[0]] || !delivered[ids[1]] || !delivered[compID] {
-		t.Fatalf("delivered: 1 s left %v, 1 min left %v, compensation %v; want false, true, true", delivered[ids[0]], delivered[ids[1]], delivered[compID])
-	}
-	rec0, err := h.Store.GetEvent(ctx, ids[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec0.Status != outbox.StatusExpired || !strings.Contains(rec0.LastError, "not enough time left: ") || !strings.Contains(rec0.LastError, " s < 2 s") {
-		t.Fatalf("the event with 1 s left: %s %q; want EXPIRED with \"not enough time left: ... s < 2 s\"", rec0.Status, rec0.LastError)
-	}
-	checkCompensated(t, h, "mtl-short", ids[0], "")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -24,9 +25,9 @@ func RunRequeue(t *testing.T, newHarness Factory) {
 
 func testRequeueByFilter(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	merchant := ev("f", 1)
+	merchant := PaymentEvent("f", 1)
 	merchant.AggregateType = "merchant"
-	ids := enqueue(t, h, ev("a", 1), ev("a", 2), ev("b", 1), ev("c", 1), ev("d", 1), ev("e", 1), merchant)
+	ids := Enqueue(t, h, PaymentEvent("a", 1), PaymentEvent("a", 2), PaymentEvent("b", 1), PaymentEvent("c", 1), PaymentEvent("d", 1), PaymentEvent("e", 1), merchant)
 	a, a2, b, c, d, e, f := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6]
 	claim, err := h.Store.Claim(ctx, store.ClaimRequest{RelayID: "test", Limit: 100, Lease: time.Minute, FailedBlocks: true})
 	if err != nil {
@@ -58,7 +59,7 @@ func testRequeueByFilter(t *testing.T, h *Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the clock to pass the first group's end", func() (bool, error) {
+	wait.Until(t, 10*time.Second, "the clock to pass the first group's end", func() (bool, error) {
 		return time.Now().After(first.ProcessedAt.Add(5 * time.Millisecond)), nil
 	})
 	complete(out(e, store.Failed, "HTTP 503 again"), out(f, store.Failed, "http 503 from the merchant API"))

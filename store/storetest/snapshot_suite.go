@@ -49,34 +49,34 @@ func testSnapshotKnownDataSet(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	// Three FAILED heads; two of them have a later event waiting (blocked
 	// aggregates), the third has none.
-	enqueue(t, h, ev("f1", 1), ev("f2", 1), ev("f3", 1))
+	Enqueue(t, h, PaymentEvent("f1", 1), PaymentEvent("f2", 1), PaymentEvent("f3", 1))
 	c := claim(t, h.Store, 10, time.Minute, true)
 	complete(t, h.Store, c, true, outcomes(c, store.Failed))
-	enqueue(t, h, ev("f1", 2), ev("f2", 2))
+	Enqueue(t, h, PaymentEvent("f1", 2), PaymentEvent("f2", 2))
 	if _, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Two PROCESSED, one EXPIRED.
-	enqueue(t, h, ev("ok", 1), ev("ok", 2))
+	Enqueue(t, h, PaymentEvent("ok", 1), PaymentEvent("ok", 2))
 	c = claim(t, h.Store, 10, time.Minute, true)
 	complete(t, h.Store, c, true, outcomes(c, store.Delivered))
-	enqueue(t, h, ev("late", 1))
+	Enqueue(t, h, PaymentEvent("late", 1))
 	c = claim(t, h.Store, 10, time.Minute, true)
 	complete(t, h.Store, c, true, outcomes(c, store.Expired))
 	// One PENDING in a retry backoff of an hour, one PROCESSING.
-	enqueue(t, h, ev("backoff", 1))
+	Enqueue(t, h, PaymentEvent("backoff", 1))
 	c = claim(t, h.Store, 10, time.Minute, true)
 	outs := outcomes(c, store.Retry)
 	outs[0].RetryIn = time.Hour
 	complete(t, h.Store, c, true, outs)
-	enqueue(t, h, ev("inflight", 1))
+	Enqueue(t, h, PaymentEvent("inflight", 1))
 	if c = claim(t, h.Store, 10, time.Minute, true); len(c.Events) != 1 {
 		t.Fatalf("claim = %d events, want 1", len(c.Events))
 	}
 	// One PENDING delayed on purpose by an hour.
-	delayed := ev("delayed", 1)
+	delayed := PaymentEvent("delayed", 1)
 	delayed.Delay = time.Hour
-	enqueue(t, h, delayed)
+	Enqueue(t, h, delayed)
 
 	snap := snapshot(t, h, store.SnapshotRequest{FailedBlocks: true, Full: true, BlockedLimit: 10})
 	want := map[outbox.Status]int64{
@@ -117,9 +117,9 @@ func testSnapshotKnownDataSet(t *testing.T, h *Harness) {
 	}
 
 	// A due event that became due an hour ago is an hour behind.
-	due := ev("due", 1)
+	due := PaymentEvent("due", 1)
 	due.AvailableAt = time.Now().Add(-time.Hour)
-	enqueue(t, h, due)
+	Enqueue(t, h, due)
 	snap = snapshot(t, h, store.SnapshotRequest{BlockedLimit: 1})
 	if snap.OldestDuePendingAge < 59*time.Minute || snap.OldestDuePendingAge > 2*time.Hour {
 		t.Errorf("oldest due pending age = %s, want about 1h", snap.OldestDuePendingAge)
@@ -151,7 +151,7 @@ func testSnapshotKnownDataSet(t *testing.T, h *Harness) {
 // here sooner or later.
 func testSnapshotAgreesUnderWrites(t *testing.T, h *Harness) {
 	ctx := context.Background()
-	n := scaled(h, 40)
+	n := Scaled(h, 40)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -160,7 +160,7 @@ func testSnapshotAgreesUnderWrites(t *testing.T, h *Harness) {
 		defer close(done)
 		for i := range n {
 			agg := "agree-" + strconv.Itoa(i)
-			if _, err := enqueueErr(h, ev(agg, 1), ev(agg, 2)); err != nil {
+			if _, err := enqueueErr(h, PaymentEvent(agg, 1), PaymentEvent(agg, 2)); err != nil {
 				t.Errorf("enqueue: %v", err)
 				return
 			}

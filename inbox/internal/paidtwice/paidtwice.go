@@ -33,8 +33,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the consumer's database/sql driver
 
 	"github.com/txoutbox/outbox/inbox"
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
-	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
 // Fixture is the backlog in the producer's outbox and the consumer's
@@ -42,7 +42,7 @@ import (
 // so that a charge made twice is two rows).
 type Fixture struct {
 	t       *testing.T
-	Backlog *sinktest.Backlog
+	Backlog *e2etest.Backlog
 	N       int
 	DB      *sql.DB // the consumer's
 	Inbox   *inbox.Inbox
@@ -59,7 +59,7 @@ type Fixture struct {
 func New(t *testing.T, prefix string, n int) *Fixture {
 	t.Helper()
 	f := &Fixture{t: t, N: n, unrecorded: map[string]bool{}}
-	f.Backlog = sinktest.NewBacklog(t, prefix, n, sinktest.DefaultAggregates())
+	f.Backlog = e2etest.NewBacklog(t, prefix, n, e2etest.DefaultAggregates())
 	db, err := sql.Open("pgx", testenv.Postgres.Addr(t))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func (f *Fixture) Run(ctx context.Context, sinkURL string, kills int) {
 			break
 		}
 	}
-	relay := sinktest.StartCLI(t, f.Backlog.RelayArgs(sinkURL, RelayFlags()...)...)
+	relay := e2etest.StartCLI(t, f.Backlog.RelayArgs(sinkURL, RelayFlags()...)...)
 	relay.Wait(ctx, t)
 	if got := f.Backlog.Processed(t); got != f.N {
 		t.Fatalf("%d of %d events PROCESSED after the drain", got, f.N)
@@ -163,7 +163,7 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		defer lock.Rollback()
 	}
 	args := f.Backlog.RelayArgs(sinkURL, append(RelayFlags(), "--db", dsn)...)
-	relay := sinktest.StartCLI(t, slicesWithout(args, "--drain")...) // it runs until killed
+	relay := e2etest.StartCLI(t, slicesWithout(args, "--drain")...) // it runs until killed
 
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

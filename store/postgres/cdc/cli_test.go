@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txoutbox/outbox/sink/sinktest"
+	"github.com/txoutbox/outbox/internal/e2etest"
 )
 
 // The CLI around --source logical: /metrics exports the slot's lag,
@@ -26,7 +26,7 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 	}
 	admin := ln.Addr().String()
 	ln.Close()
-	relay := sinktest.StartCLI(t, "relay", "--db", h.dsn, "--table", h.table, "--sink", "discard://",
+	relay := e2etest.StartCLI(t, "relay", "--db", h.dsn, "--table", h.table, "--sink", "discard://",
 		"--source", "logical", "--slot", h.slot, "--publication", h.pub, "--admin", admin, "--stream-lease", "1s")
 	eventually(t, 30*time.Second, "the relay to stream", func() bool {
 		return strings.Contains(relay.Log(), "streaming from the logical replication slot")
@@ -44,12 +44,12 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 		return lagLine.Match(body)
 	})
 
-	out := sinktest.RunCLI(t, "", "status", "--db", h.dsn, "--table", h.table, "--slot", h.slot)
+	out := e2etest.RunCLI(t, "", "status", "--db", h.dsn, "--table", h.table, "--slot", h.slot)
 	if !regexp.MustCompile(`cdc slot lag\s+\d+ bytes \(slot ` + h.slot + `, streaming\)`).MatchString(out) {
 		t.Errorf("status does not show the slot's lag:\n%s", out)
 	}
 	var js map[string]any
-	if err := json.Unmarshal([]byte(sinktest.RunCLI(t, "", "status", "--json", "--db", h.dsn, "--table", h.table, "--slot", h.slot)), &js); err != nil {
+	if err := json.Unmarshal([]byte(e2etest.RunCLI(t, "", "status", "--json", "--db", h.dsn, "--table", h.table, "--slot", h.slot)), &js); err != nil {
 		t.Fatal(err)
 	}
 	if js["cdc_slot"] != h.slot || js["cdc_slot_active"] != true {
@@ -66,7 +66,7 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 		err := h.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&active)
 		return err == nil && !active
 	})
-	sinktest.RunCLI(t, "", "migrate", "--down", "--yes", "--db", h.dsn, "--table", h.table, "--slot", h.slot, "--publication", h.pub)
+	e2etest.RunCLI(t, "", "migrate", "--down", "--yes", "--db", h.dsn, "--table", h.table, "--slot", h.slot, "--publication", h.pub)
 	var slots, pubs int
 	if err := h.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1),
 		(SELECT count(*) FROM pg_publication WHERE pubname = $2)`, h.slot, h.pub).Scan(&slots, &pubs); err != nil {

@@ -12,10 +12,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
-	"github.com/txoutbox/outbox/sink/sinktest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/postgres/cdc"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -32,7 +32,7 @@ type stopCluster struct{ m *testing.M }
 func (s *stopCluster) Run() int {
 	code := s.m.Run()
 	testenv.StopLogicalPostgres()
-	sinktest.RemoveCLI()
+	e2etest.RemoveCLI()
 	return code
 }
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres/cdc"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // An idle outbox holds no WAL: while another table takes 64 MB of writes,
@@ -17,7 +17,7 @@ func TestIdleOutboxSlotFollowsOtherWrites(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	src := h.source(t, cdcConfig())
-	_, _ = runRelay(t, src, &storetest.Recorder{}, relay.Config{})
+	_, _ = runRelay(t, src, &relaytest.Recorder{}, relay.Config{})
 	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
 	ctx := context.Background()
 	other := fmt.Sprintf("%q", h.table+"_other") // dropped with the outbox's tables

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink/sinktest"
+	"github.com/txoutbox/outbox/internal/e2etest"
 )
 
 // received counts the deliveries per event id an HTTP endpoint saw.
@@ -69,9 +69,9 @@ func TestKilledStreamingRelayStandbyTakesOver(t *testing.T) {
 	}
 	// The slot and publication are made by the first relay; a first
 	// relay A streams, B stands by.
-	a := sinktest.StartCLI(t, relayArgs("relay-a")...)
+	a := e2etest.StartCLI(t, relayArgs("relay-a")...)
 	eventually(t, 30*time.Second, "relay-a to take the stream lease", func() bool { return h.holder(t) == "relay-a" })
-	b := sinktest.StartCLI(t, relayArgs("relay-b")...)
+	b := e2etest.StartCLI(t, relayArgs("relay-b")...)
 	eventually(t, 30*time.Second, "relay-b to stand by", func() bool { return strings.Contains(b.Log(), "standing by") })
 
 	const perRound = 1000
@@ -80,7 +80,7 @@ func TestKilledStreamingRelayStandbyTakesOver(t *testing.T) {
 			h.enqueue(t, fmt.Sprintf("agg-%d", i%25), 10)
 		}
 	}
-	kill := func(p *sinktest.Process, name, next string, delivered int) {
+	kill := func(p *e2etest.Process, name, next string, delivered int) {
 		t.Helper()
 		eventually(t, 60*time.Second, "deliveries to start", func() bool { _, n := rec.counts(); return n >= delivered })
 		p.Kill()
@@ -94,7 +94,7 @@ func TestKilledStreamingRelayStandbyTakesOver(t *testing.T) {
 	if d, _ := rec.counts(); d >= perRound {
 		t.Fatalf("all %d events were delivered before the kill; the kill did not land mid-stream", d)
 	}
-	a = sinktest.StartCLI(t, relayArgs("relay-a")...)
+	a = e2etest.StartCLI(t, relayArgs("relay-a")...)
 	eventually(t, 60*time.Second, "the first round delivered", func() bool { return h.count(t, outbox.StatusProcessed) == perRound })
 
 	produce()

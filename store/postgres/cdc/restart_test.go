@@ -8,8 +8,8 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres/cdc"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // A PostgreSQL restart during the stream (a private cluster of this test):
@@ -20,7 +20,7 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 	cluster := testenv.StartPostgresCluster(t)
 	h := newHarnessOn(t, cluster.DSN())
 	src := h.source(t, cdcConfig())
-	rec := &storetest.Recorder{}
+	rec := &relaytest.Recorder{}
 	_, stop := runRelay(t, src, rec, relay.Config{BatchSize: 20})
 	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
 	for i := 0; i < 20; i++ {
@@ -42,7 +42,7 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 		func() string { return "" })
 	eventually(t, 30*time.Second, "the relay to stream again", src.Streaming)
 	stop()
-	if err := storetest.CheckOrder(rec.Deliveries()); err != nil {
+	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
 		t.Error(err)
 	}
 	if src.ClaimedByPoll() != 0 {
@@ -58,7 +58,7 @@ func TestDroppedSlotIsRecreated(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	src := h.source(t, cdc.Config{PollInterval: 300 * time.Millisecond})
-	rec := &storetest.Recorder{}
+	rec := &relaytest.Recorder{}
 	_, stop := runRelay(t, src, rec, relay.Config{})
 	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
 	ctx := context.Background()
@@ -80,7 +80,7 @@ func TestDroppedSlotIsRecreated(t *testing.T) {
 	h.enqueue(t, "after", 3)
 	eventually(t, 30*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 6 })
 	stop()
-	if err := storetest.CheckOrder(rec.Deliveries()); err != nil {
+	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
 		t.Error(err)
 	}
 }

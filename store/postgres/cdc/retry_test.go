@@ -11,8 +11,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres/cdc"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // A sink that fails for one aggregate: the retry path owns its events
@@ -26,7 +26,7 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 	src := h.source(t, cdc.Config{PollInterval: 200 * time.Millisecond})
 	var mu sync.Mutex
 	flakyFails := 0
-	rec := &storetest.Recorder{Fail: func(m outbox.Message) error {
+	rec := &relaytest.Recorder{Fail: func(m outbox.Message) error {
 		switch m.AggregateID {
 		case "dead":
 			return outbox.Permanent(errors.New("rejected by the destination"))
@@ -76,7 +76,7 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 	})
 	stop()
 
-	if err := storetest.CheckOrder(rec.Deliveries()); err != nil {
+	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
 		t.Error(err)
 	}
 	if src.ClaimedByPoll() == 0 {
@@ -105,7 +105,7 @@ func TestStreamedEventPastDeadlineEndsExpired(t *testing.T) {
 	// claim by id runs, the claim skips that row and stops its aggregate
 	// there, leaving the second event to the safety-net poll.
 	src := h.source(t, cdc.Config{PollInterval: 300 * time.Millisecond})
-	rec := &storetest.Recorder{}
+	rec := &relaytest.Recorder{}
 	_, stop := runRelay(t, src, rec, relay.Config{})
 	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
-	"github.com/txoutbox/outbox/store/storetest"
+	"github.com/txoutbox/outbox/relay/relaytest"
 )
 
 // A backlog committed in many transactions while the relay streams: every
@@ -20,7 +20,7 @@ func TestStreamDeliversConcurrentBacklogInOrder(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	src := h.source(t, cdcConfig())
-	rec := &storetest.Recorder{}
+	rec := &relaytest.Recorder{}
 	_, stop := runRelay(t, src, rec, relay.Config{BatchSize: 50})
 	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
 
@@ -54,7 +54,7 @@ WHERE s.slot_name = $1`, h.slot).Scan(&walsenders); err != nil {
 	if len(ds) != total {
 		t.Errorf("%d deliveries, want %d (one per event)", len(ds), total)
 	}
-	if err := storetest.CheckOrder(ds); err != nil {
+	if err := relaytest.CheckOrder(ds); err != nil {
 		t.Error(err)
 	}
 	if got := src.ClaimedByStream(); got != int64(total) {

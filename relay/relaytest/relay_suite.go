@@ -1,12 +1,10 @@
-package storetest
+package relaytest
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,97 +12,13 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/relay"
-	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/storetest"
 )
 
-// RunRelay checks the guarantees end to end through the real relay.
-func RunRelay(t *testing.T, newHarness Factory) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, *Harness)
-	}{
-		{"RollbackNeverDeliversCommitAlways", testRollbackNeverDelivers},
-		{"ConcurrentRelaysExactlyOnce", testConcurrentRelays},
-		{"RetriesThenDelivered", testRetriesThenDelivered},
-		{"MaxRetriesFailsWithDeadLetterAndAlarm", testMaxRetries},
-		{"PermanentErrorFailsAtOnce", testPermanent},
-		{"ExpiredNeverSent", testExpiredNeverSent},
-		{"RelayNeverSendsExpiredEvenToACarelessSink", testRelayChecksDeadline},
-		{"OrderUnderRandomFailuresTwoRelays", testOrderUnderFailures},
-		{"PipelinedDrainWithSlowFlakySink", testPipelinedDrain},
-		{"PausedRelayIsFenced", testPausedRelayFenced},
-		{"CleanStopLeavesNothingProcessing", testCleanStop},
-		{"DrainStopsAtBlockedAggregates", testDrainBlocked},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newHarness(t))
-		})
-	}
-}
-
-// testConfig is a relay configuration with short timings for tests. The
-// circuit breaker is off: these tests check the retry policy, order and
-// fencing with sinks that fail some events on purpose, which would open
-// it (its own tests are in the relay package and RunRoutes).
-func testConfig(h *Harness, s sink.Sink, id string) relay.Config {
-	return relay.Config{
-		Breaker:       relay.BreakerConfig{Disabled: true},
-		Store:         h.Store,
-		Sink:          s,
-		RelayID:       id,
-		BatchSize:     100,
-		PollInterval:  20 * time.Millisecond,
-		SweepInterval: 50 * time.Millisecond,
-		Lease:         30 * time.Second,
-		BackoffMin:    5 * time.Millisecond,
-		BackoffMax:    20 * time.Millisecond,
-		StopTimeout:   5 * time.Second,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-}
-
-func newRelay(t testing.TB, cfg relay.Config) *relay.Relay {
-	t.Helper()
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatalf("relay.New: %v", err)
-	}
-	return r
-}
-
-func drain(t testing.TB, r *relay.Relay, timeout time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := r.Drain(ctx); err != nil {
-		t.Fatalf("drain: %v (stats %+v)", err, r.Stats())
-	}
-}
-
-// runRelays runs relays until stop is called; stop waits for them.
-func runRelays(t testing.TB, rs ...*relay.Relay) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, r := range rs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.Run(ctx); err != nil {
-				t.Errorf("relay %s: %v", r.ID(), err)
-			}
-		}()
-	}
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
-	return stop
-}
-
-func testRollbackNeverDelivers(t *testing.T, h *Harness) {
+func testRollbackNeverDelivers(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
 	txCount := 1000 // 10k events: not scaled, on every backend
 	perTx := 10
@@ -117,7 +31,7 @@ func testRollbackNeverDelivers(t *testing.T, h *Harness) {
 		}
 		events := make([]outbox.Event, perTx)
 		for j := range events {
-			events[j] = ev(fmt.Sprintf("agg-%d", (i*perTx+j)%97), i*perTx+j)
+			events[j] = storetest.PaymentEvent(fmt.Sprintf("agg-%d", (i*perTx+j)%97), i*perTx+j)
 		}
 		got, err := tx.Enqueue(ctx, events...)
 		if err != nil {
@@ -156,7 +70,7 @@ func testRollbackNeverDelivers(t *testing.T, h *Harness) {
 	if len(seen) != len(committed) {
 		t.Fatalf("delivered %d distinct events, committed %d", len(seen), len(committed))
 	}
-	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(committed)) {
+	if n := storetest.CountStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(committed)) {
 		t.Fatalf("%d PROCESSED rows, want %d", n, len(committed))
 	}
 	if err := CheckOrder(rec.Deliveries()); err != nil {
@@ -164,21 +78,21 @@ func testRollbackNeverDelivers(t *testing.T, h *Harness) {
 	}
 }
 
-func testConcurrentRelays(t *testing.T, h *Harness) {
-	n := scaled(h, 4000)
+func testConcurrentRelays(t *testing.T, h *storetest.Harness) {
+	n := storetest.Scaled(h, 4000)
 	// More aggregates than two batches of one relay cover, so that a relay
 	// held at the meeting leaves aggregates for the others.
 	const aggregates = 200
 	var events []outbox.Event
 	for i := 0; i < n; i++ {
-		events = append(events, ev(fmt.Sprintf("agg-%d", i%aggregates), i))
+		events = append(events, storetest.PaymentEvent(fmt.Sprintf("agg-%d", i%aggregates), i))
 		if len(events) == 500 {
-			enqueue(t, h, events...)
+			storetest.Enqueue(t, h, events...)
 			events = nil
 		}
 	}
 	if len(events) > 0 {
-		enqueue(t, h, events...)
+		storetest.Enqueue(t, h, events...)
 	}
 	recs := NewRecorders(4)
 	meet := newMeeting(2)
@@ -189,7 +103,7 @@ func testConcurrentRelays(t *testing.T, h *Harness) {
 		rs = append(rs, newRelay(t, cfg))
 	}
 	stop := runRelays(t, rs...)
-	waitFor(t, 2*time.Minute, "all events PROCESSED", func() (bool, error) {
+	wait.Until(t, 2*time.Minute, "all events PROCESSED", func() (bool, error) {
 		st, err := h.Store.Stats(context.Background(), true)
 		return st.Counts[outbox.StatusProcessed] == int64(n), err
 	})
@@ -219,9 +133,9 @@ func testConcurrentRelays(t *testing.T, h *Harness) {
 	}
 }
 
-func testRetriesThenDelivered(t *testing.T, h *Harness) {
+func testRetriesThenDelivered(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
-	ids := enqueue(t, h, ev("r1", 1), ev("r1", 2), ev("r2", 1))
+	ids := storetest.Enqueue(t, h, storetest.PaymentEvent("r1", 1), storetest.PaymentEvent("r1", 2), storetest.PaymentEvent("r2", 1))
 	var mu sync.Mutex
 	fails := map[outbox.EventID]int{}
 	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
@@ -292,10 +206,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func testMaxRetries(t *testing.T, h *Harness) {
+func testMaxRetries(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
-	id := enqueue(t, h, ev("doomed", 1))[0]
-	enqueue(t, h, ev("doomed", 2), ev("healthy", 1))
+	id := storetest.Enqueue(t, h, storetest.PaymentEvent("doomed", 1))[0]
+	storetest.Enqueue(t, h, storetest.PaymentEvent("doomed", 2), storetest.PaymentEvent("healthy", 1))
 	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
 		if m.AggregateID == "doomed" {
 			return outbox.Retryable(fmt.Errorf("HTTP 503 from the gateway"), 0)
@@ -338,14 +252,14 @@ func testMaxRetries(t *testing.T, h *Harness) {
 	if ds := rec.Deliveries(); len(ds) != 1 || !strings.Contains(ds[0].Key, "healthy") {
 		t.Errorf("deliveries = %+v, want only the healthy event", ds)
 	}
-	if n := countStatus(t, h.Store, outbox.StatusBlocked); n != 1 {
+	if n := storetest.CountStatus(t, h.Store, outbox.StatusBlocked); n != 1 {
 		t.Errorf("%d BLOCKED, want the doomed aggregate's second event", n)
 	}
 }
 
-func testPermanent(t *testing.T, h *Harness) {
+func testPermanent(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
-	id := enqueue(t, h, ev("bad-merchant", 1))[0]
+	id := storetest.Enqueue(t, h, storetest.PaymentEvent("bad-merchant", 1))[0]
 	rec := &Recorder{Name: "sink", Fail: func(outbox.Message) error {
 		return outbox.Permanent(fmt.Errorf("HTTP 400: invalid merchant"))
 	}}
@@ -362,14 +276,14 @@ func testPermanent(t *testing.T, h *Harness) {
 	}
 }
 
-func testExpiredNeverSent(t *testing.T, h *Harness) {
+func testExpiredNeverSent(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
-	past := ev("qr-old", 1)
+	past := storetest.PaymentEvent("qr-old", 1)
 	past.ExpiresAt = time.Now().Add(-time.Minute)
-	soon := ev("qr-soon", 1)
+	soon := storetest.PaymentEvent("qr-soon", 1)
 	const ttl = time.Second
 	soon.TTL = ttl
-	ids := enqueue(t, h, past, soon)
+	ids := storetest.Enqueue(t, h, past, soon)
 	// The gateway is down until both deadlines have passed (soon's is at
 	// most ttl after the enqueue returned) and up after it: the sink then
 	// delivers whatever the relay still sends without a deadline that
@@ -423,16 +337,16 @@ func (noSweep) Sweep(context.Context, store.SweepRequest) (store.SweepResult, er
 // The relay itself never sends an event that was past its deadline when
 // claimed, even to a sink that would deliver it (one that ignores the
 // Deadline it is given), and it gives the sink the event's deadline.
-func testRelayChecksDeadline(t *testing.T, h *Harness) {
+func testRelayChecksDeadline(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
-	past := ev("qr-old", 1)
+	past := storetest.PaymentEvent("qr-old", 1)
 	past.ExpiresAt = time.Now().Add(-time.Minute)
-	late := ev("qr-late", 1) // due only after its deadline
+	late := storetest.PaymentEvent("qr-late", 1) // due only after its deadline
 	late.TTL, late.Delay = 200*time.Millisecond, 500*time.Millisecond
-	live := ev("qr-live", 1)
+	live := storetest.PaymentEvent("qr-live", 1)
 	live.TTL = time.Hour
 	before := time.Now()
-	ids := enqueue(t, h, past, late, live)
+	ids := storetest.Enqueue(t, h, past, late, live)
 	after := time.Now()
 	rec := &Recorder{Name: "careless", IgnoreDeadline: true}
 	cfg := testConfig(h, rec, "deadline-checker")
@@ -456,211 +370,5 @@ func testRelayChecksDeadline(t *testing.T, h *Harness) {
 	lo, hi := before.Add(time.Hour-5*time.Second), after.Add(time.Hour+5*time.Second)
 	if d := ds[0].Deadline; d.Before(lo) || d.After(hi) {
 		t.Fatalf("the live event reached the sink with deadline %v, want about %v", d, after.Add(time.Hour))
-	}
-}
-
-func testOrderUnderFailures(t *testing.T, h *Harness) {
-	aggs, per := 20, scaled(h, 30)
-	for i := 0; i < per; i++ {
-		var batch []outbox.Event
-		for a := 0; a < aggs; a++ {
-			batch = append(batch, ev(fmt.Sprintf("agg-%d", a), i))
-		}
-		enqueue(t, h, batch...)
-	}
-	recs := NewRecorders(2)
-	var rs []*relay.Relay
-	for i, rec := range recs {
-		seed := uint64(i + 1)
-		rnd := rand.New(rand.NewPCG(seed, seed))
-		var mu sync.Mutex
-		rec.Fail = func(outbox.Message) error {
-			mu.Lock()
-			defer mu.Unlock()
-			if rnd.Float64() < 0.2 {
-				return errTransient
-			}
-			return nil
-		}
-		cfg := testConfig(h, rec, fmt.Sprintf("relay-%d", i))
-		cfg.BatchSize = 25
-		cfg.MaxRetries = 100
-		rs = append(rs, newRelay(t, cfg))
-	}
-	stop := runRelays(t, rs...)
-	total := int64(aggs * per)
-	waitFor(t, 2*time.Minute, "all events PROCESSED", func() (bool, error) {
-		st, err := h.Store.Stats(context.Background(), true)
-		return st.Counts[outbox.StatusProcessed] == total, err
-	})
-	stop()
-	all := recs[0].Shared()
-	if err := CheckOrder(all); err != nil {
-		t.Fatal(err)
-	}
-	seen := map[outbox.EventID]bool{}
-	for _, d := range all {
-		seen[d.EventID] = true
-	}
-	if int64(len(seen)) != total {
-		t.Fatalf("%d distinct events delivered, want %d", len(seen), total)
-	}
-}
-
-// testPipelinedDrainWithSlowFlakySink: one relay with several batches in
-// flight, a sink that takes time and fails a third of the messages: the
-// drain finishes (no aggregate is held back forever) and order holds.
-func testPipelinedDrain(t *testing.T, h *Harness) {
-	aggs, per := 10, 30
-	for i := 0; i < per; i++ {
-		var batch []outbox.Event
-		for a := 0; a < aggs; a++ {
-			batch = append(batch, ev(fmt.Sprintf("agg-%d", a), i))
-		}
-		enqueue(t, h, batch...)
-	}
-	rnd := rand.New(rand.NewPCG(3, 3))
-	var mu sync.Mutex
-	rec := &Recorder{Name: "sink", Fail: func(outbox.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if rnd.Float64() < 0.3 {
-			return errTransient
-		}
-		return nil
-	}}
-	cfg := testConfig(h, slowSink{rec, time.Millisecond}, "pipelined")
-	cfg.BatchSize = 50
-	cfg.PollInterval = 10 * time.Millisecond
-	cfg.MaxRetries = 1000
-	drain(t, newRelay(t, cfg), 2*time.Minute)
-	if err := CheckOrder(rec.Deliveries()); err != nil {
-		t.Fatal(err)
-	}
-	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(aggs*per) {
-		t.Fatalf("%d PROCESSED, want %d", n, aggs*per)
-	}
-}
-
-// slowSink adds a network round trip to every Publish call.
-type slowSink struct {
-	*Recorder
-	latency time.Duration
-}
-
-func (s slowSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	<-time.After(s.latency) // simulated latency, not synchronization
-	return s.Recorder.Publish(ctx, msgs)
-}
-
-func testPausedRelayFenced(t *testing.T, h *Harness) {
-	ctx := context.Background()
-	id := enqueue(t, h, ev("paused", 1))[0]
-	gate := NewGate(outbox.Permanent(fmt.Errorf("stale relay's late answer")))
-	slow := &Recorder{Name: "paused", Fail: gate.Fail}
-	cfgA := testConfig(h, slow, "relay-paused")
-	cfgA.Lease = 300 * time.Millisecond
-	a := newRelay(t, cfgA)
-	stopA := runRelays(t, a)
-	select {
-	case <-gate.Entered():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first relay never started publishing")
-	}
-	good := &Recorder{Name: "good"}
-	b := newRelay(t, testConfig(h, good, "relay-healthy"))
-	stopB := runRelays(t, b)
-	waitFor(t, 30*time.Second, "the healthy relay to deliver the reaped event", func() (bool, error) {
-		r, err := h.Store.GetEvent(ctx, id)
-		return r.Status == outbox.StatusProcessed, err
-	})
-	stopB()
-	gate.Open()
-	waitFor(t, 30*time.Second, "the paused relay to try to record its outcome", func() (bool, error) {
-		return a.Stats().Fenced >= 1, nil
-	})
-	stopA()
-	r, err := h.Store.GetEvent(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Status != outbox.StatusProcessed || r.RetryCount != 0 {
-		t.Fatalf("final state %s/%d; want the healthy relay's PROCESSED/0", r.Status, r.RetryCount)
-	}
-	if st := a.Stats(); st.Failed != 0 {
-		t.Fatalf("the paused relay counted %d failures; its outcome must change 0 rows", st.Failed)
-	}
-	if dls, _ := h.Store.DeadLetters(ctx, 10); len(dls) != 0 {
-		t.Fatalf("the fenced FAILED outcome wrote dead letters: %+v", dls)
-	}
-	if len(good.Deliveries()) != 1 {
-		t.Fatalf("healthy relay deliveries = %d", len(good.Deliveries()))
-	}
-}
-
-func testCleanStop(t *testing.T, h *Harness) {
-	ctx := context.Background()
-	var events []outbox.Event
-	for i := 0; i < 200; i++ {
-		events = append(events, ev(fmt.Sprintf("agg-%d", i%10), i))
-	}
-	enqueue(t, h, events...)
-	gate := NewGate(nil)
-	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
-		return gate.Fail(m)
-	}}
-	cfg := testConfig(h, rec, "stopper")
-	cfg.BatchSize = 50
-	cfg.StopTimeout = 100 * time.Millisecond
-	r := newRelay(t, cfg)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	select {
-	case <-gate.Entered():
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay never started publishing")
-	}
-	cancel() // SIGTERM while a batch is in flight
-	gate.Open()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after a stop: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not stop")
-	}
-	st, err := h.Store.Stats(ctx, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Counts[outbox.StatusProcessing] != 0 {
-		t.Fatalf("a clean stop left %d rows PROCESSING", st.Counts[outbox.StatusProcessing])
-	}
-	if got := st.Counts[outbox.StatusProcessed] + st.Counts[outbox.StatusPending]; got != 200 {
-		t.Fatalf("counts after stop %v, want 200 PROCESSED or PENDING", st.Counts)
-	}
-	if st.Counts[outbox.StatusProcessed] != int64(len(rec.Deliveries())) {
-		t.Fatalf("%d PROCESSED but the sink saw %d", st.Counts[outbox.StatusProcessed], len(rec.Deliveries()))
-	}
-}
-
-func testDrainBlocked(t *testing.T, h *Harness) {
-	ctx := context.Background()
-	enqueue(t, h, ev("stuck", 1), ev("stuck", 2), ev("stuck", 3), ev("free", 1))
-	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
-		if m.AggregateID == "stuck" {
-			return outbox.Permanent(fmt.Errorf("HTTP 422"))
-		}
-		return nil
-	}}
-	drain(t, newRelay(t, testConfig(h, rec, "drainer")), time.Minute)
-	st, err := h.Store.Stats(ctx, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Counts[outbox.StatusFailed] != 1 || st.Counts[outbox.StatusBlocked] != 2 || st.Counts[outbox.StatusProcessed] != 1 {
-		t.Fatalf("after drain: %v; want 1 FAILED, 2 BLOCKED, 1 PROCESSED", st.Counts)
 	}
 }

@@ -1,4 +1,4 @@
-package storetest
+package relaytest
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // UpgradeHarness adapts one backend to RunUpgradeFromV1.
@@ -121,7 +122,7 @@ func RunUpgradeFromV1(t *testing.T, h UpgradeHarness) {
 	}
 
 	rec := &Recorder{Name: "sink"}
-	cfg := testConfig(&Harness{Store: h.Store}, rec, "upgrade")
+	cfg := testConfig(&storetest.Harness{Store: h.Store}, rec, "upgrade")
 	cfg.Lease = time.Second // the PROCESSING row's lease ended before the upgrade
 	drain(t, newRelay(t, cfg), time.Minute)
 	got := map[string][]int64{}

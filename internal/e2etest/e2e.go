@@ -1,10 +1,12 @@
-package sinktest
-
-// Helpers for the end-to-end tests of the broker sinks: they build the
-// real `outbox` CLI, fill a PostgreSQL outbox table of their own, run
-// `outbox relay --drain` into a broker and check what a consumer of the
-// test reads back. A test file keeps only the broker, its consumer (which
-// converts what it reads into []Received) and the broker restart.
+// Package e2etest is the end-to-end harness of the CLI's tests: it builds
+// the real `outbox` CLI, fills a PostgreSQL outbox table of its own, runs
+// `outbox relay --drain` (or a long-running relay) into a broker and checks
+// what a consumer of the test reads back, and what the route breakers did
+// during a broker outage. A test file keeps only the broker, its consumer
+// (which converts what it reads into []sinktest.Received) and the broker
+// restart. It needs PostgreSQL; the sink conformance suite
+// (sink/sinktest) does not.
+package e2etest
 
 import (
 	"bytes"
@@ -22,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/sink/sinktest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -195,12 +198,14 @@ type SyncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p to the buffer.
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
+// String returns what was written so far.
 func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -324,6 +329,10 @@ func (b *Backlog) Processed(t testing.TB) int {
 	return int(n)
 }
 
+// breakerReleased matches the audit rows of publishes that failed and were
+// given back by an open circuit breaker.
+const breakerReleased = "(outcome = 'RELEASED' AND error LIKE '%circuit breaker open%')"
+
 // Outcomes counts the backlog's audit rows by outcome (DELIVERED, RETRY,
 // RELEASED, ...), and how many events have a RETRY row and ended PROCESSED:
 // they failed to publish at least once and were delivered later. A publish
@@ -331,10 +340,6 @@ func (b *Backlog) Processed(t testing.TB) int {
 // RELEASED attempt (no retry counted) whose error says "circuit breaker
 // open"; Outcomes counts those as RETRY too, since for these tests both
 // are a publish that failed while the broker was down.
-// breakerReleased matches the audit rows of publishes that failed and were
-// given back by an open circuit breaker.
-const breakerReleased = "(outcome = 'RELEASED' AND error LIKE '%circuit breaker open%')"
-
 func (b *Backlog) Outcomes(t testing.TB) (byOutcome map[string]int, retriedThenDelivered int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -378,7 +383,7 @@ func (b *Backlog) Outcomes(t testing.TB) (byOutcome map[string]int, retriedThenD
 // event type it was enqueued with, at destOf(its aggregate type), and in
 // order per aggregate once repeats (by event id) are dropped. It returns
 // the number of repeats.
-func CheckArrived(t testing.TB, got []Received, b *Backlog, destOf func(aggType string) string) (duplicates int) {
+func CheckArrived(t testing.TB, got []sinktest.Received, b *Backlog, destOf func(aggType string) string) (duplicates int) {
 	t.Helper()
 	seen := map[string]bool{}
 	next := map[string]int{}

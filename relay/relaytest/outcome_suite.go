@@ -1,4 +1,4 @@
-package storetest
+package relaytest
 
 import (
 	"context"
@@ -14,20 +14,21 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // RunOutcome checks that the relay can always record what happened to an
 // event: whatever text a sink's error carries, when the database refuses
 // one event's outcome, and when the write of the outcomes fails for a
 // while.
-func RunOutcome(t *testing.T, newHarness Factory) {
+func RunOutcome(t *testing.T, newHarness storetest.Factory) {
 	tests := []struct {
 		name string
-		fn   func(*testing.T, *Harness)
+		fn   func(*testing.T, *storetest.Harness)
 	}{
 		{"HostileErrorTextsAreStored", testHostileErrorTexts},
-		{"RefusedOutcomeIsIsolated", func(t *testing.T, h *Harness) { testRefusedOutcome(t, h, true) }},
-		{"OutcomeRefusedWithoutClassIsIsolated", func(t *testing.T, h *Harness) { testRefusedOutcome(t, h, false) }},
+		{"RefusedOutcomeIsIsolated", func(t *testing.T, h *storetest.Harness) { testRefusedOutcome(t, h, true) }},
+		{"OutcomeRefusedWithoutClassIsIsolated", func(t *testing.T, h *storetest.Harness) { testRefusedOutcome(t, h, false) }},
 		{"CompleteFailsThenSucceeds", testCompleteFailsThenSucceeds},
 		{"CompleteAmbiguousThenSucceeds", testCompleteAmbiguous},
 		{"OutageLongerThanLease", testCompleteOutageOutlastsLease},
@@ -40,38 +41,23 @@ func RunOutcome(t *testing.T, newHarness Factory) {
 	}
 }
 
-// HostileTexts are error texts that databases refuse or that a naive cut
-// breaks: a multi-byte script longer than every cut, NUL bytes, invalid
-// UTF-8, a cut that lands inside a character, and 1 MB.
-func HostileTexts() map[string]string {
-	return map[string]string{
-		"korean":    strings.Repeat("결제", 1500), // 3,000 characters, 9,000 bytes
-		"nul":       "gateway said \x00 and then \x00\x00 more",
-		"invalid":   "bad bytes \xff\xfe\xc3 here \xed\xa0\x80 (a surrogate)",
-		"split":     strings.Repeat("a", 999) + "결제" + strings.Repeat("b", 2000),
-		"megabyte":  strings.Repeat("x", 1<<20),
-		"emoji-4b":  strings.Repeat("\U0001F4B3", 2500),
-		"mixed-nul": strings.Repeat("결\x00\xff", 1500),
-	}
-}
-
 // testHostileErrorTexts: a sink whose errors carry hostile texts. Every
 // attempt is recorded (retry_count grows, the event ends FAILED after the
 // configured retries, with a readable last_error and dead letter), each
 // event is sent exactly MaxRetries+1 times, and the other aggregates'
 // events, in the same batches, are delivered.
-func testHostileErrorTexts(t *testing.T, h *Harness) {
+func testHostileErrorTexts(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
-	texts := HostileTexts()
+	texts := storetest.HostileTexts()
 	ids := map[string]outbox.EventID{}
 	var events []outbox.Event
 	for name := range texts {
-		events = append(events, ev("hostile-"+name, 1))
+		events = append(events, storetest.PaymentEvent("hostile-"+name, 1))
 		for i := 0; i < 3; i++ {
-			events = append(events, ev(fmt.Sprintf("healthy-%s-%d", name, i), 1))
+			events = append(events, storetest.PaymentEvent(fmt.Sprintf("healthy-%s-%d", name, i), 1))
 		}
 	}
-	got := enqueue(t, h, events...)
+	got := storetest.Enqueue(t, h, events...)
 	for i, e := range events {
 		if name, ok := strings.CutPrefix(e.AggregateID, "hostile-"); ok {
 			ids[name] = got[i]
@@ -179,13 +165,13 @@ func (s *refusingStore) Complete(ctx context.Context, req store.CompleteRequest)
 // not once per lease. classed: the store marks the refusal with
 // store.ErrRefused; otherwise the relay finds it by the write failing
 // for half the lease while reads succeed.
-func testRefusedOutcome(t *testing.T, h *Harness, classed bool) {
+func testRefusedOutcome(t *testing.T, h *storetest.Harness, classed bool) {
 	ctx := context.Background()
 	var events []outbox.Event
 	for i := 0; i < 20; i++ {
-		events = append(events, ev(fmt.Sprintf("agg-%d", i), 1), ev(fmt.Sprintf("agg-%d", i), 2))
+		events = append(events, storetest.PaymentEvent(fmt.Sprintf("agg-%d", i), 1), storetest.PaymentEvent(fmt.Sprintf("agg-%d", i), 2))
 	}
-	ids := enqueue(t, h, events...)
+	ids := storetest.Enqueue(t, h, events...)
 	poison := ids[10] // agg-5's first event
 	var sendsOfPoison atomic.Int64
 	rec := &Recorder{Name: "sink", Fail: func(m outbox.Message) error {
@@ -245,7 +231,7 @@ func testRefusedOutcome(t *testing.T, h *Harness, classed bool) {
 			}
 		}
 	}
-	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(ids)-2) {
+	if n := storetest.CountStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(ids)-2) {
 		t.Errorf("%d PROCESSED, want %d", n, len(ids)-2)
 	}
 	if err := CheckOrder(rec.Deliveries()); err != nil {
@@ -311,17 +297,17 @@ func (s *flakyStore) GetEvent(ctx context.Context, id outbox.EventID) (store.Rec
 }
 
 // faultEvents enqueues n events over 10 aggregates.
-func faultEvents(t *testing.T, h *Harness, n int) []outbox.EventID {
+func faultEvents(t *testing.T, h *storetest.Harness, n int) []outbox.EventID {
 	events := make([]outbox.Event, n)
 	for i := range events {
-		events[i] = ev(fmt.Sprintf("agg-%d", i%10), i)
+		events[i] = storetest.PaymentEvent(fmt.Sprintf("agg-%d", i%10), i)
 	}
-	return enqueue(t, h, events...)
+	return storetest.Enqueue(t, h, events...)
 }
 
 // checkAllOnce checks that every event is PROCESSED, delivered in order,
 // and at most maxDup deliveries were repeats.
-func checkAllOnce(t *testing.T, h *Harness, rec *Recorder, ids []outbox.EventID, maxDup int) {
+func checkAllOnce(t *testing.T, h *storetest.Harness, rec *Recorder, ids []outbox.EventID, maxDup int) {
 	t.Helper()
 	seen := map[outbox.EventID]int{}
 	for _, d := range rec.Deliveries() {
@@ -336,7 +322,7 @@ func checkAllOnce(t *testing.T, h *Harness, rec *Recorder, ids []outbox.EventID,
 	if dups > maxDup {
 		t.Errorf("%d repeated deliveries, want at most %d", dups, maxDup)
 	}
-	if n := countStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(ids)) {
+	if n := storetest.CountStatus(t, h.Store, outbox.StatusProcessed); n != int64(len(ids)) {
 		t.Errorf("%d PROCESSED, want %d: something was lost", n, len(ids))
 	}
 	if err := CheckOrder(rec.Deliveries()); err != nil {
@@ -347,7 +333,7 @@ func checkAllOnce(t *testing.T, h *Harness, rec *Recorder, ids []outbox.EventID,
 // testCompleteFailsThenSucceeds: the write of the outcomes fails 3 times,
 // then succeeds, within the lease. The relay retries the write, not the
 // delivery: nothing is sent twice, nothing is lost, nothing ends FAILED.
-func testCompleteFailsThenSucceeds(t *testing.T, h *Harness) {
+func testCompleteFailsThenSucceeds(t *testing.T, h *storetest.Harness) {
 	ids := faultEvents(t, h, 200)
 	fs := &flakyStore{Store: h.Store}
 	fs.failures.Store(3)
@@ -369,7 +355,7 @@ func testCompleteFailsThenSucceeds(t *testing.T, h *Harness) {
 // testCompleteAmbiguous: the write is applied but reported failed 3 times
 // (the acknowledgement of the commit is lost). The replay changes nothing
 // and writes no second audit row.
-func testCompleteAmbiguous(t *testing.T, h *Harness) {
+func testCompleteAmbiguous(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
 	ids := faultEvents(t, h, 100)
 	fs := &flakyStore{Store: h.Store, ambiguous: true}
@@ -398,7 +384,7 @@ func testCompleteAmbiguous(t *testing.T, h *Harness) {
 // fail) for longer than the lease, right after a batch was published. The
 // reaper returns those events and they are delivered again: duplicates
 // are bounded by the work in flight, nothing is lost, nothing ends FAILED.
-func testCompleteOutageOutlastsLease(t *testing.T, h *Harness) {
+func testCompleteOutageOutlastsLease(t *testing.T, h *storetest.Harness) {
 	ids := faultEvents(t, h, 200)
 	fs := &flakyStore{Store: h.Store, outage: true}
 	var once sync.Once
@@ -424,81 +410,4 @@ func testCompleteOutageOutlastsLease(t *testing.T, h *Harness) {
 	if len(rec.Deliveries()) == len(ids) {
 		t.Errorf("no event was delivered again: the outage did not outlast the lease")
 	}
-}
-
-// OutcomeFuzzKinds are the outcomes that store an error text, in the
-// order FuzzOutcome picks them by its kind argument.
-var OutcomeFuzzKinds = []store.OutcomeKind{store.Retry, store.Failed, store.Expired}
-
-// FuzzOutcome is the body of each backend's FuzzOutcomeText: it claims a
-// fresh event, completes it with the fuzzed error text as a RETRY, FAILED
-// or EXPIRED outcome, and checks that the outcome was recorded (the event
-// is not left PROCESSING) with the text as store.ErrorText makes it, in
-// last_error, the audit row and the dead letter. h must be a harness of
-// its own: the fuzz target owns its table.
-func FuzzOutcome(f *testing.F, h *Harness) {
-	for _, text := range HostileTexts() {
-		if len(text) > 16<<10 {
-			continue // a big seed slows every mutation; the relay suite covers 1 MB
-		}
-		for k := range OutcomeFuzzKinds {
-			f.Add(text, uint8(k))
-		}
-	}
-	var seq atomic.Int64
-	f.Fuzz(func(t *testing.T, text string, kind uint8) {
-		ctx := context.Background()
-		k := OutcomeFuzzKinds[int(kind)%len(OutcomeFuzzKinds)]
-		id := enqueue(t, h, ev(fmt.Sprintf("fuzz-%d", seq.Add(1)), 1))[0]
-		c, err := h.Store.Claim(ctx, store.ClaimRequest{RelayID: "fuzz", Limit: 10, Lease: time.Minute, FailedBlocks: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(c.Events) != 1 || c.Events[0].EventID != id {
-			t.Fatalf("claimed %d events, want the one just enqueued", len(c.Events))
-		}
-		o := store.Outcome{ID: c.Events[0].ID, EventID: id, Kind: k, Attempt: 1, Error: text,
-			RetryIn: time.Hour, Attempted: true, StartedAt: c.DBTime, FinishedAt: c.DBTime}
-		res, err := h.Store.Complete(ctx, store.CompleteRequest{Token: c.Token, RelayID: "fuzz", FailedBlocks: true,
-			Outcomes: []store.Outcome{o}})
-		if err != nil {
-			t.Fatalf("Complete(%s) with error text %q: %v", k, text[:min(len(text), 120)], err)
-		}
-		if len(res.Applied) != 1 {
-			t.Fatalf("Complete(%s): %+v, want the event applied", k, res)
-		}
-		want := store.ErrorText(text)
-		r, err := h.Store.GetEvent(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantStatus := map[store.OutcomeKind]outbox.Status{store.Retry: outbox.StatusPending,
-			store.Failed: outbox.StatusFailed, store.Expired: outbox.StatusExpired}[k]
-		if r.Status != wantStatus {
-			t.Fatalf("after %s: status %s, want %s", k, r.Status, wantStatus)
-		}
-		if r.LastError != want {
-			t.Fatalf("last_error = %q, want %q", r.LastError[:min(len(r.LastError), 120)], want[:min(len(want), 120)])
-		}
-		atts, err := h.Store.Attempts(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(atts) != 1 || atts[0].Error != want {
-			t.Fatalf("audit rows %d, want 1 with the stored text", len(atts))
-		}
-		if k == store.Failed {
-			dls, err := h.Store.DeadLetters(ctx, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantReason := want
-			if wantReason == "" {
-				wantReason = "failed"
-			}
-			if len(dls) != 1 || dls[0].EventID != id || dls[0].Reason != wantReason {
-				t.Fatalf("dead letter %+v, want the event with the stored text", dls)
-			}
-		}
-	})
 }

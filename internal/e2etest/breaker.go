@@ -1,4 +1,4 @@
-package sinktest
+package e2etest
 
 import (
 	"context"
