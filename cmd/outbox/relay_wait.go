@@ -88,8 +88,10 @@ func openBackendWaiting(ctx context.Context, dsn, table string, limit time.Durat
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("the database is unreachable; retrying", "attempt", attempt, "retry_in", wait, "err", err)
 		}
-		if perr := sleep(ctx, wait); perr != nil {
-			return nil, fmt.Errorf("gave up waiting for the database: %w (last error: %v)", perr, err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gave up waiting for the database: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(wait):
 		}
 		wait = min(2*wait, lastRetryWait)
 	}
