@@ -141,7 +141,7 @@ func dbUnreachable(err error) bool {
 func waitForSink(ctx context.Context, raw string, sk sink.Sink, limit time.Duration, log *slog.Logger) error {
 	u, err := url.Parse(raw)
 	h, ok := sk.(sink.Health)
-	if err != nil || !ok || !connectingSchemes[strings.ToLower(u.Scheme)] {
+	if err != nil || !ok || !sinkKinds[strings.ToLower(u.Scheme)].connects {
 		return nil
 	}
 	start := time.Now()

@@ -7,11 +7,6 @@ import (
 	"github.com/txoutbox/outbox/sink/redissink"
 )
 
-func init() {
-	registerConnectingSink("redis", openRedisSink)
-	registerConnectingSink("rediss", openRedisSink)
-}
-
 // openRedisSink opens redis://[user:pass@]host:6379/0?stream=TEMPLATE&maxlen=N
 // (rediss:// for TLS; see redissink.ParseURL); --route overrides the stream
 // per aggregate type.
