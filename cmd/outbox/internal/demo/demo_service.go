@@ -376,7 +376,7 @@ func (s *paymentService) inTxBuild(ctx context.Context, build func(*sql.Tx) (*ou
 	}
 	ids, err := outbox.Enqueue(ctx, s.db.writer, tx, *ev)
 	if err != nil {
-		return outbox.EventID{}, false, fmt.Errorf("enqueue: %w", err)
+		return outbox.EventID{}, false, err // "enqueue: ..." from the store, "outbox: ..." from the checks
 	}
 	if errors.Is(berr, errRollback) {
 		if err := tx.Rollback(); err != nil {
@@ -433,7 +433,7 @@ func (s *paymentService) enqueueDirect(ctx context.Context, evs ...outbox.Event)
 	defer tx.Rollback()
 	ids, err := outbox.Enqueue(ctx, s.db.writer, tx, evs...)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue: %w", err)
+		return nil, err // "enqueue: ..." from the store, "outbox: ..." from the checks
 	}
 	if err := tx.Commit(); err != nil {
 		// It may have happened: the summary reads the outbox to decide.
