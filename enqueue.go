@@ -44,7 +44,7 @@ func Enqueue[TTx any](ctx context.Context, w Writer[TTx], tx TTx, events ...Even
 	if ch, ok := any(w).(ContextHeaders); ok {
 		events = withContextHeaders(ctx, ch, events)
 	}
-	prepared, err := Prepare(w.EnqueueLimits(), events)
+	prepared, err := prepare(w.EnqueueLimits(), events)
 	if err != nil {
 		return nil, err
 	}
@@ -82,10 +82,9 @@ func withContextHeaders(ctx context.Context, ch ContextHeaders, events []Event) 
 	return out
 }
 
-// Prepare validates events against the limits and returns a copy in which
-// every event has an ID. It is what [Enqueue] does before writing; backends
-// that offer their own entry points call it too.
-func Prepare(l Limits, events []Event) ([]Event, error) {
+// prepare validates events against the limits and returns a copy in which
+// every event has an ID: what [Enqueue] does before writing.
+func prepare(l Limits, events []Event) ([]Event, error) {
 	l = l.WithDefaults()
 	out := make([]Event, len(events))
 	seen := make(map[EventID]int, len(events))

@@ -72,7 +72,7 @@ func TestValidate(t *testing.T) {
 func TestPrepareRefusesInvalidText(t *testing.T) {
 	bad := valid()
 	bad.Payload = json.RawMessage("{\"note\":\"caf\xe9\"}")
-	out, err := outbox.Prepare(outbox.Limits{}, []outbox.Event{valid(), bad})
+	out, err := outbox.PrepareForTest(outbox.Limits{}, []outbox.Event{valid(), bad})
 	var ie *outbox.InvalidEventError
 	if !errors.As(err, &ie) || ie.Index != 1 || ie.Field != "payload" || !strings.Contains(ie.Reason, "UTF-8") || out != nil {
 		t.Fatalf("Prepare = %v, %v; want event #1's payload refused as not UTF-8 and no events", out, err)
@@ -107,7 +107,7 @@ func TestPrepare(t *testing.T) {
 	a, b := valid(), valid()
 	fixed := outbox.NewEventID()
 	b.ID = fixed
-	out, err := outbox.Prepare(outbox.Limits{}, []outbox.Event{a, b})
+	out, err := outbox.PrepareForTest(outbox.Limits{}, []outbox.Event{a, b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +117,10 @@ func TestPrepare(t *testing.T) {
 	bad := valid()
 	bad.Payload = nil
 	var ie *outbox.InvalidEventError
-	if _, err := outbox.Prepare(outbox.Limits{}, []outbox.Event{a, bad}); !errors.As(err, &ie) || ie.Index != 1 {
+	if _, err := outbox.PrepareForTest(outbox.Limits{}, []outbox.Event{a, bad}); !errors.As(err, &ie) || ie.Index != 1 {
 		t.Fatalf("Prepare with a bad second event: %v", err)
 	}
-	if _, err := outbox.Prepare(outbox.Limits{}, []outbox.Event{b, b}); !errors.As(err, &ie) || ie.Field != "id" {
+	if _, err := outbox.PrepareForTest(outbox.Limits{}, []outbox.Event{b, b}); !errors.As(err, &ie) || ie.Field != "id" {
 		t.Fatalf("Prepare with a repeated id: %v", err)
 	}
 }

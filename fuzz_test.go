@@ -13,7 +13,7 @@ import (
 	"github.com/txoutbox/outbox"
 )
 
-// FuzzPrepare feeds arbitrary events to Prepare, the validation every
+// FuzzPrepare feeds arbitrary events to prepare, the validation every
 // Enqueue runs. A refused event gets an *InvalidEventError that matches
 // ErrInvalidEvent, names a known field and says why, and Prepare returns no
 // events. An accepted event is stored and delivered as written: its text
@@ -42,7 +42,7 @@ func FuzzPrepare(f *testing.F) {
 		}
 		before := ev
 		before.Payload = append(json.RawMessage(nil), payload...)
-		out, err := outbox.Prepare(outbox.Limits{MaxPayloadBytes: 4096}, []outbox.Event{ev})
+		out, err := outbox.PrepareForTest(outbox.Limits{MaxPayloadBytes: 4096}, []outbox.Event{ev})
 		if err != nil {
 			var ie *outbox.InvalidEventError
 			if !errors.Is(err, outbox.ErrInvalidEvent) || !errors.As(err, &ie) {

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txoutbox/outbox/benchkit"
+	"github.com/txoutbox/outbox/internal/benchkit"
 	"github.com/txoutbox/outbox/relay"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/txoutbox/outbox/benchkit"
+	"github.com/txoutbox/outbox/internal/benchkit"
 )
 
 // River is River tuned as its own benchmark tunes it

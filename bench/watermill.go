@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txoutbox/outbox/benchkit"
+	"github.com/txoutbox/outbox/internal/benchkit"
 )
 
 // Watermill is watermill-sql's outbox setup as its maintainers benchmark it

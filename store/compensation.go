@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -119,7 +120,28 @@ func CompensationEvents(l outbox.Limits, xs []ExpiredEvent) ([]outbox.Event, err
 		}
 		events = append(events, e)
 	}
-	return outbox.Prepare(l, events)
+	var w capturingWriter
+	w.limits = l
+	if _, err := outbox.Enqueue(context.Background(), &w, struct{}{}, events...); err != nil {
+		return nil, err
+	}
+	return w.events, nil
+}
+
+// capturingWriter is an [outbox.Writer] that keeps the events Enqueue
+// validated instead of writing them: CompensationEvents checks the
+// compensating events exactly as Enqueue checks a producer's, and the
+// backend then writes them in the expiring transaction.
+type capturingWriter struct {
+	limits outbox.Limits
+	events []outbox.Event
+}
+
+func (w *capturingWriter) EnqueueLimits() outbox.Limits { return w.limits }
+
+func (w *capturingWriter) WriteEvents(_ context.Context, _ struct{}, events []outbox.Event) error {
+	w.events = events
+	return nil
 }
 
 // CompensationNote is the audit text of the row that links an expired

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,15 +24,43 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// adminServer is the listener of `relay --admin`: a mux the CLI owns, so
-// that more handlers (metrics, health, later the admin API) can be
-// mounted on the one address.
+// adminServer is the listener of `relay --admin` and `outbox admin`: a mux
+// the CLI owns, so that more handlers (metrics, health, the admin API) can
+// be mounted on the one address. Mount them with mountHealth and
+// mountAdminAPI, so that the start log line lists what is served.
 type adminServer struct {
 	mux  *http.ServeMux
 	ln   net.Listener
 	srv  *http.Server
 	done chan struct{}
 	log  *slog.Logger
+
+	health, api bool // what is mounted
+}
+
+// mountHealth mounts /metrics, /healthz and /readyz.
+func (a *adminServer) mountHealth(cfg metrics.HandlerConfig) {
+	metrics.Mount(a.mux, cfg)
+	a.health = true
+}
+
+// mountAdminAPI mounts the admin API and its web UI on "/": /metrics,
+// /healthz and /readyz, when mounted too, are more specific and win.
+func (a *adminServer) mountAdminAPI(h http.Handler) {
+	a.mux.Handle("/", h)
+	a.api = true
+}
+
+// servedPaths lists what the server serves, for its start log line.
+func (a *adminServer) servedPaths() string {
+	var paths []string
+	if a.health {
+		paths = append(paths, "/metrics", "/healthz", "/readyz")
+	}
+	if a.api {
+		paths = append(paths, "/api/v1/", "/ (web UI)")
+	}
+	return strings.Join(paths, " ")
 }
 
 // listenAdmin binds addr (host:port) or returns a one-line error that says
@@ -82,7 +111,7 @@ func loopback(host string) bool {
 // serve starts serving the mux.
 func (a *adminServer) serve() {
 	a.srv = &http.Server{Handler: a.mux, ReadHeaderTimeout: 5 * time.Second}
-	a.log.Info("admin endpoint listening", "addr", a.ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	a.log.Info("admin endpoint listening", "addr", a.ln.Addr().String(), "paths", a.servedPaths())
 	go func() {
 		defer close(a.done)
 		if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -119,7 +148,7 @@ func (c *RelayCmd) startAdminEndpoints(ctx context.Context, g *Globals, admin *a
 	if err != nil {
 		return nil, nil, err
 	}
-	metrics.Mount(admin.mux, metrics.HandlerConfig{Gatherer: reg, Store: b.store, Sink: sk, Redact: g.secrets.redact})
+	admin.mountHealth(metrics.HandlerConfig{Gatherer: reg, Store: b.store, Sink: sk, Redact: g.secrets.redact})
 	admin.serve()
 	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -148,7 +177,7 @@ func benchAdmin(log *slog.Logger) func(ctx context.Context, st store.Store) (rel
 			log.Warn("bench: no metrics", "err", err)
 			return nil, func() {}
 		}
-		metrics.Mount(admin.mux, metrics.HandlerConfig{Gatherer: reg, Store: st})
+		admin.mountHealth(metrics.HandlerConfig{Gatherer: reg, Store: st})
 		admin.serve()
 		ctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup

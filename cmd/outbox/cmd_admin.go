@@ -65,7 +65,7 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 	if h, err = c.handler(g, c.Listen, b.store, policy, routes); err != nil {
 		return err
 	}
-	srv.mux.Handle("/", h)
+	srv.mountAdminAPI(h)
 	srv.serve()
 	<-ctx.Done()
 	return nil

@@ -56,6 +56,9 @@ func TestRelayAdminMountsTheAdminAPI(t *testing.T) {
 	r := startAdminRelay(t, "--db", dsn, "--table", table, "--sink", gw.URL, "--admin-tokens-file", tokens,
 		"--heartbeat", "100ms", "--relay-id", "relay-under-test")
 	base := "http://" + r.addr
+	if want := `paths="/metrics /healthz /readyz /api/v1/ / (web UI)"`; !strings.Contains(r.stderr.String(), want) {
+		t.Errorf("the start log line does not list the admin API (want %s):\n%s", want, r.stderr.String())
+	}
 	if code, _ := adminRequest(t, "GET", base+"/api/v1/stats", ""); code != http.StatusUnauthorized {
 		t.Fatalf("stats without a token: %d, want 401", code)
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/benchkit"
+	"github.com/txoutbox/outbox/internal/benchkit"
 	"github.com/txoutbox/outbox/relay"
 )
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -73,7 +74,10 @@ func (c *EnqueueCmd) Run(ctx context.Context, g *Globals) error {
 			}
 			return badLine(line, ie.Index, err)
 		}
-		return fmt.Errorf("enqueue: %w; nothing was enqueued", err)
+		if !strings.HasPrefix(err.Error(), "enqueue: ") { // the backends' own errors say it already
+			err = fmt.Errorf("enqueue: %w", err)
+		}
+		return fmt.Errorf("%w; nothing was enqueued", err)
 	}
 	if c.JSON {
 		return json.NewEncoder(g.stdout).Encode(ids)

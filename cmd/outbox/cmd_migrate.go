@@ -147,12 +147,7 @@ func (c *MigrateCmd) down(ctx context.Context, g *Globals, b *backend, sm store.
 		return nil
 	}
 	if !c.Yes {
-		if sc.Adopted {
-			return fmt.Errorf("%w: migrate --down on adopted table %s removes what adoption added (its columns, indexes, the dead letters and the audit trail) and keeps the team's rows and columns; %d events are unfinished; add --yes to confirm (--dry-run prints the SQL)",
-				outbox.ErrInvalidConfig, g.Table, sc.Unfinished)
-		}
-		return fmt.Errorf("%w: migrate --down drops table %s, which holds %d unfinished events (PENDING, PROCESSING, BLOCKED or FAILED), and its dead letters and audit trail; add --yes to confirm (--dry-run prints the SQL)",
-			outbox.ErrInvalidConfig, g.Table, sc.Unfinished)
+		return downRefusal(g.Table, sc.Adopted, sc.Unfinished)
 	}
 	if err := dropLogical(ctx, b, c.cdcNames.flags(), g.Table); err != nil {
 		return err
@@ -160,12 +155,34 @@ func (c *MigrateCmd) down(ctx context.Context, g *Globals, b *backend, sm store.
 	if err := b.store.MigrateDown(ctx); err != nil {
 		return err
 	}
+	events, _, were := unfinishedWords(sc.Unfinished)
 	if sc.Adopted {
-		fmt.Fprintf(g.stdout, "%s: adoption removed; the table and its rows are kept (%d were unfinished)\n", g.Table, sc.Unfinished)
+		fmt.Fprintf(g.stdout, "%s: adoption removed; the table and its rows are kept (%d %s unfinished)\n", g.Table, sc.Unfinished, were)
 		return nil
 	}
-	fmt.Fprintf(g.stdout, "%s: dropped (%d unfinished events)\n", g.Table, sc.Unfinished)
+	fmt.Fprintf(g.stdout, "%s: dropped (%d unfinished %s)\n", g.Table, sc.Unfinished, events)
 	return nil
+}
+
+// downRefusal is the error of migrate --down without --yes: what it would
+// remove, with the count of unfinished events.
+func downRefusal(table string, adopted bool, unfinished int64) error {
+	events, eventsAre, _ := unfinishedWords(unfinished)
+	if adopted {
+		return fmt.Errorf("%w: migrate --down on adopted table %s removes what adoption added (its columns, indexes, the dead letters and the audit trail) and keeps the team's rows and columns; %d %s unfinished; add --yes to confirm (--dry-run prints the SQL)",
+			outbox.ErrInvalidConfig, table, unfinished, eventsAre)
+	}
+	return fmt.Errorf("%w: migrate --down drops table %s, which holds %d unfinished %s (PENDING, PROCESSING, BLOCKED or FAILED), and its dead letters and audit trail; add --yes to confirm (--dry-run prints the SQL)",
+		outbox.ErrInvalidConfig, table, unfinished, events)
+}
+
+// unfinishedWords are the words that follow a count of n events: "event",
+// "event is" and "was" for 1; "events", "events are" and "were" otherwise.
+func unfinishedWords(n int64) (events, eventsAre, were string) {
+	if n == 1 {
+		return "event", "event is", "was"
+	}
+	return "events", "events are", "were"
 }
 
 // printSQL writes statements as a script: each ends with ";".

@@ -154,7 +154,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 				return err
 			}
 			closeAdminAPI = h.Close
-			admin.mux.Handle("/", h) // /metrics, /healthz and /readyz are more specific
+			admin.mountAdminAPI(h)
 		}
 		m, stopGauges, err := c.startAdminEndpoints(ctx, g, admin, b, sk, policy)
 		if err != nil {

@@ -207,3 +207,47 @@ func TestAdoptInterruptedIsFinishedByRunningItAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateDownOneEvent: the count of unfinished events reads right for
+// one event, in the refusal and in what --down --yes prints.
+func TestMigrateDownOneEvent(t *testing.T) {
+	t.Parallel()
+	dsn, table := "sqlite://"+filepath.Join(t.TempDir(), "outbox.db"), newTable()
+	args := []string{"--db", dsn, "--table", table}
+	mustCLI(t, "", append([]string{"migrate"}, args...)...)
+	mustCLI(t, eventLines(1, 1, ""), append([]string{"enqueue"}, args...)...)
+	_, errOut, code := cli(t, "", append([]string{"migrate", "--down"}, args...)...)
+	if code == 0 || !strings.Contains(errOut, "which holds 1 unfinished event (PENDING") {
+		t.Fatalf("migrate --down without --yes: exit %d, stderr %q; want a refusal naming 1 unfinished event", code, errOut)
+	}
+	if out := mustCLI(t, "", append([]string{"migrate", "--down", "--yes"}, args...)...); !strings.Contains(out, "dropped (1 unfinished event)") {
+		t.Errorf("migrate --down --yes printed %q, want %q", out, "dropped (1 unfinished event)")
+	}
+}
+
+// TestDownRefusalCounts pins the refusal of migrate --down for one event
+// and for several, on an outbox table and on an adopted one.
+func TestDownRefusalCounts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		adopted    bool
+		unfinished int64
+		want       string
+	}{
+		{false, 0, "which holds 0 unfinished events (PENDING"},
+		{false, 1, "which holds 1 unfinished event (PENDING"},
+		{false, 3, "which holds 3 unfinished events (PENDING"},
+		{true, 1, "; 1 event is unfinished; add --yes"},
+		{true, 22, "; 22 events are unfinished; add --yes"},
+	} {
+		err := downRefusal("payment_outbox", tc.adopted, tc.unfinished)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("downRefusal(adopted=%v, %d) = %v, want it to say %q", tc.adopted, tc.unfinished, err, tc.want)
+		}
+	}
+	for n, want := range map[int64]string{1: "was", 2: "were"} {
+		if _, _, were := unfinishedWords(n); were != want {
+			t.Errorf("unfinishedWords(%d) says %q, want %q", n, were, want)
+		}
+	}
+}

@@ -88,8 +88,10 @@ func openBackendWaiting(ctx context.Context, dsn, table string, limit time.Durat
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("the database is unreachable; retrying", "attempt", attempt, "retry_in", wait, "err", err)
 		}
-		if perr := sleep(ctx, wait); perr != nil {
-			return nil, fmt.Errorf("gave up waiting for the database: %w (last error: %v)", perr, err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gave up waiting for the database: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(wait):
 		}
 		wait = min(2*wait, lastRetryWait)
 	}
@@ -135,11 +137,11 @@ func dbUnreachable(err error) bool {
 // waitForSink waits, for a sink that connects in the background, until
 // it has reached its destination once, so that a relay started while the
 // broker is down spends no retries on it; it logs at WARN while waiting
-// and at INFO once through.
+// (the sink's own WARN says why) and at INFO once through.
 func waitForSink(ctx context.Context, raw string, sk sink.Sink, limit time.Duration, log *slog.Logger) error {
 	u, err := url.Parse(raw)
 	h, ok := sk.(sink.Health)
-	if err != nil || !ok || !connectingSchemes[strings.ToLower(u.Scheme)] {
+	if err != nil || !ok || !sinkKinds[strings.ToLower(u.Scheme)].connects {
 		return nil
 	}
 	start := time.Now()
@@ -158,7 +160,9 @@ func waitForSink(ctx context.Context, raw string, sk sink.Sink, limit time.Durat
 			return fmt.Errorf("the sink's destination is still unreachable after --start-wait %s: %v", limit, lastErr)
 		}
 		if lastErr != nil && time.Since(warned) > 30*time.Second {
-			log.Warn("the sink's destination is unreachable; waiting for it before claiming events", "sink", redactURL(raw), "err", lastErr)
+			// Without the error: the sink logs each failure itself (the
+			// first and every 20th), so it is printed once.
+			log.Warn("the sink's destination is unreachable; waiting for it before claiming events", "sink", redactURL(raw))
 			warned = time.Now()
 		}
 		select {

@@ -7,11 +7,6 @@ import (
 	"github.com/txoutbox/outbox/sink/amqpsink"
 )
 
-func init() {
-	registerConnectingSink("amqp", openAMQPSink)
-	registerConnectingSink("amqps", openAMQPSink)
-}
-
 // openAMQPSink opens amqp://user:pass@host:5672/vhost?exchange=outbox&routing_key=TEMPLATE;
 // the --route overrides replace the routing key per aggregate type.
 func openAMQPSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {

@@ -7,8 +7,6 @@ import (
 	"github.com/txoutbox/outbox/sink/kafkasink"
 )
 
-func init() { registerConnectingSink("kafka", openKafkaSink) }
-
 // openKafkaSink opens kafka://host:9092[,host2:9092]?topic=TEMPLATE&...
 // (see kafkasink.ParseURL); --route overrides the topic per aggregate type.
 func openKafkaSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {

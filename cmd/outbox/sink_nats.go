@@ -7,8 +7,6 @@ import (
 	"github.com/txoutbox/outbox/sink/natssink"
 )
 
-func init() { registerConnectingSink("nats", openNATSSink) }
-
 // openNATSSink opens nats://host:4222?subject=TEMPLATE&stream=OUTBOX; the
 // --route overrides replace the subject per aggregate type.
 func openNATSSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error) {

@@ -39,30 +39,31 @@ func (o sinkOptions) cloudEventsSource(given string) string {
 // sinkOpener builds a sink from its URL and the options.
 type sinkOpener func(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, error)
 
-// sinkOpeners maps URL schemes to sinks. It is filled at init time, one
-// file per sink (sink_*.go), and only read afterwards: this is the one
-// place that wires concrete sinks.
-var sinkOpeners = map[string]sinkOpener{
-	"http":  openHTTPSink,
-	"https": openHTTPSink,
-	"stdout": func(context.Context, string, sinkOptions) (sink.Sink, error) {
-		return stdoutsink.New(stdoutsink.Config{Writer: os.Stdout}), nil
-	},
-	"discard": func(context.Context, string, sinkOptions) (sink.Sink, error) { return discard.New(), nil },
+// sinkKind is how the CLI opens the sinks of one URL scheme.
+type sinkKind struct {
+	open sinkOpener
+	// connects is set for the sinks that connect to their destination in
+	// the background (the brokers): the relay waits until they reached it
+	// once before it claims events. The HTTP sink learns of its endpoint
+	// from its requests only, and stdout and discard have nothing to reach.
+	connects bool
 }
 
-func registerSink(scheme string, open sinkOpener) { sinkOpeners[scheme] = open }
-
-// connectingSchemes are the sinks that connect to their destination in
-// the background (the brokers): the relay waits until they reached it
-// once before it claims events. The HTTP sink learns of its endpoint
-// from its requests only, and stdout and discard have nothing to reach.
-var connectingSchemes = map[string]bool{}
-
-// registerConnectingSink registers a sink that connects in the background.
-func registerConnectingSink(scheme string, open sinkOpener) {
-	registerSink(scheme, open)
-	connectingSchemes[scheme] = true
+// sinkKinds maps URL schemes to sinks: the one place that wires concrete
+// sinks (their openers are in sink_*.go, one file per broker).
+var sinkKinds = map[string]sinkKind{
+	"http":  {open: openHTTPSink},
+	"https": {open: openHTTPSink},
+	"stdout": {open: func(context.Context, string, sinkOptions) (sink.Sink, error) {
+		return stdoutsink.New(stdoutsink.Config{Writer: os.Stdout}), nil
+	}},
+	"discard": {open: func(context.Context, string, sinkOptions) (sink.Sink, error) { return discard.New(), nil }},
+	"amqp":    {open: openAMQPSink, connects: true},
+	"amqps":   {open: openAMQPSink, connects: true},
+	"kafka":   {open: openKafkaSink, connects: true},
+	"nats":    {open: openNATSSink, connects: true},
+	"redis":   {open: openRedisSink, connects: true},
+	"rediss":  {open: openRedisSink, connects: true},
 }
 
 func openHTTPSink(_ context.Context, raw string, opts sinkOptions) (sink.Sink, error) {
@@ -75,8 +76,8 @@ func openHTTPSink(_ context.Context, raw string, opts sinkOptions) (sink.Sink, e
 }
 
 func sinkForms() string {
-	schemes := make([]string, 0, len(sinkOpeners))
-	for s := range sinkOpeners {
+	schemes := make([]string, 0, len(sinkKinds))
+	for s := range sinkKinds {
 		schemes = append(schemes, s+"://")
 	}
 	sort.Strings(schemes)
@@ -92,9 +93,9 @@ func openSink(ctx context.Context, raw string, opts sinkOptions) (sink.Sink, err
 	if err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("%w: sink %q is not a URL: use one of %s", outbox.ErrInvalidConfig, redactURL(raw), sinkForms())
 	}
-	open, ok := sinkOpeners[strings.ToLower(u.Scheme)]
+	kind, ok := sinkKinds[strings.ToLower(u.Scheme)]
 	if !ok {
 		return nil, fmt.Errorf("%w: unsupported sink scheme %q: use one of %s", outbox.ErrInvalidConfig, u.Scheme, sinkForms())
 	}
-	return open(ctx, raw, opts)
+	return kind.open(ctx, raw, opts)
 }

@@ -9,13 +9,13 @@ import (
 // refusedAddrError is the error of a connection that the SSRF guard
 // refused. It makes the delivery fail permanently.
 type refusedAddrError struct {
-	addr   netip.Addr
-	reason string
-	fix    string
+	addr netip.Addr
+	kind string // with its article: "an unspecified", "a loopback", ...
+	fix  string
 }
 
 func (e *refusedAddrError) Error() string {
-	return fmt.Sprintf("refused to connect to %s: it is a %s address and DenyPrivate is set%s", e.addr, e.reason, e.fix)
+	return fmt.Sprintf("refused to connect to %s: it is %s address and DenyPrivate is set%s", e.addr, e.kind, e.fix)
 }
 
 // isMetadataAddr reports whether a is a cloud metadata endpoints: the usual target of
@@ -36,21 +36,21 @@ func isMetadataAddr(a netip.Addr) bool {
 // always.
 func checkAddr(a netip.Addr, allowPrivate bool) error {
 	a = a.Unmap()
-	var reason string
+	var kind string
 	strict := true // refused even with AllowPrivate
 	switch {
 	case !a.IsValid():
-		reason = "invalid"
+		kind = "an invalid"
 	case isMetadataAddr(a):
-		reason = "cloud metadata"
+		kind = "a cloud metadata"
 	case a.IsUnspecified():
-		reason = "unspecified"
+		kind = "an unspecified"
 	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
-		reason = "link-local"
+		kind = "a link-local"
 	case a.IsLoopback():
-		reason, strict = "loopback", false
+		kind, strict = "a loopback", false
 	case a.IsPrivate():
-		reason, strict = "private", false
+		kind, strict = "a private", false
 	default:
 		return nil
 	}
@@ -61,7 +61,7 @@ func checkAddr(a netip.Addr, allowPrivate bool) error {
 	if !strict {
 		fix = "; set AllowPrivate to allow loopback and private addresses"
 	}
-	return &refusedAddrError{addr: a, reason: reason, fix: fix}
+	return &refusedAddrError{addr: a, kind: kind, fix: fix}
 }
 
 // dialControl is the net.Dialer Control function of the SSRF guard. It runs

@@ -94,3 +94,24 @@ func TestWithoutDenyPrivateLoopbackIsAllowed(t *testing.T) {
 		t.Fatalf("err = %v, want delivered", err)
 	}
 }
+
+// TestRefusedAddrMessage pins the refusal's wording: the kind of address
+// with its article, and the fix where there is one.
+func TestRefusedAddrMessage(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"0.0.0.0":         "refused to connect to 0.0.0.0: it is an unspecified address and DenyPrivate is set",
+		"169.254.169.254": "refused to connect to 169.254.169.254: it is a cloud metadata address and DenyPrivate is set",
+		"fe80::1":         "refused to connect to fe80::1: it is a link-local address and DenyPrivate is set",
+		"127.0.0.1":       "refused to connect to 127.0.0.1: it is a loopback address and DenyPrivate is set; set AllowPrivate to allow loopback and private addresses",
+		"10.0.0.1":        "refused to connect to 10.0.0.1: it is a private address and DenyPrivate is set; set AllowPrivate to allow loopback and private addresses",
+	} {
+		err := checkAddr(netip.MustParseAddr(addr), false)
+		if err == nil || err.Error() != want {
+			t.Errorf("checkAddr(%s) = %v, want %q", addr, err, want)
+		}
+	}
+	if err := checkAddr(netip.Addr{}, false); err == nil || !strings.Contains(err.Error(), "it is an invalid address") {
+		t.Errorf("checkAddr(zero address) = %v, want %q", err, "it is an invalid address")
+	}
+}

@@ -123,7 +123,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, connectErrorOnce(err))
 	}
 	s, err := New(pool, cfg)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -32,8 +32,8 @@ type demoDB struct {
 // openDemoDB returns the business side of b. Backends that keep a *sql.DB
 // (SQLite, MySQL) are used through it; PostgreSQL through a *sql.DB on the
 // store's pool and its *sql.Tx writer.
-func openDemoDB(b *backend) (*demoDB, error) {
-	switch s := b.store.(type) {
+func openDemoDB(b *Backend) (*demoDB, error) {
+	switch s := b.Store.(type) {
 	case *postgres.Store:
 		db := stdlib.OpenDBFromPool(s.Pool())
 		return &demoDB{db: db, writer: s.SQL(), dollar: true, close: func() { db.Close() }}, nil
@@ -43,7 +43,7 @@ func openDemoDB(b *backend) (*demoDB, error) {
 	}:
 		return &demoDB{db: s.DB(), writer: s, close: func() {}}, nil
 	}
-	return nil, fmt.Errorf("the demo cannot open a business transaction on the %s backend: it needs a store with DB() *sql.DB that enqueues in a *sql.Tx", b.kind)
+	return nil, fmt.Errorf("the demo cannot open a business transaction on the %s backend: it needs a store with DB() *sql.DB that enqueues in a *sql.Tx", b.Kind)
 }
 
 // q rewrites ? placeholders for the database.
@@ -376,7 +376,7 @@ func (s *paymentService) inTxBuild(ctx context.Context, build func(*sql.Tx) (*ou
 	}
 	ids, err := outbox.Enqueue(ctx, s.db.writer, tx, *ev)
 	if err != nil {
-		return outbox.EventID{}, false, fmt.Errorf("enqueue: %w", err)
+		return outbox.EventID{}, false, err // "enqueue: ..." from the store, "outbox: ..." from the checks
 	}
 	if errors.Is(berr, errRollback) {
 		if err := tx.Rollback(); err != nil {
@@ -433,7 +433,7 @@ func (s *paymentService) enqueueDirect(ctx context.Context, evs ...outbox.Event)
 	defer tx.Rollback()
 	ids, err := outbox.Enqueue(ctx, s.db.writer, tx, evs...)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue: %w", err)
+		return nil, err // "enqueue: ..." from the store, "outbox: ..." from the checks
 	}
 	if err := tx.Commit(); err != nil {
 		// It may have happened: the summary reads the outbox to decide.

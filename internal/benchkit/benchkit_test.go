@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txoutbox/outbox/benchkit"
+	"github.com/txoutbox/outbox/internal/benchkit"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
 )

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/txoutbox/outbox/benchkit"
+	"github.com/txoutbox/outbox/internal/benchkit"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink/discard"

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bufio"
@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txoutbox/outbox/internal/demo"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
 )
@@ -99,7 +98,7 @@ func childRelayEnv(settings map[string]string) []string {
 		}
 		env = append(env, kv)
 	}
-	// A test binary re-executed as the command (TestMain in main_test.go)
+	// A test binary re-executed as the command (TestMain of cmd/outbox)
 	// runs `outbox relay` instead of the tests with this set; the real
 	// binary ignores it.
 	env = append(env, "OUTBOX_TEST_EXEC_MAIN=1")
@@ -113,7 +112,7 @@ func childRelayEnv(settings map[string]string) []string {
 // under `go run` too: os.Executable is the built binary). Its WARN and
 // ERROR log lines go to the console under the tag "relay-2"; onError sees
 // its FAILED events instead of their log lines.
-func startChildRelay(env []string, con *demo.Console, redact func(string) string, onFailed func(failedLine)) (*childRelay, error) {
+func startChildRelay(env []string, con *Console, redact func(string) string, onFailed func(failedLine)) (*childRelay, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start relay-2: %w", err)
@@ -180,7 +179,7 @@ type failedLine struct {
 // alarmText is the one line the demo prints for a FAILED event.
 func (f failedLine) alarmText(by string) string {
 	return fmt.Sprintf("%s/%s %s FAILED after %s attempt(s), dead-lettered (%s): %s",
-		f.aggregateType, f.aggregateID, f.eventType, f.attempts, by, short(f.reason, 140))
+		f.aggregateType, f.aggregateID, f.eventType, f.attempts, by, shorten(f.reason, 140))
 }
 
 // logAttr is one key=value of slog's text format; quoted values are Go strings.
@@ -204,7 +203,7 @@ func parseLogLine(line string) map[string]string {
 // forwardChildLog prints relay-2's log lines (text format, WARN and up) on
 // the console, without their time and relay_id; the line of a FAILED
 // event goes to onFailed instead.
-func forwardChildLog(r io.Reader, con *demo.Console, redact func(string) string, onFailed func(failedLine)) {
+func forwardChildLog(r io.Reader, con *Console, redact func(string) string, onFailed func(failedLine)) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -243,7 +242,7 @@ func (h dropFailedLines) WithGroup(name string) slog.Handler {
 
 // consoleLogger returns a logger that prints WARN and ERROR lines on the
 // console under tag, in slog's text format without time and relay_id.
-func consoleLogger(con *demo.Console, tag string, redact func(string) string) *slog.Logger {
+func consoleLogger(con *Console, tag string, redact func(string) string) *slog.Logger {
 	w := &consoleLineWriter{con: con, tag: tag, redact: redact}
 	return slog.New(dropFailedLines{slog.NewTextHandler(w, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
@@ -259,7 +258,7 @@ func consoleLogger(con *demo.Console, tag string, redact func(string) string) *s
 // consoleLineWriter turns each written log line into a console line.
 type consoleLineWriter struct {
 	mu     sync.Mutex
-	con    *demo.Console
+	con    *Console
 	tag    string
 	redact func(string) string
 }

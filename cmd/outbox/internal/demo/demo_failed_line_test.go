@@ -1,12 +1,10 @@
-package main
+package demo
 
 import (
 	"bytes"
 	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/txoutbox/outbox/internal/demo"
 )
 
 // TestDemoFailedEventIsOneLine: a FAILED event's ERROR log record (some
@@ -22,7 +20,7 @@ func TestDemoFailedEventIsOneLine(t *testing.T) {
 	input := "level=WARN msg=\"recording batch outcome failed; retrying\"\n" + logged.String()
 
 	var out bytes.Buffer
-	con := demo.NewConsole(&out, false)
+	con := NewConsole(&out, false)
 	var got []failedLine
 	forwardChildLog(strings.NewReader(input), con, func(s string) string { return s }, func(f failedLine) { got = append(got, f) })
 	want := failedLine{"payment", "tx 17", "ApprovalRequested", "1", reason}

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/demo"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/store"
 )
@@ -63,16 +62,16 @@ func (d *demoRun) startRelay1(ctx context.Context) error { return d.startRelay1W
 // startRelay1With starts relay-1, claiming strictly FIFO if strictFIFO.
 func (d *demoRun) startRelay1With(ctx context.Context, strictFIFO bool) error {
 	t := d.plan.relay
-	sk, err := openSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String(), sinkOptions{})
+	sk, err := d.env.OpenSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String())
 	if err != nil {
 		return err
 	}
 	r, err := startInProcRelay(ctx, relay.Config{
-		Store: d.b.store, Sink: sk, RelayID: "relay-1",
+		Store: d.b.Store, Sink: sk, RelayID: "relay-1",
 		BatchSize: t.batch, PollInterval: t.poll, Lease: t.lease, MaxRetries: t.maxRetries,
 		BackoffMin: t.backoffMin, BackoffMax: t.backoffMax, SweepInterval: t.sweep,
 		OnFailure: relay.BlockAggregate, StopTimeout: t.stopTimeout, Breaker: t.breaker, StrictFIFO: strictFIFO,
-		Logger:   consoleLogger(d.con, "relay-1", d.g.secrets.redact),
+		Logger:   consoleLogger(d.con, "relay-1", d.env.Redact),
 		OnFailed: d.onFailed,
 	})
 	if err != nil {
@@ -108,7 +107,7 @@ func (d *demoRun) startRelay2() error {
 	}
 	breakerEnv(t.breaker, settings)
 	env := childRelayEnv(settings)
-	c, err := startChildRelay(env, d.con, d.g.secrets.redact, func(f failedLine) {
+	c, err := startChildRelay(env, d.con, d.env.Redact, func(f failedLine) {
 		d.alarms.Add(1)
 		d.con.Printf("ALARM", "%s", f.alarmText("relay-2's ERROR log line: a relay process alerts through its log"))
 	})
@@ -135,7 +134,7 @@ func (d *demoRun) stopRelay1() {
 	d.mu.Unlock()
 	if r1 != nil {
 		if err := r1.stop(); err != nil {
-			d.g.logger.Warn("relay-1", "err", err)
+			d.env.Logger.Warn("relay-1", "err", err)
 		}
 	}
 }
@@ -148,12 +147,12 @@ func (d *demoRun) stopRelays() {
 	d.mu.Unlock()
 	if r2 != nil {
 		if err := r2.stop(d.plan.relay.stopTimeout + 10*time.Second); err != nil {
-			d.g.logger.Warn("relay-2", "err", err)
+			d.env.Logger.Warn("relay-2", "err", err)
 		}
 	}
 	if r1 != nil {
 		if err := r1.stop(); err != nil {
-			d.g.logger.Warn("relay-1", "err", err)
+			d.env.Logger.Warn("relay-1", "err", err)
 		}
 	}
 }
@@ -185,7 +184,7 @@ func (d *demoRun) waitFinal(ctx context.Context, ids []outbox.EventID, timeout t
 	for {
 		var still []outbox.EventID
 		for _, id := range left {
-			r, err := d.b.store.GetEvent(ctx, id)
+			r, err := d.b.Store.GetEvent(ctx, id)
 			switch {
 			case err == nil && r.Status.Final():
 				final[r.Status]++
@@ -316,7 +315,7 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 		blocked = 0
 		settled := 0
 		for _, id := range cancels {
-			r, err := d.b.store.GetEvent(ctx, id)
+			r, err := d.b.Store.GetEvent(ctx, id)
 			if err != nil {
 				continue
 			}
@@ -359,7 +358,7 @@ func (d *demoRun) incidentCrash(ctx context.Context) error {
 	held := d.gw.HoldNext("relay-2")
 	d.stopRelay1()
 	d.con.Printf("", "   relay-1 steps aside for a moment, so that the next batch is relay-2's")
-	var h demo.Held
+	var h Held
 	got := false
 	t := time.NewTimer(p.holdWait)
 	select {
@@ -391,13 +390,13 @@ func (d *demoRun) incidentCrash(ctx context.Context) error {
 	d.heldID = id
 	d.con.Printf("INCIDENT 3", "SIGKILL relay-2 while the gateway held %s/%s %s: approved, but relay-2 never got the answer",
 		h.AggregateType, h.AggregateID, h.EventType)
-	rec, err := d.b.store.GetEvent(ctx, id)
+	rec, err := d.b.Store.GetEvent(ctx, id)
 	if err != nil {
 		return err
 	}
 	var batch []outbox.EventID
 	if rec.Status == outbox.StatusProcessing && rec.LockToken != "" {
-		procs, err := d.b.store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusProcessing, Limit: 1000})
+		procs, err := d.b.Store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusProcessing, Limit: 1000})
 		if err != nil {
 			return err
 		}
@@ -460,7 +459,7 @@ func (d *demoRun) incidentRestart(ctx context.Context) error {
 		if e.EventType != "ApprovalRequested" {
 			continue
 		}
-		if r, err := d.b.store.GetEvent(ctx, e.ID); err == nil && r.Status == outbox.StatusExpired {
+		if r, err := d.b.Store.GetEvent(ctx, e.ID); err == nil && r.Status == outbox.StatusExpired {
 			d.expiredSample = e.ID
 			break
 		}
@@ -478,7 +477,7 @@ func (d *demoRun) settle(ctx context.Context) error {
 	d.setIncident("settling: waiting for every event to reach a final status")
 	deadline := time.Now().Add(d.plan.ttl + 20*time.Second)
 	for {
-		st, err := d.b.store.Stats(ctx, true)
+		st, err := d.b.Store.Stats(ctx, true)
 		if err != nil {
 			return err
 		}
@@ -511,11 +510,11 @@ func (d *demoRun) settle(ctx context.Context) error {
 // deadline ahead (at which the reaper would expire it). It also returns the
 // number of BLOCKED events.
 func (d *demoRun) onlyWaitingForOperator(ctx context.Context) (bool, int, error) {
-	n, err := d.b.store.CountMovable(ctx, true)
+	n, err := d.b.Store.CountMovable(ctx, true)
 	if err != nil || n > 0 {
 		return false, 0, err
 	}
-	blocked, err := d.b.store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusBlocked, Limit: 1000})
+	blocked, err := d.b.Store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusBlocked, Limit: 1000})
 	if err != nil {
 		return false, 0, err
 	}

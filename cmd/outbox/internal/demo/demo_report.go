@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/demo"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -32,12 +31,12 @@ func allEvents(ctx context.Context, s store.Store) (map[outbox.EventID]store.Rec
 
 // account compares what the service committed and rolled back, what the
 // outbox holds and what the gateway accepted.
-func (d *demoRun) account(ctx context.Context) (*demo.Summary, error) {
-	recs, err := allEvents(ctx, d.b.store)
+func (d *demoRun) account(ctx context.Context) (*Summary, error) {
+	recs, err := allEvents(ctx, d.b.Store)
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox: %w", err)
 	}
-	st, err := d.b.store.Stats(ctx, true)
+	st, err := d.b.Store.Stats(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -54,8 +53,8 @@ func (d *demoRun) account(ctx context.Context) (*demo.Summary, error) {
 		}
 	}
 
-	s := &demo.Summary{
-		Backend: d.b.kind, Table: d.table, ElapsedMS: d.con.Elapsed().Milliseconds(),
+	s := &Summary{
+		Backend: d.b.Kind, Table: d.table, ElapsedMS: d.con.Elapsed().Milliseconds(),
 		TimeScale: d.plan.scale, QRTTLMS: d.plan.ttl.Milliseconds(), Seed: d.seed,
 		Payments: requests, Committed: len(committed), RolledBack: len(rolledBack),
 		Delivered: len(rep.Accepted), Duplicates: rep.Duplicates, OrderViolations: len(rep.Violations),
@@ -139,16 +138,16 @@ func (d *demoRun) account(ctx context.Context) (*demo.Summary, error) {
 		}
 	}
 	if m := d.maint; m.ran {
-		s.Maintenance = &demo.MaintenanceSummary{BreakerOpened: m.opened, BreakerClosed: m.closed, Events: m.events,
+		s.Maintenance = &MaintenanceSummary{BreakerOpened: m.opened, BreakerClosed: m.closed, Events: m.events,
 			Processed: m.processed, Failed: m.failed, Expired: m.expired, ExpiredUnavailable: m.expiredBy}
 	}
 	if e := d.edf; e.ran {
-		s.EDF = &demo.EDFSummary{Backlog: e.backlog, DeadlineMS: e.deadline.Milliseconds(),
+		s.EDF = &EDFSummary{Backlog: e.backlog, DeadlineMS: e.deadline.Milliseconds(),
 			Approvals: e.edf.approvals, Met: e.edf.met, Missed: e.edf.missed,
 			FIFOApprovals: e.fifo.approvals, FIFOMet: e.fifo.met, FIFOMissed: e.fifo.missed}
 	}
 	for _, id := range d.crashIDs {
-		atts, err := d.b.store.Attempts(ctx, id)
+		atts, err := d.b.Store.Attempts(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -164,7 +163,7 @@ func (d *demoRun) account(ctx context.Context) (*demo.Summary, error) {
 
 // report prints the audit trails, the summary table and, with --json, the
 // summary as the last line.
-func (d *demoRun) report(ctx context.Context, s *demo.Summary) error {
+func (d *demoRun) report(ctx context.Context, s *Summary) error {
 	failed := d.firstWithStatus(ctx, outbox.StatusFailed, "ApprovalRequested")
 	expired := d.expiredSample
 	if expired.IsZero() {
@@ -185,7 +184,7 @@ func (d *demoRun) report(ctx context.Context, s *demo.Summary) error {
 			continue
 		}
 		fmt.Fprintf(&buf, "audit trail of %s, as `outbox events show %s` prints it:\n", a.what, a.id)
-		if err := ShowEvent(ctx, &buf, d.b.store, a.id, false); err != nil {
+		if err := d.env.ShowEvent(ctx, &buf, d.b.Store, a.id); err != nil {
 			fmt.Fprintf(&buf, "  (cannot show it: %v)\n", err)
 		}
 		buf.WriteString("\n")
@@ -194,7 +193,7 @@ func (d *demoRun) report(ctx context.Context, s *demo.Summary) error {
 		return err
 	}
 	if d.c.Keep {
-		flags := fmt.Sprintf("--db %s --table %s", d.g.secrets.redact(redactURL(d.dsn)), d.table)
+		flags := fmt.Sprintf("--db %s --table %s", d.shownDSN(), d.table)
 		fmt.Fprintf(&buf, "\nkept the database: try `outbox status %s` or `outbox events list --status failed %s`\n", flags, flags)
 	}
 	if d.c.JSON {
@@ -213,7 +212,7 @@ func (d *demoRun) report(ctx context.Context, s *demo.Summary) error {
 // firstWithStatus returns the oldest event of eventType in status, or the
 // zero id.
 func (d *demoRun) firstWithStatus(ctx context.Context, status outbox.Status, eventType string) outbox.EventID {
-	recs, err := d.b.store.ListEvents(ctx, store.ListFilter{Status: status, Limit: 1000})
+	recs, err := d.b.Store.ListEvents(ctx, store.ListFilter{Status: status, Limit: 1000})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return outbox.EventID{}
 	}

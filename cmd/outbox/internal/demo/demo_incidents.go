@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -41,7 +41,7 @@ type edfResult struct {
 // routeLog returns the breakers' audit log, newest first (nil when the
 // store keeps no route state).
 func (d *demoRun) routeLog(ctx context.Context) ([]store.RouteLogEntry, error) {
-	rs, ok := d.b.store.(store.RouteStore)
+	rs, ok := d.b.Store.(store.RouteStore)
 	if !ok {
 		return nil, nil
 	}
@@ -121,7 +121,7 @@ func (d *demoRun) incidentMaintenance(ctx context.Context) error {
 		}
 	}
 	for _, id := range ids {
-		if r, err := d.b.store.GetEvent(ctx, id); err == nil && r.Status == outbox.StatusExpired &&
+		if r, err := d.b.Store.GetEvent(ctx, id); err == nil && r.Status == outbox.StatusExpired &&
 			strings.Contains(r.LastError, "destination unavailable since") {
 			m.expiredBy++
 			if m.sample.IsZero() && r.EventType == "ApprovalRequested" {

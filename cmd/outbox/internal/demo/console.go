@@ -184,3 +184,11 @@ func cut(s string, n int) string {
 	r := []rune(s)
 	return string(r[:max(n, 0)])
 }
+
+// shorten returns s cut to n characters with "..." when it is longer.
+func shorten(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return cut(s, n) + "..."
+}

@@ -1,0 +1,13 @@
+// Package demo is `outbox demo`: the QR-payment story of the transactional
+// outbox, end to end. It holds the payment service that writes a payment
+// and its event in one transaction, the mock payment gateway that judges
+// the run (duplicates, order, what it accepted), the two relays (one in
+// this process, one a separate `outbox relay` process that is killed for
+// real), the six scripted incidents, the terminal console that shows live
+// progress, and the summary with its pass/fail rules.
+//
+// The command gives [Run] its ways to open a store and a sink ([Env]), so
+// the demo runs on exactly what `outbox relay` runs on. Relay-2 re-executes
+// the running program as `outbox relay`: Run works only inside the outbox
+// command (or a test binary that acts as it).
+package demo
