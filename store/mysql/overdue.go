@@ -6,12 +6,13 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var _ store.OverdueReporter = (*Store)(nil)
 
 // overdueSQL groups the unfinished events past their deadline (see
-// store.OverdueWhere), with the totals of all groups in every row.
+// backend.OverdueWhere), with the totals of all groups in every row.
 const overdueSQL = "SELECT aggregate_type, event_type, MIN(aggregate_id), COUNT(*), " +
 	"CAST(SUM(COUNT(*)) OVER () AS SIGNED), MIN(MIN(expires_at)) OVER (), MAX(MAX(expires_at)) OVER () " +
 	"FROM `{t}` WHERE {where} GROUP BY aggregate_type, event_type " +
@@ -19,8 +20,8 @@ const overdueSQL = "SELECT aggregate_type, event_type, MIN(aggregate_id), COUNT(
 
 // Overdue implements store.OverdueReporter.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
-	q := strings.NewReplacer("{t}", s.t.Outbox, "{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
-		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(overdueSQL)
+	q := strings.NewReplacer("{t}", s.t.Outbox, "{where}", strings.ReplaceAll(backend.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
+		"{groups}", strconv.Itoa(backend.MaxOverdueGroups)).Replace(overdueSQL)
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
 		return store.Overdue{}, s.wrap("overdue events", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var (
@@ -47,7 +48,7 @@ type txBeginner interface {
 }
 
 func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotRequest) (store.Snapshot, error) {
-	snap := store.NewSnapshot(req)
+	snap := backend.NewSnapshot(req)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return snap, s.wrap("snapshot", err)
@@ -73,7 +74,7 @@ func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotR
 		if err != nil {
 			return snap, s.wrap("snapshot: final counts", err)
 		}
-		err = store.ScanStatusCounts(rows, snap.Counts)
+		err = backend.ScanStatusCounts(rows, snap.Counts)
 		rows.Close()
 		if err != nil {
 			return snap, s.wrap("snapshot: final counts", err)
@@ -84,7 +85,7 @@ func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotR
 		if err != nil {
 			return snap, s.wrap("snapshot: blocked aggregates", err)
 		}
-		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
+		err = backend.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
 			return rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, total)
 		})
 		rows.Close()

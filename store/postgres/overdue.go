@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var _ store.OverdueReporter = (*Store)(nil)
 
 // overdueSQL groups the unfinished events past their deadline (see
-// store.OverdueWhere): one row per (aggregate type, event type), with the
+// backend.OverdueWhere): one row per (aggregate type, event type), with the
 // totals of all groups in every row.
 const overdueSQL = `
 SELECT aggregate_type, event_type, min(aggregate_id), count(*),
@@ -24,8 +25,8 @@ LIMIT {groups}`
 
 // Overdue implements store.OverdueReporter.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
-	q := strings.NewReplacer("{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "now()"),
-		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
+	q := strings.NewReplacer("{where}", strings.ReplaceAll(backend.OverdueWhere, "{now}", "now()"),
+		"{groups}", strconv.Itoa(backend.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
 	rows, err := s.pool.Query(ctx, q)
 	if err != nil {
 		return store.Overdue{}, s.wrap("overdue events", err)

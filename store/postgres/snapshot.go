@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var (
@@ -48,7 +49,7 @@ type beginner interface {
 }
 
 func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotRequest) (store.Snapshot, error) {
-	snap := store.NewSnapshot(req)
+	snap := backend.NewSnapshot(req)
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return snap, s.wrap("snapshot", err)
@@ -72,7 +73,7 @@ func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotReq
 		if err != nil {
 			return snap, s.wrap("snapshot: final counts", err)
 		}
-		err = store.ScanStatusCounts(rows, snap.Counts)
+		err = backend.ScanStatusCounts(rows, snap.Counts)
 		rows.Close()
 		if err != nil {
 			return snap, s.wrap("snapshot: final counts", err)
@@ -83,7 +84,7 @@ func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotReq
 		if err != nil {
 			return snap, s.wrap("snapshot: blocked aggregates", err)
 		}
-		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
+		err = backend.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
 			var id [16]byte
 			err := rows.Scan(&b.AggregateType, &b.AggregateID, &id, &b.Waiting, total)
 			b.FailedEventID = outbox.EventID(id)

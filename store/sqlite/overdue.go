@@ -6,12 +6,13 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var _ store.OverdueReporter = (*Store)(nil)
 
 // overdueSQL groups the unfinished events past their deadline (see
-// store.OverdueWhere; ?1 is now), with the totals of all groups in every row.
+// backend.OverdueWhere; ?1 is now), with the totals of all groups in every row.
 const overdueSQL = `
 SELECT aggregate_type, event_type, min(aggregate_id), count(*),
     sum(count(*)) OVER (), min(min(expires_at)) OVER (), max(max(expires_at)) OVER ()
@@ -22,8 +23,8 @@ LIMIT {groups}`
 
 // Overdue implements store.OverdueReporter.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
-	q := strings.NewReplacer("{where}", strings.ReplaceAll(store.OverdueWhere, "{now}", "?1"),
-		"{groups}", strconv.Itoa(store.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
+	q := strings.NewReplacer("{where}", strings.ReplaceAll(backend.OverdueWhere, "{now}", "?1"),
+		"{groups}", strconv.Itoa(backend.MaxOverdueGroups)).Replace(render(s.t, overdueSQL))
 	var o store.Overdue
 	err := retryBusy(ctx, func() error {
 		o = store.Overdue{}

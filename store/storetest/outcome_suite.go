@@ -14,6 +14,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // RunOutcome checks that the relay can always record what happened to an
@@ -165,7 +166,7 @@ func (s *refusingStore) Complete(ctx context.Context, req store.CompleteRequest)
 			s.refused.Add(1)
 			err := fmt.Errorf("value too long for the audit column (custom limit)")
 			if s.classed {
-				err = store.Refused(err)
+				err = backend.Refused(err)
 			}
 			return store.CompleteResult{}, err
 		}
