@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/compensation"
 )
@@ -281,7 +282,7 @@ func testMinTimeLeft(t *testing.T, h *Harness) {
 	long.TTL = time.Minute
 	ids := enqueue(t, h, short, long)
 	rec := &Recorder{}
-	limited, err := sink.Limit(rec, sink.LimitConfig{Default: sink.Limits{MinTimeLeft: 2 * time.Second}})
+	limited, err := sinkkit.Limit(rec, sinkkit.LimitConfig{Default: sinkkit.Limits{MinTimeLeft: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
