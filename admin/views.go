@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -219,7 +220,7 @@ func Fingerprint(errText string) (string, int) {
 	}
 	s = strings.TrimSpace(spaceRE.ReplaceAllString(s, " "))
 	if len(s) > 300 {
-		s = store.TruncateRunes(s, 300) + "…"
+		s = runes.Truncate(s, 300) + "…"
 	}
 	return s, code
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
-	"github.com/txoutbox/outbox/store"
 )
 
 // FailurePolicy says what a FAILED event does to the later events of its
@@ -60,8 +59,8 @@ type FailedEvent struct {
 
 // Config configures a Relay. Zero values mean the documented defaults.
 type Config struct {
-	Store store.Store // required
-	Sink  sink.Sink   // required
+	Store Store     // required: a store.Store, or anything with the methods of Store
+	Sink  sink.Sink // required
 
 	// RelayID names this relay in the audit trail and logs. Default
 	// "<hostname>-<pid>-<random>".

@@ -13,7 +13,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -182,53 +181,4 @@ func (r *Relay) drained(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return n == 0, nil
-}
-
-func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Outcome, res store.CompleteResult) {
-	applied := make(map[int64]bool, len(res.Applied))
-	for _, id := range res.Applied {
-		applied[id] = true
-	}
-	if len(res.Fenced) > 0 {
-		r.stats.fenced.Add(int64(len(res.Fenced)))
-		r.log.Warn("lease lost: another relay or the reaper took these events, so their outcome here was not recorded",
-			"events", len(res.Fenced), "first_id", res.Fenced[0])
-	}
-	for _, o := range outcomes {
-		if !applied[o.ID] {
-			continue
-		}
-		switch o.Kind {
-		case store.Delivered:
-			r.stats.delivered.Add(1)
-		case store.Retry:
-			r.stats.retried.Add(1)
-		case store.Expired:
-			r.stats.expired.Add(1)
-		case store.Released:
-			r.stats.released.Add(1)
-		case store.Failed:
-			r.stats.failed.Add(1)
-			ev := b.claim.Events[b.index[o.ID]]
-			fe := FailedEvent{
-				EventID:       o.EventID,
-				AggregateType: ev.AggregateType,
-				AggregateID:   ev.AggregateID,
-				EventType:     ev.EventType,
-				Attempts:      o.Attempt,
-				Reason:        o.Error,
-				Blocking:      r.failedBlocks(),
-			}
-			attrs := []any{"event_id", fe.EventID.String(), "aggregate_type", fe.AggregateType,
-				"aggregate_id", fe.AggregateID, "event_type", fe.EventType, "attempts", fe.Attempts, "reason", fe.Reason}
-			if fe.Blocking {
-				attrs = append(attrs, "blocked", fmt.Sprintf("later events of %s/%s wait until an operator runs `outbox events retry %s` or `outbox events skip %s`",
-					fe.AggregateType, fe.AggregateID, fe.EventID, fe.EventID))
-			}
-			r.log.Error("event FAILED and moved to the dead-letter table", attrs...)
-			if r.cfg.OnFailed != nil {
-				r.cfg.OnFailed(ctx, fe)
-			}
-		}
-	}
 }

@@ -63,7 +63,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(relay postgres mysql mysql-claim sqlite)
 for t in "${targets[@]}"; do
 	case $t in
-	relay) # batch.go (expiry, deadlines, outcomes), pipeline.go (order across batches), relay.go (the outcome write and its retries), sweeper.go
+	relay) # claim.go, publish.go (expiry, deadlines, outcomes), complete.go (the outcome write and its retries), pipeline.go (order across batches), relay.go, sweeper.go
 		target relay relay '(observer|route_health|config|counters)\.go$' \
 			"./relay ./store/postgres" '^(TestClassify.*|TestHeldFor.*|TestPublish.*|TestTruncate|TestComplete.*|TestWaitSlot.*|TestClaimGets.*|TestSweep.*|TestRetention.*|TestConformance|TestRelayConformance)$' 'TestConformance/(Store|Snapshot)' ;;
 	postgres) # enqueue.go (the per-aggregate lock), relay.go (claim, complete, sweep, conflict retries), queries.go

@@ -1,10 +1,6 @@
 package sink
 
-import (
-	"strconv"
-
-	"github.com/txoutbox/outbox"
-)
+import ()
 
 // Header names the broker sinks put on every message (lower case, as Kafka,
 // NATS, AMQP and Redis carry them). The HTTP sink uses the Outbox-* forms.
@@ -29,24 +25,3 @@ const (
 	// the store assigns one: the CloudEvents "sequence" extension.
 	HeaderAggregateSeq = "outbox-aggregate-seq"
 )
-
-// BrokerHeaders returns the outbox-* headers of m followed by the event's
-// own headers (which cannot override the outbox-* ones), as ordered pairs.
-func BrokerHeaders(m *outbox.Message) [][2]string {
-	out := make([][2]string, 0, 5+len(m.Headers))
-	out = append(out,
-		[2]string{HeaderEventID, m.EventID.String()},
-		[2]string{HeaderEventType, m.EventType},
-		[2]string{HeaderAggregateType, m.AggregateType},
-		[2]string{HeaderAggregateID, m.AggregateID},
-		[2]string{HeaderAttempt, strconv.Itoa(m.Attempt)},
-	)
-	for k, v := range m.Headers {
-		switch k {
-		case HeaderEventID, HeaderEventType, HeaderAggregateType, HeaderAggregateID, HeaderAttempt:
-			continue
-		}
-		out = append(out, [2]string{k, v})
-	}
-	return out
-}

@@ -34,21 +34,6 @@ func TestRouter(t *testing.T) {
 	}
 }
 
-func TestBrokerHeaders(t *testing.T) {
-	a := outbox.Message{AggregateType: "payment", AggregateID: "a", Headers: map[string]string{"outbox-event-id": "forged", "traceparent": "t"}}
-	h := BrokerHeaders(&a)
-	seen := map[string]string{}
-	for _, kv := range h {
-		if _, dup := seen[kv[0]]; dup {
-			t.Fatalf("header %s twice", kv[0])
-		}
-		seen[kv[0]] = kv[1]
-	}
-	if seen[HeaderEventID] == "forged" || seen["traceparent"] != "t" {
-		t.Fatalf("headers = %v", seen)
-	}
-}
-
 func TestRouterLiteralsAndAllFields(t *testing.T) {
 	r, err := NewRouter("svc.{aggregate_type}.{aggregate_id}.{event_type}.v1", map[string]string{"fixed": "audit.all"})
 	if err != nil {

@@ -3,19 +3,16 @@
 // implement, and the contract every one of them must keep. The shared
 // conformance suite in sink/sinktest checks that contract.
 //
-// It also holds what the sinks share: routing ([Router]) and the check of
-// the destinations it computes ([DestinationError]), broker headers, the
-// checks before a message is sent and the not-attempted errors they give
-// ([Precheck], [NotSentError], [Calls]), the reading of sink URL options
-// ([URLOptions], [RedactURL], [Invalid]), the CloudEvents mapping
-// ([CloudEventAttributes], [CloudEventJSON], [Format]), and the optional
-// interfaces a sink implements for the relay: [Destinations] (the route of
-// a message) and [Health] (whether the destination is reached).
+// It also holds routing ([Router]) and the error of a destination a sink
+// refuses ([DestinationError]), the broker header names, the errors the
+// relay acts on ([TooLateError], [ErrNotEnoughTimeLeft]) and the
+// configuration error of a sink ([Invalid]), and the optional interfaces a
+// sink implements for the relay: [Destinations] (the route of a message)
+// and [Health] (whether the destination is reached).
 //
-// [Limit] wraps any sink so that each route stays within a rate (token
-// bucket with burst) and a number of messages in flight: over the limit,
-// Publish waits (backpressure), and a message whose deadline would pass
-// while it waits is not sent.
+// What a sink uses to keep the contract (the checks before a message is
+// sent, sending by ordering key, sink URL options, per-route limits, the
+// CloudEvents mapping, destination-name checks) is in sink/sinkkit.
 package sink
 
 import (
@@ -46,13 +43,4 @@ type Sink interface {
 	Publish(ctx context.Context, msgs []outbox.Message) []error
 	// Close flushes what is buffered and releases connections.
 	Close(ctx context.Context) error
-}
-
-// Fill returns a result slice of len(msgs) with every element set to err.
-func Fill(n int, err error) []error {
-	out := make([]error, n)
-	for i := range out {
-		out[i] = err
-	}
-	return out
 }

@@ -113,9 +113,6 @@ type RelayHeartbeat struct {
 	InFlight    int
 }
 
-// RelaysTable is the heartbeat table of outbox table t (migration 00005).
-func RelaysTable(t Tables) string { return t.Outbox + "_relays" }
-
 // ThroughputBucket counts one minute's attempts of one outcome.
 type ThroughputBucket struct {
 	Minute  time.Time

@@ -1,13 +1,13 @@
 // Package store draws the seam between the relay and a database: the
-// [Store] interface, its request and result types, and helpers shared by the
-// backends: identifier validation, request defaults and validation
-// ([PurgeRequest.Normalize], [SweepRequest.Normalize],
-// [ClaimRequest.Validate]), the operator actions' rules and audit text
-// ([OperatorChange]), the Go side of Stats, ListEvents, Sweep and Purge
-// ([NewStats], [ListFilter.Where], [RunSweep], [PurgePages]), the headers
-// column ([EncodeHeaders], [DecodeHeaders]) and error wrapping
-// ([WrapError]). The backends keep their own SQL. Each backend
-// (store/postgres, store/sqlite, store/mysql) implements Store and passes
+// [Store] interface and the narrower ones beside it ([RouteStore],
+// [AdminQuerier], [Snapshotter], ...), their request and result types with
+// their defaults and validation ([PurgeRequest.Normalize],
+// [SweepRequest.Normalize], [ClaimRequest.Validate]), table-name
+// validation ([TablesFor]), the operator actions' rules ([OperatorChange])
+// and the typed errors. The plumbing the backends share (configuration,
+// error wrapping, the headers column, sweep and purge pages, status scans)
+// lives in the store's internal packages; each backend (store/postgres,
+// store/sqlite, store/mysql) keeps its own SQL, implements Store and passes
 // the shared conformance suite in store/storetest.
 //
 // A Store never holds a transaction open across a call back into the relay:

@@ -34,12 +34,3 @@ func (f ListFilter) Where(mark func(n int) string) (string, []any) {
 	}
 	return " WHERE " + strings.Join(where, " AND "), args
 }
-
-// DeadLetterLimit returns how many rows Store.DeadLetters returns for
-// limit: limit itself from 1 to 1000, otherwise 100.
-func DeadLetterLimit(limit int) int {
-	if limit <= 0 || limit > 1000 {
-		return 100
-	}
-	return limit
-}

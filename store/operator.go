@@ -54,9 +54,3 @@ func (c OperatorChange) Audit(a OperatorAction, status string) (relayID, text st
 	}
 	return StorableText("operator:"+actor, MaxRelayIDRunes), ErrorText(text)
 }
-
-// EventNotFound returns the outbox.ErrNotFound error for an event id that
-// names no row.
-func EventNotFound(id outbox.EventID) error {
-	return fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
-}

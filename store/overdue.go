@@ -20,7 +20,7 @@ type Overdue struct {
 	// Oldest and Newest are the earliest and latest deadline among them.
 	Oldest, Newest time.Time
 	// Groups count them by aggregate and event type, the largest first
-	// (at most MaxOverdueGroups), each with one aggregate id as a sample
+	// (at most 20), each with one aggregate id as a sample
 	// (to compute its route).
 	Groups []OverdueGroup
 }
@@ -30,11 +30,3 @@ type OverdueGroup struct {
 	AggregateType, EventType, SampleAggregateID string
 	Count                                       int64
 }
-
-// MaxOverdueGroups bounds Overdue.Groups.
-const MaxOverdueGroups = 20
-
-// OverdueWhere is the condition of an overdue row, in SQL common to the
-// backends; {now} is the backend's database clock.
-const OverdueWhere = `expires_at IS NOT NULL AND expires_at <= {now}
-    AND (status IN ('PENDING', 'BLOCKED') OR (status = 'PROCESSING' AND locked_until < {now}))`

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -26,10 +24,6 @@ type RequeueFilter struct {
 	// AggregateType, when set, keeps only events of that aggregate type.
 	AggregateType string
 }
-
-// RequeuePageSize is how many matching events RequeueMatching reads at a
-// time; each is then requeued in a transaction of its own.
-const RequeuePageSize = 500
 
 // Validate returns an outbox.ErrInvalidConfig error that says what to fix.
 func (f RequeueFilter) Validate() error {
@@ -114,43 +108,4 @@ func (f RequeueFilter) Where(d FilterSQL, after int64) (string, []any) {
 		where = append(where, "id > "+mark(after))
 	}
 	return strings.Join(where, " AND "), args
-}
-
-// RequeuePages is RequeueMatching for backends: page returns up to limit
-// matching events with an id above after, in id order; each is requeued
-// with requeue (the backend's audited Store.Requeue), with a reason that
-// names the filter. An event that changed in between (another operator, a
-// relay) is skipped. It returns how many events it requeued.
-func RequeuePages(ctx context.Context, f RequeueFilter, a OperatorAction,
-	page func(after int64, limit int) ([]MatchedEvent, error), requeue func(context.Context, OperatorAction) error) (int64, error) {
-	if err := f.Validate(); err != nil {
-		return 0, err
-	}
-	reason := "bulk retry (" + f.String() + ")"
-	if a.Reason != "" {
-		reason = a.Reason + "; " + reason
-	}
-	var n, after int64
-	for {
-		rows, err := page(after, RequeuePageSize)
-		if err != nil {
-			return n, fmt.Errorf("requeue matching: %w", err)
-		}
-		for _, r := range rows {
-			one := a
-			one.EventID, one.Reason = r.EventID, reason
-			switch err := requeue(ctx, one); {
-			case err == nil:
-				n++
-			case errors.Is(err, outbox.ErrConflict), errors.Is(err, outbox.ErrNotFound):
-				// changed or purged since the page was read
-			default:
-				return n, fmt.Errorf("requeue matching: event %s (%d requeued so far): %w", r.EventID, n, err)
-			}
-			after = r.ID
-		}
-		if len(rows) < RequeuePageSize {
-			return n, nil
-		}
-	}
 }

@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"sort"
 	"strings"
-
-	"github.com/txoutbox/outbox"
 )
 
 // ErrForeignTable is returned when an outbox table name is taken by a
@@ -100,62 +96,7 @@ type SchemaManager interface {
 	Adopt(ctx context.Context, o AdoptOptions) (AdoptResult, error)
 }
 
-// AdoptedStatuses are the statuses a table must hold to be adopted: the
-// outbox's own; PROCESSING rows are set to PENDING.
-var AdoptedStatuses = []string{"PENDING", "PROCESSING", "PROCESSED", "FAILED", "EXPIRED", "BLOCKED", "SKIPPED"}
-
-// AdoptionRequired are the columns a table must already have to be
-// adopted: what no default can invent.
-var AdoptionRequired = []string{"id", "aggregate_id", "event_type", "payload", "status", "created_at"}
-
-// CheckStatuses returns an error naming the statuses (with their counts)
-// that adoption cannot map, or nil.
-func CheckStatuses(table string, counts map[string]int64, nulls int64) error {
-	var bad []string
-	if nulls > 0 {
-		bad = append(bad, fmt.Sprintf("NULL (%d rows)", nulls))
-	}
-	statuses := make([]string, 0, len(counts))
-	for st := range counts {
-		statuses = append(statuses, st)
-	}
-	sort.Strings(statuses)
-	for _, st := range statuses {
-		known := false
-		for _, k := range AdoptedStatuses {
-			known = known || k == st
-		}
-		if !known {
-			bad = append(bad, fmt.Sprintf("%q (%d rows)", st, counts[st]))
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("cannot adopt table %s: status values %s are not outbox statuses (%s); update those rows first, nothing was changed",
-		table, strings.Join(bad, ", "), strings.Join(AdoptedStatuses, ", "))
-}
-
 // AdoptedOutcome is the audit outcome written for each row that was
 // PROCESSING under the previous scheduler when its table was adopted, and
 // was set to PENDING.
 const AdoptedOutcome OutcomeKind = "ADOPTED"
-
-// AdoptedNote is the audit row's error text for such a row.
-const AdoptedNote = "PROCESSING under the previous scheduler when outbox adopted the table: set to PENDING"
-
-// AdoptionTable names the record of what adoption added to a table.
-func AdoptionTable(t Tables) string { return t.Outbox + "_adoption" }
-
-var aggregateTypeRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,100}$`)
-
-// ValidateAdoptOptions checks the options of an adoption.
-func ValidateAdoptOptions(o AdoptOptions) error {
-	if o.AggregateType == "" {
-		return fmt.Errorf("%w: adoption needs the aggregate type of the existing rows: add --aggregate-type (for example --aggregate-type payment)", outbox.ErrInvalidConfig)
-	}
-	if !aggregateTypeRE.MatchString(o.AggregateType) {
-		return fmt.Errorf("%w: aggregate type %q is not allowed for adoption: use 1 to 100 characters from A-Z, a-z, 0-9 and _ . : -", outbox.ErrInvalidConfig, o.AggregateType)
-	}
-	return nil
-}

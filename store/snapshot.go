@@ -69,21 +69,6 @@ var UnfinishedStatuses = []outbox.Status{outbox.StatusPending, outbox.StatusProc
 // FinalStatuses are the statuses counted only with SnapshotRequest.Full.
 var FinalStatuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired, outbox.StatusSkipped}
 
-// NewSnapshot returns a Snapshot whose Counts hold 0 for every status the
-// request counts.
-func NewSnapshot(req SnapshotRequest) Snapshot {
-	s := Snapshot{Counts: make(map[outbox.Status]int64, len(outbox.Statuses)), Full: req.Full}
-	for _, st := range UnfinishedStatuses {
-		s.Counts[st] = 0
-	}
-	if req.Full {
-		for _, st := range FinalStatuses {
-			s.Counts[st] = 0
-		}
-	}
-	return s
-}
-
 // BlockedListLimit returns req.BlockedLimit bounded to 0..100.
 func (req SnapshotRequest) BlockedListLimit() int { return min(max(req.BlockedLimit, 0), 100) }
 
@@ -107,21 +92,4 @@ type GaugeLease interface {
 	Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error)
 	// Release gives the lease up and closes its session.
 	Release()
-}
-
-// ScanBlockedAggregates reads the rows of a backend's blocked-aggregates
-// query into snap, listing at most limit of them. scan reads the current
-// row into b and the count of all blocked aggregates into total. The
-// caller closes rows.
-func ScanBlockedAggregates(rows Rows, limit int, snap *Snapshot, scan func(b *BlockedAggregate, total *int64) error) error {
-	for rows.Next() {
-		var b BlockedAggregate
-		if err := scan(&b, &snap.BlockedAggregateCount); err != nil {
-			return err
-		}
-		if len(snap.BlockedAggregates) < limit {
-			snap.BlockedAggregates = append(snap.BlockedAggregates, b)
-		}
-	}
-	return rows.Err()
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // TestEnqueueErrorSaysEnqueueOnce: a store error of `outbox enqueue` (here
@@ -33,11 +33,11 @@ func TestEnqueueErrorSaysEnqueueOnce(t *testing.T) {
 }
 
 // unreachableSink is a broker sink whose destination never answers: it
-// logs its failure once, as the broker sinks do (sink.Reachability).
-type unreachableSink struct{ reach *sink.Reachability }
+// logs its failure once, as the broker sinks do (sinkkit.Reachability).
+type unreachableSink struct{ reach *sinkkit.Reachability }
 
 func (s *unreachableSink) Publish(_ context.Context, msgs []outbox.Message) []error {
-	return sink.Fill(len(msgs), errors.New("not connected"))
+	return sinkkit.Fill(len(msgs), errors.New("not connected"))
 }
 func (s *unreachableSink) Close(context.Context) error { return nil }
 func (s *unreachableSink) Reachable() (bool, error, time.Time) {
@@ -52,7 +52,7 @@ func TestWaitForSinkSaysTheErrorOnce(t *testing.T) {
 	t.Parallel()
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
-	sk := &unreachableSink{reach: sink.NewReachability().Logging(log, "nats sink", "server", "127.0.0.1:1")}
+	sk := &unreachableSink{reach: sinkkit.NewReachability().Logging(log, "nats sink", "server", "127.0.0.1:1")}
 	sk.reach.Failed(errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
 	err := waitForSink(context.Background(), "nats://127.0.0.1:1?subject=x", sk, 100*time.Millisecond, log)
 	if err == nil || !strings.Contains(err.Error(), "after --start-wait 100ms: dial tcp 127.0.0.1:1: connect: connection refused") {

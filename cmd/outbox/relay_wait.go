@@ -22,6 +22,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // Waits between attempts: they double from the first to the last.
@@ -34,13 +35,13 @@ const (
 // (rate=, burst=, max_in_flight=, each route on its own) and the
 // --route-limit overrides.
 func openSinkLimited(ctx context.Context, raw string, routeLimits []string, opts sinkOptions) (sink.Sink, error) {
-	rest, limits, err := sink.CutLimits(raw)
+	rest, limits, err := sinkkit.CutLimits(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", outbox.ErrInvalidConfig, err)
 	}
-	cfg := sink.LimitConfig{Default: limits, Routes: map[string]sink.Limits{}}
+	cfg := sinkkit.LimitConfig{Default: limits, Routes: map[string]sinkkit.Limits{}}
 	for _, spec := range routeLimits {
-		route, l, err := sink.ParseRouteLimit(spec, limits)
+		route, l, err := sinkkit.ParseRouteLimit(spec, limits)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --route-limit: %v", outbox.ErrInvalidConfig, err)
 		}
@@ -53,7 +54,7 @@ func openSinkLimited(ctx context.Context, raw string, routeLimits []string, opts
 	if err != nil || cfg.IsZero() {
 		return sk, err
 	}
-	limited, err := sink.Limit(sk, cfg)
+	limited, err := sinkkit.Limit(sk, cfg)
 	if err != nil {
 		_ = sk.Close(ctx)
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/discard"
 	"github.com/txoutbox/outbox/sink/httpsink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/stdoutsink"
 )
 
@@ -33,7 +34,7 @@ func (o sinkOptions) cloudEventsSource(given string) string {
 	if given != "" {
 		return given
 	}
-	return sink.DefaultCloudEventsSource(o.Table)
+	return sinkkit.DefaultCloudEventsSource(o.Table)
 }
 
 // sinkOpener builds a sink from its URL and the options.

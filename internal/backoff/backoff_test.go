@@ -32,3 +32,15 @@ func TestDelayJitters(t *testing.T) {
 		t.Fatalf("50 delays gave only %d distinct values; jitter is missing", len(seen))
 	}
 }
+
+func TestBase(t *testing.T) {
+	p := Policy{Min: 5 * time.Millisecond, Max: 500 * time.Millisecond}
+	for n, want := range map[int]time.Duration{0: 5 * time.Millisecond, 1: 5 * time.Millisecond, 2: 10 * time.Millisecond, 7: 320 * time.Millisecond, 8: 500 * time.Millisecond, 100: 500 * time.Millisecond} {
+		if got := p.Base(n); got != want {
+			t.Errorf("Base(%d) = %s, want %s", n, got, want)
+		}
+	}
+	if got := (Policy{}).Delay(3); got != 0 {
+		t.Errorf("zero policy: Delay(3) = %s, want 0", got)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 )
@@ -200,10 +201,10 @@ var _ sink.Sink = (*funcSink)(nil)
 
 func (f *funcSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	if f.closed.Load() {
-		return sink.Fill(len(msgs), outbox.ErrClosed)
+		return sinkkit.Fill(len(msgs), outbox.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return sink.Fill(len(msgs), fmt.Errorf("bench sink: %w: %w", err, outbox.ErrNotAttempted))
+		return sinkkit.Fill(len(msgs), fmt.Errorf("bench sink: %w: %w", err, outbox.ErrNotAttempted))
 	}
 	payloads := make([][]byte, len(msgs))
 	for i := range msgs {

@@ -13,7 +13,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv/wait"
-	"github.com/txoutbox/outbox/sink"
+
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -328,7 +329,7 @@ func testCompensationThroughRelay(t *testing.T, h *storetest.Harness) {
 		stop()
 		<-done
 	}()
-	compID := store.CompensationID(ids[0])
+	compID := storetest.CompensationID(ids[0])
 	wait.Until(t, 30*time.Second, "the compensating event to be delivered", func() (bool, error) {
 		for _, d := range rec.Deliveries() {
 			if d.EventID == compID {
@@ -363,7 +364,7 @@ func testMinTimeLeft(t *testing.T, h *storetest.Harness) {
 	long.TTL = time.Minute
 	ids := storetest.Enqueue(t, h, short, long)
 	rec := &Recorder{}
-	limited, err := sink.Limit(rec, sink.LimitConfig{Default: sink.Limits{MinTimeLeft: 2 * time.Second}})
+	limited, err := sinkkit.Limit(rec, sinkkit.LimitConfig{Default: sinkkit.Limits{MinTimeLeft: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +376,7 @@ func testMinTimeLeft(t *testing.T, h *storetest.Harness) {
 		stop()
 		<-done
 	}()
-	compID := store.CompensationID(ids[0])
+	compID := storetest.CompensationID(ids[0])
 	wait.Until(t, 30*time.Second, "both events and the compensation to be final", func() (bool, error) {
 		for _, id := range []outbox.EventID{ids[0], ids[1], compID} {
 			r, err := h.Store.GetEvent(ctx, id)

@@ -151,7 +151,7 @@ func (s *refusingStore) Complete(ctx context.Context, req store.CompleteRequest)
 			s.refused.Add(1)
 			err := fmt.Errorf("value too long for the audit column (custom limit)")
 			if s.classed {
-				err = store.Refused(err)
+				err = storetest.Refused(err)
 			}
 			return store.CompleteResult{}, err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // Defaults for the zero values of [Config].
@@ -68,13 +69,13 @@ type Config struct {
 	// TLS configures amqps:// connections. Default: the system roots.
 	TLS *tls.Config
 
-	// Format is how an event is published: [sink.FormatNative] (the
-	// default), [sink.FormatCloudEvents] (CloudEvents binary mode: the
+	// Format is how an event is published: [sinkkit.FormatNative] (the
+	// default), [sinkkit.FormatCloudEvents] (CloudEvents binary mode: the
 	// attributes as cloudEvents:* headers, the payload as the body) or
-	// [sink.FormatCloudEventsStructured] (the CloudEvent in JSON as the
+	// [sinkkit.FormatCloudEventsStructured] (the CloudEvent in JSON as the
 	// body, content-type application/cloudevents+json). The outbox
 	// headers and properties are set in every format.
-	Format sink.Format
+	Format sinkkit.Format
 
 	// Source is the CloudEvents source attribute. Default
 	// /outbox/outbox_events (the CLI uses /outbox/<table>).
@@ -127,8 +128,8 @@ func (c Config) validate() (*sink.Router, error) {
 	if len(c.Exchange) > 255 {
 		return nil, sink.Invalid(sinkName, "exchange name of %d bytes: the limit is 255", len(c.Exchange))
 	}
-	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+	if err := sinkkit.CheckFormat(sinkName, c.Format, c.Source, sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
-	return sink.NewCheckedRouter(sinkName, "routing key", c.Route, c.RouteOverrides, checkRoutingKey)
+	return sinkkit.NewCheckedRouter(sinkName, "routing key", c.Route, c.RouteOverrides, checkRoutingKey)
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/amqpsink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest/cetest"
 )
 
@@ -14,7 +15,7 @@ import (
 // event id.
 func TestCloudEventsMessagesDecodeWithSDK(t *testing.T) {
 	u := brokerURL(t)
-	for _, f := range []sink.Format{sink.FormatCloudEvents, sink.FormatCloudEventsStructured} {
+	for _, f := range []sinkkit.Format{sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured} {
 		t.Run(string(f), func(t *testing.T) {
 			ex := "outbox.test." + uniq()
 			t.Cleanup(func() { deleteExchange(u, ex) })

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
@@ -52,7 +53,7 @@ func waitForBroker(ctx context.Context, u string) error {
 }
 
 // sinkURLForLog drops the password of a test broker URL.
-func sinkURLForLog(u string) string { return sink.RedactURL(u) }
+func sinkURLForLog(u string) string { return sinkkit.RedactURL(u) }
 
 // dialT opens a connection and channel for the test, closed at cleanup.
 func dialT(t testing.TB, u string) (*amqp.Connection, *amqp.Channel) {

@@ -3,7 +3,7 @@ package amqpsink
 import (
 	"net/url"
 
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // ParseURL reads the sink URL form
@@ -29,7 +29,7 @@ import (
 // server_name_indication. The returned Config has been validated. Errors
 // match [outbox.ErrInvalidConfig] and never quote the password.
 func ParseURL(raw string) (Config, error) {
-	q := sink.NewURLOptions(sinkName, raw)
+	q := sinkkit.NewURLOptions(sinkName, raw)
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Config{}, q.Errorf("not a valid URL (percent-encode special characters in the password)")
@@ -51,7 +51,7 @@ func ParseURL(raw string) (Config, error) {
 	q.String("name", &cfg.ConnectionName)
 	var format string
 	if q.String("format", &format) {
-		cfg.Format = sink.Format(format)
+		cfg.Format = sinkkit.Format(format)
 	}
 	q.String("source", &cfg.Source)
 	// The client's own options stay in the URL.

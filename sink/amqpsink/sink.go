@@ -13,12 +13,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
 
 // precheck says whether a message may still be published.
-var precheck = sink.Precheck{Sink: sinkName}
+var precheck = sinkkit.Precheck{Sink: sinkName}
 
 // maxInFlight is the most messages awaiting a confirmation at once.
 const maxInFlight = 1024
@@ -34,7 +35,7 @@ type Sink struct {
 
 	cur     atomic.Pointer[session] // nil while reconnecting
 	lastErr atomic.Pointer[error]   // why the last connection attempt failed
-	health  *sink.Reachability
+	health  *sinkkit.Reachability
 	tried   chan struct{} // closed once the first connection attempt has finished
 
 	stop     chan struct{} // closed by Close: stops the reconnect loop
@@ -42,7 +43,7 @@ type Sink struct {
 	endLife  context.CancelFunc // cancels a dial in progress at Close
 	loopDone chan struct{}
 
-	calls sink.Calls // Publish calls in progress
+	calls sinkkit.Calls // Publish calls in progress
 }
 
 // New returns a sink for the broker at cfg.URL. It fails only on a
@@ -64,10 +65,10 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	s := &Sink{
 		cfg:      cfg,
-		shownURL: sink.RedactURL(cfg.URL),
+		shownURL: sinkkit.RedactURL(cfg.URL),
 		router:   router,
 		slots:    make(chan struct{}, maxInFlight),
-		health:   sink.NewReachability().Logging(cfg.Logger, sinkName, "broker", sink.RedactURL(cfg.URL)),
+		health:   sinkkit.NewReachability().Logging(cfg.Logger, sinkName, "broker", sinkkit.RedactURL(cfg.URL)),
 		tried:    make(chan struct{}),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
@@ -93,7 +94,7 @@ func (s *Sink) connectLoop() {
 		wait := s.cfg.ReconnectWait
 		for attempt := 1; ss == nil; attempt++ {
 			if lost || attempt > 1 {
-				if !sink.Pause(s.stop, wait) {
+				if !sinkkit.Pause(s.stop, wait) {
 					return
 				}
 				wait = min(2*wait, 10*s.cfg.ReconnectWait)
@@ -184,7 +185,7 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message) error {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
-		return precheck.NotSent(m, sink.ReasonContextEnded, ctx.Err())
+		return precheck.NotSent(m, sinkkit.ReasonContextEnded, ctx.Err())
 	}
 	headers, contentType, body, err := s.encode(m)
 	if err != nil {
@@ -287,20 +288,20 @@ const headerCEPrefix = "cloudEvents:"
 func (s *Sink) encode(m *outbox.Message) (amqp.Table, string, []byte, error) {
 	ce := s.cfg.Format.IsCloudEvents()
 	headers := amqp.Table{}
-	for _, kv := range sink.BrokerHeaders(m) {
+	for _, kv := range sinkkit.BrokerHeaders(m) {
 		if ce && strings.HasPrefix(strings.ToLower(kv[0]), strings.ToLower(headerCEPrefix)) {
 			continue
 		}
 		headers[kv[0]] = kv[1]
 	}
 	switch s.cfg.Format {
-	case sink.FormatCloudEvents:
-		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+	case sinkkit.FormatCloudEvents:
+		for _, a := range sinkkit.CloudEventAttributes(m, s.cfg.Source) {
 			headers[headerCEPrefix+a.Name] = a.Value
 		}
-	case sink.FormatCloudEventsStructured:
-		body, err := sink.CloudEventJSON(m, s.cfg.Source)
-		return headers, sink.CloudEventsJSON, body, err
+	case sinkkit.FormatCloudEventsStructured:
+		body, err := sinkkit.CloudEventJSON(m, s.cfg.Source)
+		return headers, sinkkit.CloudEventsJSON, body, err
 	}
 	return headers, "application/json", m.Payload, nil
 }

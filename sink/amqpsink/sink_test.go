@@ -13,6 +13,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/amqpsink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
@@ -123,7 +124,7 @@ func TestMessageProperties(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], want[k])
 		}
 	}
-	for _, kv := range sink.BrokerHeaders(&m) {
+	for _, kv := range sinkkit.BrokerHeaders(&m) {
 		if v, _ := d.Headers[kv[0]].(string); v != kv[1] {
 			t.Errorf("header %s = %v, want %q", kv[0], d.Headers[kv[0]], kv[1])
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
@@ -32,7 +33,7 @@ func (s *Sink) Reachable() (ok bool, lastErr error, since time.Time) { return tr
 // unless ctx has ended or the message's Deadline has passed.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	if s.closed.Load() {
-		return sink.Fill(len(msgs), outbox.ErrClosed)
+		return sinkkit.Fill(len(msgs), outbox.ErrClosed)
 	}
 	results := make([]error, len(msgs))
 	if err := ctx.Err(); err != nil {

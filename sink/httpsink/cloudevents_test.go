@@ -11,6 +11,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/httpsink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest/cetest"
 )
 
@@ -19,7 +20,7 @@ import (
 // the data, and the outbox headers are still there.
 func TestCloudEventsDecodeWithSDK(t *testing.T) {
 	t.Parallel()
-	for _, f := range []sink.Format{sink.FormatCloudEvents, sink.FormatCloudEventsStructured} {
+	for _, f := range []sinkkit.Format{sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured} {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
@@ -61,7 +62,7 @@ func TestCloudEventsDecodeWithSDK(t *testing.T) {
 				if err != nil {
 					t.Fatalf("the SDK cannot decode request %d: %v", i, err)
 				}
-				if f == sink.FormatCloudEvents && !strings.Contains(want.AggregateID, " ") || f == sink.FormatCloudEventsStructured {
+				if f == sinkkit.FormatCloudEvents && !strings.Contains(want.AggregateID, " ") || f == sinkkit.FormatCloudEventsStructured {
 					if err := cetest.Check(e, &want, "/outbox/payment_outbox"); err != nil {
 						t.Errorf("request %d: %v", i, err)
 					}
@@ -75,7 +76,7 @@ func TestCloudEventsDecodeWithSDK(t *testing.T) {
 				}
 			}
 			ct := got[0].Header.Get("Content-Type")
-			if f == sink.FormatCloudEventsStructured && ct != "application/cloudevents+json" || f == sink.FormatCloudEvents && ct != "application/json" {
+			if f == sinkkit.FormatCloudEventsStructured && ct != "application/cloudevents+json" || f == sinkkit.FormatCloudEvents && ct != "application/json" {
 				t.Errorf("Content-Type %q in mode %s", ct, f)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // Defaults for the zero values of [Config].
@@ -72,13 +73,13 @@ type Config struct {
 	// is not used, so the check sees the real destination.
 	DenyPrivate bool
 
-	// Format is how an event is sent: [sink.FormatNative] (the default:
-	// the payload as the body), [sink.FormatCloudEvents] (CloudEvents
+	// Format is how an event is sent: [sinkkit.FormatNative] (the default:
+	// the payload as the body), [sinkkit.FormatCloudEvents] (CloudEvents
 	// binary mode: ce-* headers, the payload as the body) or
-	// [sink.FormatCloudEventsStructured] (the CloudEvent as a JSON body,
+	// [sinkkit.FormatCloudEventsStructured] (the CloudEvent as a JSON body,
 	// Content-Type application/cloudevents+json). The Outbox-* and
 	// Idempotency-Key headers are sent in every format.
-	Format sink.Format
+	Format sinkkit.Format
 
 	// Source is the CloudEvents source attribute. Default
 	// /outbox/outbox_events (the CLI uses /outbox/<table>).
@@ -149,7 +150,7 @@ func (c Config) validate() (*url.URL, error) {
 			return nil, bad("the value of header %q contains a control character or invalid UTF-8", k)
 		}
 	}
-	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+	if err := sinkkit.CheckFormat(sinkName, c.Format, c.Source, sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
 	if _, err := signingKey(c.SigningSecret); err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // send delivers one message: it waits for a slot, then POSTs it unless the
@@ -23,9 +23,9 @@ func (s *Sink) send(ctx context.Context, m *outbox.Message) error {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return s.pre.NotSent(m, sink.ReasonContextEnded, ctx.Err())
+		return s.pre.NotSent(m, sinkkit.ReasonContextEnded, ctx.Err())
 	case <-s.closing:
-		return s.pre.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
+		return s.pre.NotSent(m, sinkkit.ReasonClosed, outbox.ErrClosed)
 	}
 	defer func() { <-s.sem }()
 	// Waiting for the slot took time: check again.
@@ -38,7 +38,7 @@ func (s *Sink) send(ctx context.Context, m *outbox.Message) error {
 	}
 	rctx, end, ok := s.begin(ctx, deadline)
 	if !ok {
-		return s.pre.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
+		return s.pre.NotSent(m, sinkkit.ReasonClosed, outbox.ErrClosed)
 	}
 	defer end()
 	return s.post(ctx, rctx, m, byEvent)
@@ -53,15 +53,15 @@ func (s *Sink) post(pctx, rctx context.Context, m *outbox.Message, byEvent bool)
 	}
 	body := []byte(m.Payload)
 	switch s.cfg.Format {
-	case sink.FormatCloudEvents:
-		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+	case sinkkit.FormatCloudEvents:
+		for _, a := range sinkkit.CloudEventAttributes(m, s.cfg.Source) {
 			h["Ce-"+http.CanonicalHeaderKey(a.Name)] = []string{percentEncode(a.Value)}
 		}
-	case sink.FormatCloudEventsStructured:
-		if body, err = sink.CloudEventJSON(m, s.cfg.Source); err != nil {
+	case sinkkit.FormatCloudEventsStructured:
+		if body, err = sinkkit.CloudEventJSON(m, s.cfg.Source); err != nil {
 			return outbox.Permanent(fmt.Errorf("http sink: %w", err))
 		}
-		h["Content-Type"] = []string{sink.CloudEventsJSON}
+		h["Content-Type"] = []string{sinkkit.CloudEventsJSON}
 	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(body))
 	if err != nil {

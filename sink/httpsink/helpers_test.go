@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // chains is how Publish links the messages of each ordering key, now
-// shared by the sinks as sink.KeyChains.
-var chains = sink.KeyChains
+// shared by the sinks as sinkkit.KeyChains.
+var chains = sinkkit.KeyChains
 
 // waitLimit bounds every wait on a condition in these tests.
 const waitLimit = 10 * time.Second

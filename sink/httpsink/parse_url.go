@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // ParseURL reads the sink URL form
@@ -114,7 +115,7 @@ func (c *Config) setOption(key, value string, lookupEnv func(string) (string, bo
 		}
 		c.SigningSecret = secret
 	case "format":
-		c.Format = sink.Format(value)
+		c.Format = sinkkit.Format(value)
 	case "source":
 		c.Source = value
 	case "deny_private", "allow_private":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
@@ -28,14 +29,14 @@ type Sink struct {
 	display   string            // the endpoint as errors show it: no userinfo, no query
 	static    map[string]string // Config.Headers by canonical name
 	signer    *signer
-	pre       sink.Precheck // whether a message may still be sent
+	pre       sinkkit.Precheck // whether a message may still be sent
 	// secrets are scrubbed from response excerpts quoted in errors.
 	secrets       []string
 	longestSecret int
 	// sem holds a token per request in flight, across Publish calls.
 	sem chan struct{}
 	// health is the endpoint's reachability, learnt from the requests.
-	health *sink.Reachability
+	health *sinkkit.Reachability
 
 	mu       sync.Mutex
 	closed   bool
@@ -64,9 +65,9 @@ func New(cfg Config) (*Sink, error) {
 		sem:     make(chan struct{}, cfg.Concurrency),
 		closing: make(chan struct{}),
 		cancels: make(map[uint64]context.CancelCauseFunc),
-		health:  sink.NewReachability(),
+		health:  sinkkit.NewReachability(),
 	}
-	s.pre = sink.Precheck{Sink: sinkName, IsClosed: s.isClosed}
+	s.pre = sinkkit.Precheck{Sink: sinkName, IsClosed: s.isClosed}
 	if s.client == nil {
 		s.client, s.ownClient = newClient(cfg), true
 	}
@@ -126,7 +127,7 @@ func newClient(cfg Config) *http.Client {
 // all Publish calls.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	if s.isClosed() {
-		return sink.Fill(len(msgs), outbox.ErrClosed)
+		return sinkkit.Fill(len(msgs), outbox.ErrClosed)
 	}
 	return s.pre.SendByKey(ctx, msgs, s.cfg.Concurrency, func(i int) error { return s.send(ctx, &msgs[i]) })
 }

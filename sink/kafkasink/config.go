@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // Defaults for the zero values of [Config].
@@ -79,13 +80,13 @@ type Config struct {
 	// configuration. Nil: plain TCP.
 	TLS *tls.Config
 
-	// Format is how an event is written: [sink.FormatNative] (the
-	// default), [sink.FormatCloudEvents] (CloudEvents binary mode: ce_*
-	// headers), [sink.FormatCloudEventsStructured] (the CloudEvent in JSON
-	// as the value) or [sink.FormatDebezium] (the records of Debezium's
+	// Format is how an event is written: [sinkkit.FormatNative] (the
+	// default), [sinkkit.FormatCloudEvents] (CloudEvents binary mode: ce_*
+	// headers), [sinkkit.FormatCloudEventsStructured] (the CloudEvent in JSON
+	// as the value) or [sinkkit.FormatDebezium] (the records of Debezium's
 	// outbox event router: header id = the event id; the default Route
 	// becomes outbox.event.{aggregate_type}). See the package docs.
-	Format sink.Format
+	Format sinkkit.Format
 
 	// Source is the CloudEvents source attribute. Default
 	// /outbox/outbox_events (the CLI uses /outbox/<table>).
@@ -106,7 +107,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Route == "" {
 		c.Route = sink.DefaultRoute
-		if c.Format == sink.FormatDebezium {
+		if c.Format == sinkkit.FormatDebezium {
 			c.Route = DebeziumRoute
 		}
 	}
@@ -169,10 +170,10 @@ func (c Config) validate() (*sink.Router, error) {
 	case strings.ContainsFunc(c.ClientID, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return nil, invalid("ClientID contains a control character")
 	}
-	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured, sink.FormatDebezium); err != nil {
+	if err := sinkkit.CheckFormat(sinkName, c.Format, c.Source, sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured, sinkkit.FormatDebezium); err != nil {
 		return nil, err
 	}
-	r, err := sink.NewCheckedRouter(sinkName, "topic", c.Route, c.RouteOverrides, func(t string) string {
+	r, err := sinkkit.NewCheckedRouter(sinkName, "topic", c.Route, c.RouteOverrides, func(t string) string {
 		if err := checkTopic(t); err != nil {
 			return err.Error()
 		}

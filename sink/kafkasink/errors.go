@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // permanentKafkaErrors are broker answers that retrying the same record
@@ -39,7 +39,7 @@ func (s *Sink) classify(m *outbox.Message, topic string, err error) error {
 	var ke *kerr.Error
 	switch {
 	case errors.Is(err, kgo.ErrClientClosed):
-		return precheck.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
+		return precheck.NotSent(m, sinkkit.ReasonClosed, outbox.ErrClosed)
 	case errors.Is(err, kerr.MessageTooLarge):
 		return outbox.Permanent(fmt.Errorf("%s: the broker refused the message as too large on its own "+
 			"(%d bytes as a record batch): raise the topic's max.message.bytes, or shrink the event: %w",

@@ -8,6 +8,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/kafkasink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest/cetest"
 )
 
@@ -16,7 +17,7 @@ import (
 // attribute of the mapping; the key stays the aggregate id.
 func TestCloudEventsRecordsDecodeWithSDK(t *testing.T) {
 	t.Parallel()
-	for _, f := range []sink.Format{sink.FormatCloudEvents, sink.FormatCloudEventsStructured} {
+	for _, f := range []sinkkit.Format{sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured} {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
 			prefix := uniquePrefix(t)

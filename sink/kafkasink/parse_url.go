@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"strings"
 
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // ParseURL reads the sink URL form
@@ -28,7 +28,7 @@ import (
 // Config.RouteOverrides (the CLI's --route flag). The returned Config has
 // been validated. Errors match [outbox.ErrInvalidConfig].
 func ParseURL(raw string) (Config, error) {
-	q := sink.NewURLOptions(sinkName, raw)
+	q := sinkkit.NewURLOptions(sinkName, raw)
 	rest, ok := strings.CutPrefix(raw, "kafka://")
 	if !ok {
 		if i := strings.Index(raw, "://"); i > 0 && strings.EqualFold(raw[:i], "kafka") {
@@ -73,7 +73,7 @@ func ParseURL(raw string) (Config, error) {
 	q.Bool("auto_create_topics", &cfg.AllowAutoTopicCreation)
 	var format string
 	if q.String("format", &format) {
-		cfg.Format = sink.Format(format)
+		cfg.Format = sinkkit.Format(format)
 	}
 	q.String("source", &cfg.Source)
 	if err := q.Err(); err != nil {

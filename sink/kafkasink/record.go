@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // recordBatchOverhead is the size of a v2 record batch header: base offset
@@ -36,26 +36,26 @@ const (
 //
 // An event header that would be read as one of these is dropped.
 func (s *Sink) fillRecord(r *kgo.Record, m *outbox.Message, topic string) error {
-	hs := sink.BrokerHeaders(m)
+	hs := sinkkit.BrokerHeaders(m)
 	headers := make([]kgo.RecordHeader, 0, len(hs)+10)
 	value := []byte(m.Payload)
 	switch s.cfg.Format {
-	case sink.FormatDebezium:
+	case sinkkit.FormatDebezium:
 		headers = append(headers, kgo.RecordHeader{Key: headerDebeziumID, Value: []byte(m.EventID.String())})
-	case sink.FormatCloudEvents:
-		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+	case sinkkit.FormatCloudEvents:
+		for _, a := range sinkkit.CloudEventAttributes(m, s.cfg.Source) {
 			headers = append(headers, kgo.RecordHeader{Key: headerCEPrefix + a.Name, Value: []byte(a.Value)})
 		}
 		headers = append(headers, kgo.RecordHeader{Key: headerContentType, Value: []byte("application/json")})
-	case sink.FormatCloudEventsStructured:
+	case sinkkit.FormatCloudEventsStructured:
 		var err error
-		if value, err = sink.CloudEventJSON(m, s.cfg.Source); err != nil {
+		if value, err = sinkkit.CloudEventJSON(m, s.cfg.Source); err != nil {
 			return err
 		}
-		headers = append(headers, kgo.RecordHeader{Key: headerContentType, Value: []byte(sink.CloudEventsJSON)})
+		headers = append(headers, kgo.RecordHeader{Key: headerContentType, Value: []byte(sinkkit.CloudEventsJSON)})
 	}
 	for _, h := range hs {
-		if s.cfg.Format != sink.FormatNative && s.shadows(h[0]) {
+		if s.cfg.Format != sinkkit.FormatNative && s.shadows(h[0]) {
 			continue
 		}
 		headers = append(headers, kgo.RecordHeader{Key: h[0], Value: []byte(h[1])})
@@ -74,9 +74,9 @@ func (s *Sink) fillRecord(r *kgo.Record, m *outbox.Message, topic string) error 
 func (s *Sink) shadows(k string) bool {
 	k = strings.ToLower(k)
 	switch s.cfg.Format {
-	case sink.FormatDebezium:
+	case sinkkit.FormatDebezium:
 		return k == headerDebeziumID
-	case sink.FormatCloudEvents, sink.FormatCloudEventsStructured:
+	case sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured:
 		return k == headerContentType || strings.HasPrefix(k, headerCEPrefix)
 	}
 	return false

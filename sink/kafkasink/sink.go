@@ -14,12 +14,13 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
 
 // precheck says whether a message may still be produced.
-var precheck = sink.Precheck{Sink: sinkName}
+var precheck = sinkkit.Precheck{Sink: sinkName}
 
 // Sink produces each message as a Kafka record with acks=all and the
 // idempotent producer. Create it with [New]; it is safe for concurrent use.
@@ -28,11 +29,11 @@ type Sink struct {
 	router *sink.Router
 	cl     *kgo.Client
 
-	health   *sink.Reachability
+	health   *sinkkit.Reachability
 	stopPing context.CancelFunc // ends the first-contact probe
 	pingDone chan struct{}
 
-	calls sink.Calls // Publish calls in progress
+	calls sinkkit.Calls // Publish calls in progress
 
 	// Set by tests only: beforeProduce runs after message i passed its
 	// checks and before it is handed to the producer; resolved runs when
@@ -54,7 +55,7 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, router: router, pingDone: make(chan struct{}),
-		health: sink.NewReachability().Logging(cfg.Logger, sinkName, "brokers", cfg.Brokers)}
+		health: sinkkit.NewReachability().Logging(cfg.Logger, sinkName, "brokers", cfg.Brokers)}
 	opts := []kgo.Opt{
 		kgo.WithHooks(connectHook{s}),
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -118,7 +119,7 @@ func (s *Sink) probe(ctx context.Context) {
 			s.health.Reached()
 			return
 		}
-		if !sink.Pause(ctx.Done(), wait) {
+		if !sinkkit.Pause(ctx.Done(), wait) {
 			return
 		}
 		wait = min(2*wait, 5*time.Second)

@@ -20,6 +20,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/kafkasink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
@@ -90,7 +91,7 @@ func TestRecordLayout(t *testing.T) {
 	next := map[string]int{}
 	for _, rec := range r.raw() {
 		key := string(rec.Key)
-		want := sink.BrokerHeaders(&msgs[0])
+		want := sinkkit.BrokerHeaders(&msgs[0])
 		if len(rec.Headers) < len(want)-1 {
 			t.Fatalf("record has %d headers, want at least %d", len(rec.Headers), len(want))
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // Defaults for the zero values of [Config].
@@ -75,12 +76,12 @@ type Config struct {
 	// NKeys), applied after the sink's own.
 	Options []nats.Option
 
-	// Format is how an event is published: [sink.FormatNative] (the
-	// default), [sink.FormatCloudEvents] (CloudEvents binary mode: ce-*
+	// Format is how an event is published: [sinkkit.FormatNative] (the
+	// default), [sinkkit.FormatCloudEvents] (CloudEvents binary mode: ce-*
 	// headers, the payload as the data) or
-	// [sink.FormatCloudEventsStructured] (the CloudEvent in JSON as the
+	// [sinkkit.FormatCloudEventsStructured] (the CloudEvent in JSON as the
 	// data). The outbox headers and Nats-Msg-Id are set in every format.
-	Format sink.Format
+	Format sinkkit.Format
 
 	// Source is the CloudEvents source attribute. Default
 	// /outbox/outbox_events (the CLI uses /outbox/<table>).
@@ -135,10 +136,10 @@ func (c Config) validate() (*sink.Router, error) {
 			return nil, sink.Invalid(sinkName, "stream subject %q: %v", s, err)
 		}
 	}
-	if err := sink.CheckFormat(sinkName, c.Format, c.Source, sink.FormatCloudEvents, sink.FormatCloudEventsStructured); err != nil {
+	if err := sinkkit.CheckFormat(sinkName, c.Format, c.Source, sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured); err != nil {
 		return nil, err
 	}
-	r, err := sink.NewCheckedRouter(sinkName, "subject", c.Route, c.RouteOverrides, func(s string) string {
+	r, err := sinkkit.NewCheckedRouter(sinkName, "subject", c.Route, c.RouteOverrides, func(s string) string {
 		if err := checkPublishSubject(s); err != nil {
 			return err.Error()
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/natssink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest/cetest"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestCloudEventsMessagesDecodeWithSDK(t *testing.T) {
 	url := sharedURL(t)
 	_, js := jsClient(t, url)
-	for _, f := range []sink.Format{sink.FormatCloudEvents, sink.FormatCloudEventsStructured} {
+	for _, f := range []sinkkit.Format{sinkkit.FormatCloudEvents, sinkkit.FormatCloudEventsStructured} {
 		t.Run(string(f), func(t *testing.T) {
 			id := uniq()
 			stream := "C" + id

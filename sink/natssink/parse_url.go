@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // ParseURL reads the sink URL form
@@ -29,7 +29,7 @@ import (
 // The returned Config has been validated. Errors match
 // [outbox.ErrInvalidConfig] and never quote the URL's password.
 func ParseURL(raw string) (Config, error) {
-	q := sink.NewURLOptions(sinkName, raw)
+	q := sinkkit.NewURLOptions(sinkName, raw)
 	servers, query, _ := strings.Cut(raw, "?")
 	var urls []string
 	scheme := ""
@@ -81,7 +81,7 @@ func ParseURL(raw string) (Config, error) {
 	q.String("name", &cfg.ClientName)
 	var format string
 	if q.String("format", &format) {
-		cfg.Format = sink.Format(format)
+		cfg.Format = sinkkit.Format(format)
 	}
 	q.String("source", &cfg.Source)
 	if err := q.Err(); err != nil {

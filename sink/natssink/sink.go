@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
 
 // precheck says whether a message may still be published.
-var precheck = sink.Precheck{Sink: sinkName}
+var precheck = sinkkit.Precheck{Sink: sinkName}
 
 // Sink publishes events to NATS JetStream. It is safe for concurrent use.
 type Sink struct {
@@ -31,7 +32,7 @@ type Sink struct {
 
 	// health is the server's reachability; jsReady is set once JetStream
 	// answered on some connection (checkMu serializes that check).
-	health  *sink.Reachability
+	health  *sinkkit.Reachability
 	jsReady atomic.Bool
 	checkMu sync.Mutex
 	// connected is signalled by the connection handlers; stop ends the
@@ -48,7 +49,7 @@ type Sink struct {
 	// slots bounds the messages awaiting a PubAck, across calls.
 	slots chan struct{}
 
-	calls sink.Calls // Publish calls in progress
+	calls sinkkit.Calls // Publish calls in progress
 }
 
 // maxInFlight is the most messages awaiting a PubAck at once, below
@@ -72,9 +73,9 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{
-		cfg: cfg, router: router, server: sink.RedactURL(cfg.URL),
+		cfg: cfg, router: router, server: sinkkit.RedactURL(cfg.URL),
 		closed: make(chan struct{}), slots: make(chan struct{}, maxInFlight),
-		health:    sink.NewReachability().Logging(cfg.Logger, sinkName, "server", sink.RedactURL(cfg.URL)),
+		health:    sinkkit.NewReachability().Logging(cfg.Logger, sinkName, "server", sinkkit.RedactURL(cfg.URL)),
 		connected: make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		watchDone: make(chan struct{}),
@@ -100,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { s.connectFailed(err) }),
 		nats.ConnectHandler(func(*nats.Conn) { s.signalConnected() }),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("nats sink: reconnected", "server", sink.RedactURL(c.ConnectedUrlRedacted()))
+			log.Info("nats sink: reconnected", "server", sinkkit.RedactURL(c.ConnectedUrlRedacted()))
 			s.signalConnected()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(s.closed) }),
@@ -161,7 +162,7 @@ func (s *Sink) watch() {
 			if err == nil {
 				break
 			}
-			if !sink.Pause(s.stop, wait) {
+			if !sinkkit.Pause(s.stop, wait) {
 				return
 			}
 			wait = min(2*wait, 10*s.cfg.ReconnectWait)
@@ -284,7 +285,7 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message, subject string
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
-		return precheck.NotSent(m, sink.ReasonContextEnded, ctx.Err())
+		return precheck.NotSent(m, sinkkit.ReasonContextEnded, ctx.Err())
 	}
 	msg, err := s.message(m, subject)
 	if err != nil {
@@ -354,7 +355,7 @@ const (
 func (s *Sink) message(m *outbox.Message, subject string) (*nats.Msg, error) {
 	hdr := make(nats.Header, 16+len(m.Headers))
 	ce := s.cfg.Format.IsCloudEvents()
-	for _, kv := range sink.BrokerHeaders(m) {
+	for _, kv := range sinkkit.BrokerHeaders(m) {
 		if k := strings.ToLower(kv[0]); ce && (k == headerContentType || strings.HasPrefix(k, headerCEPrefix)) {
 			continue
 		}
@@ -363,17 +364,17 @@ func (s *Sink) message(m *outbox.Message, subject string) (*nats.Msg, error) {
 	hdr[jetstream.MsgIDHeader] = []string{m.EventID.String()}
 	data := []byte(m.Payload)
 	switch s.cfg.Format {
-	case sink.FormatCloudEvents:
-		for _, a := range sink.CloudEventAttributes(m, s.cfg.Source) {
+	case sinkkit.FormatCloudEvents:
+		for _, a := range sinkkit.CloudEventAttributes(m, s.cfg.Source) {
 			hdr[headerCEPrefix+a.Name] = []string{a.Value}
 		}
 		hdr[headerContentType] = []string{"application/json"}
-	case sink.FormatCloudEventsStructured:
+	case sinkkit.FormatCloudEventsStructured:
 		var err error
-		if data, err = sink.CloudEventJSON(m, s.cfg.Source); err != nil {
+		if data, err = sinkkit.CloudEventJSON(m, s.cfg.Source); err != nil {
 			return nil, err
 		}
-		hdr[headerContentType] = []string{sink.CloudEventsJSON}
+		hdr[headerContentType] = []string{sinkkit.CloudEventsJSON}
 	}
 	return &nats.Msg{Subject: subject, Header: hdr, Data: data}, nil
 }

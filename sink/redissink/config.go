@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // Defaults for the zero values of [Config].
@@ -78,7 +79,7 @@ const MaxStreamKeyBytes = 1024
 // checkStream returns why key cannot be a stream the sink appends to, or
 // "": non-empty, at most MaxStreamKeyBytes, valid UTF-8 without control
 // characters.
-func checkStream(key string) string { return sink.CheckName(key, MaxStreamKeyBytes) }
+func checkStream(key string) string { return sinkkit.CheckName(key, MaxStreamKeyBytes) }
 
 // sinkName starts the sink's errors.
 const sinkName = "redis sink"
@@ -135,5 +136,5 @@ func (c Config) validate() (*sink.Router, error) {
 	case c.DialTimeout < 0:
 		return nil, invalid("DialTimeout %s is negative: use a positive duration, or 0 for the default %s", c.DialTimeout, DefaultDialTimeout)
 	}
-	return sink.NewCheckedRouter(sinkName, "stream key", c.Route, c.RouteOverrides, checkStream)
+	return sinkkit.NewCheckedRouter(sinkName, "stream key", c.Route, c.RouteOverrides, checkStream)
 }

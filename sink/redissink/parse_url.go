@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // ParseURL reads the sink URL form
@@ -27,7 +27,7 @@ import (
 // returned Config has been validated. Errors match
 // [outbox.ErrInvalidConfig] and never quote the password.
 func ParseURL(raw string) (Config, error) {
-	q := sink.NewURLOptions(sinkName, raw)
+	q := sinkkit.NewURLOptions(sinkName, raw)
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Config{}, q.Errorf("is not a valid URL")

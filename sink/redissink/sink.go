@@ -11,12 +11,13 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
 
 // precheck says whether a message may still be appended.
-var precheck = sink.Precheck{Sink: sinkName}
+var precheck = sinkkit.Precheck{Sink: sinkName}
 
 // FieldPayload is the stream entry field that holds the event's payload.
 const FieldPayload = "payload"
@@ -33,11 +34,11 @@ type Sink struct {
 	router *sink.Router
 	rdb    *redis.Client
 
-	health    *sink.Reachability
+	health    *sinkkit.Reachability
 	stopProbe context.CancelFunc
 	probeDone chan struct{}
 
-	calls sink.Calls // Publish calls in progress
+	calls sinkkit.Calls // Publish calls in progress
 }
 
 // New validates cfg and returns a sink. It does not wait for the server:
@@ -68,7 +69,7 @@ func New(_ context.Context, cfg Config) (*Sink, error) {
 	if cfg.TLS != nil {
 		opts.TLSConfig = cfg.TLS.Clone()
 	}
-	s := &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts), health: sink.NewReachability().Logging(cfg.Logger, sinkName, "server", cfg.Addr), probeDone: make(chan struct{})}
+	s := &Sink{cfg: cfg, router: router, rdb: redis.NewClient(opts), health: sinkkit.NewReachability().Logging(cfg.Logger, sinkName, "server", cfg.Addr), probeDone: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopProbe = cancel
 	go s.probe(ctx)
@@ -92,7 +93,7 @@ func (s *Sink) probe(ctx context.Context) {
 			return
 		}
 		s.health.Failed(fmt.Errorf("redis sink: %s: %w", s.cfg.Addr, err))
-		if !sink.Pause(ctx.Done(), wait) {
+		if !sinkkit.Pause(ctx.Done(), wait) {
 			return
 		}
 		wait = min(2*wait, 5*time.Second)
@@ -117,7 +118,7 @@ func (s *Sink) Client() *redis.Client { return s.rdb }
 // fields returns the XADD field-value pairs of m: the outbox-* fields,
 // the payload, then the event's own headers.
 func fields(m *outbox.Message) []string {
-	hs := sink.BrokerHeaders(m)
+	hs := sinkkit.BrokerHeaders(m)
 	out := make([]string, 0, 2*len(hs)+2)
 	for i, h := range hs {
 		if i == 5 { // after the outbox-* fields
@@ -247,7 +248,7 @@ func (s *Sink) classify(pctx context.Context, m *outbox.Message, stream string, 
 	var reply redis.Error
 	switch {
 	case errors.Is(err, redis.ErrClosed):
-		return precheck.NotSent(m, sink.ReasonClosed, outbox.ErrClosed)
+		return precheck.NotSent(m, sinkkit.ReasonClosed, outbox.ErrClosed)
 	case errors.As(err, &reply):
 		msg := reply.Error()
 		for _, p := range retryableReplies {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 var _ sink.Sink = (*Sink)(nil)
@@ -28,7 +29,7 @@ type Sink struct {
 	buf  bytes.Buffer
 	enc  *json.Encoder
 
-	health *sink.Reachability // down while writes fail
+	health *sinkkit.Reachability // down while writes fail
 }
 
 // New returns a sink for cfg.
@@ -37,7 +38,7 @@ func New(cfg Config) *Sink {
 	if w == nil {
 		w = os.Stdout
 	}
-	s := &Sink{w: w, lock: make(chan struct{}, 1), health: sink.NewReachability()}
+	s := &Sink{w: w, lock: make(chan struct{}, 1), health: sinkkit.NewReachability()}
 	s.health.Up()
 	s.flusher, _ = w.(interface{ Flush() error })
 	s.enc = json.NewEncoder(&s.buf)
@@ -62,7 +63,7 @@ type line struct {
 // message. See the package documentation for what counts as delivered.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	if s.closed.Load() {
-		return sink.Fill(len(msgs), outbox.ErrClosed)
+		return sinkkit.Fill(len(msgs), outbox.ErrClosed)
 	}
 	select {
 	case s.lock <- struct{}{}:
@@ -75,7 +76,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	}
 	defer func() { <-s.lock }()
 	if s.closed.Load() { // Close ran while this call waited
-		return sink.Fill(len(msgs), outbox.ErrClosed)
+		return sinkkit.Fill(len(msgs), outbox.ErrClosed)
 	}
 
 	results := make([]error, len(msgs))

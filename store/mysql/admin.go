@@ -13,17 +13,20 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/pages"
 )
 
 // Stats implements store.Store.
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
-	st := store.NewStats()
+	st := backend.NewStats()
 	rows, err := s.db.QueryContext(ctx, s.q.stats)
 	if err != nil {
 		return st, s.wrap("stats", err)
 	}
-	err = store.ScanStatusCounts(rows, st.Counts)
+	err = backend.ScanStatusCounts(rows, st.Counts)
 	rows.Close()
 	if err != nil {
 		return st, s.wrap("stats", err)
@@ -71,7 +74,7 @@ func scanRecord(row scanner) (store.Record, error) {
 		return r, err
 	}
 	r.Payload = json.RawMessage(payload)
-	r.Headers = store.DecodeHeaders(headers)
+	r.Headers = backend.DecodeHeaders(headers)
 	r.Status = outbox.Status(status)
 	r.CreatedAt, r.AvailableAt = created.Time, available.Time
 	r.ProcessedAt, r.ExpiresAt, r.LockedUntil = processedAt.Time, expiresAt.Time, lockedUntil.Time
@@ -106,7 +109,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
 	r, err := scanRecord(s.db.QueryRowContext(ctx, s.q.getRecord, id.String()))
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, store.EventNotFound(id)
+		return r, backend.EventNotFound(id)
 	}
 	return r, s.wrap("get event", err)
 }
@@ -139,7 +142,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count, "+
-		"reason, failed_at, requeued_at FROM `"+s.t.DeadLetters+"` ORDER BY id DESC LIMIT ?", store.DeadLetterLimit(limit))
+		"reason, failed_at, requeued_at FROM `"+s.t.DeadLetters+"` ORDER BY id DESC LIMIT ?", backend.DeadLetterLimit(limit))
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}
@@ -180,7 +183,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		err := tx.QueryRowContext(ctx, "SELECT id, status, retry_count, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM "+t+
 			" WHERE event_id = ? FOR UPDATE", a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &now)
 		if errors.Is(err, sql.ErrNoRows) {
-			return errAction{store.EventNotFound(a.EventID)}
+			return errAction{backend.EventNotFound(a.EventID)}
 		}
 		if err != nil {
 			return err
@@ -215,7 +218,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		relay, reason := ch.Audit(a, status)
 		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.t.Attempts+"` ("+attemptColumns+") "+
 			"VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?)",
-			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, store.TruncateRunes(relay, 200),
+			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, runes.Truncate(relay, 200),
 			nowText, nowText, reason); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -280,9 +283,9 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	page := "SELECT id, (status IN (" + in + ") AND processed_at IS NOT NULL AND processed_at <= c.cutoff), " +
 		"created_at <= c.cutoff, c.cutoff FROM " + t + " JOIN (SELECT UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS cutoff) c " +
 		"WHERE id > ? ORDER BY id LIMIT ?"
-	total, err := store.PurgePages(func(after int64) (store.PurgePage, error) {
+	total, err := pages.Purge(func(after int64) (pages.PurgePage, error) {
 		var (
-			p      store.PurgePage
+			p      pages.PurgePage
 			del    []int64
 			cutoff nullTime
 		)
@@ -376,7 +379,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 
 // RequeueMatching implements store.Store.
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
-	return store.RequeuePages(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
+	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
 		where, args := f.Where(requeueFilterSQL, after)
 		rows, err := s.db.QueryContext(ctx, "SELECT id, event_id FROM `"+s.t.Outbox+"` WHERE "+where+
 			" ORDER BY id LIMIT "+strconv.Itoa(limit), args...)

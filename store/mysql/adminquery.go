@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/sqladmin"
+	"github.com/txoutbox/outbox/store/internal/sqladmin"
 )
 
 var _ store.AdminQuerier = (*Store)(nil)

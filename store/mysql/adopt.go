@@ -71,7 +71,7 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 	if exists {
 		sc.Missing = adoptsql.MissingColumns(outboxColumns, cols)
 	}
-	if sc.Adopted, err = s.tableExists(ctx, store.AdoptionTable(s.t)); err != nil {
+	if sc.Adopted, err = s.tableExists(ctx, adoptsql.Table(s.t)); err != nil {
 		return sc, err
 	}
 	r, err := s.migrator(ctx)
@@ -158,7 +158,7 @@ func (s *Store) migrateDown(ctx context.Context, r *migrate.Runner) error {
 // columns, then the version table and the record itself. Each statement
 // can run again after an interruption.
 func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT kind, name FROM "+quote(store.AdoptionTable(s.t))+" ORDER BY kind, name")
+	rows, err := s.db.QueryContext(ctx, "SELECT kind, name FROM "+quote(adoptsql.Table(s.t))+" ORDER BY kind, name")
 	if err != nil {
 		return nil, fmt.Errorf("read the adoption record of %s: %w", s.t.Outbox, err)
 	}
@@ -202,7 +202,7 @@ func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
 	if len(alters) > 0 {
 		out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+"\n    "+strings.Join(alters, ",\n    "))
 	}
-	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(store.AdoptionTable(s.t))), nil
+	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(adoptsql.Table(s.t))), nil
 }
 
 func isGenerated(col string) bool { return col == "unfinished" || col == "waiting_expires_at" }

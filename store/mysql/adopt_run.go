@@ -53,7 +53,7 @@ var indexRE = regexp.MustCompile("(?:CONSTRAINT|INDEX) `([a-z0-9_]+)` (UNIQUE )?
 // finished by running it again.
 func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptResult, error) {
 	var res store.AdoptResult
-	if err := store.ValidateAdoptOptions(o); err != nil {
+	if err := adoptsql.ValidateOptions(o); err != nil {
 		return res, err
 	}
 	sc, err := s.InspectSchema(ctx)
@@ -144,7 +144,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 // it once more (delivered hours late in a zone behind UTC), and event_id
 // would be a version-1 UUID where the trigger makes a UUIDv7.
 func (s *Store) dropAdoptedDefaults(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, "SELECT name FROM "+quote(store.AdoptionTable(s.t))+
+	rows, err := s.db.QueryContext(ctx, "SELECT name FROM "+quote(adoptsql.Table(s.t))+
 		" WHERE kind = 'column' AND name IN ('available_at', 'event_id') ORDER BY name")
 	if err != nil {
 		return fmt.Errorf("adopt %s: read the adoption record: %w", s.t.Outbox, err)
@@ -177,10 +177,10 @@ func (s *Store) dropAdoptedDefaults(ctx context.Context) error {
 // the first.
 func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Schema, aggregateType string, res *store.AdoptResult) ([]string, []string, error) {
 	t := quote(s.t.Outbox)
-	for _, c := range store.AdoptionRequired {
+	for _, c := range adoptsql.RequiredColumns {
 		if slices.Contains(sc.Missing, c) {
 			return nil, nil, fmt.Errorf("%w: cannot adopt table %s: it lacks the columns %s, which no default can fill (it needs at least %s); nothing was changed",
-				store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "), strings.Join(store.AdoptionRequired, ", "))
+				store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "), strings.Join(adoptsql.RequiredColumns, ", "))
 		}
 	}
 	siblings := []string{s.t.DeadLetters, s.t.Attempts, s.t.Outbox + "_aggregate_locks"}
@@ -200,7 +200,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := store.CheckStatuses(s.t.Outbox, counts, nulls); err != nil {
+	if err := adoptsql.CheckStatuses(s.t.Outbox, counts, nulls); err != nil {
 		return nil, nil, err
 	}
 	for _, n := range counts {
@@ -246,7 +246,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 			}
 		}
 	}
-	plan := []string{"CREATE TABLE IF NOT EXISTS " + quote(store.AdoptionTable(s.t)) + " (\n" +
+	plan := []string{"CREATE TABLE IF NOT EXISTS " + quote(adoptsql.Table(s.t)) + " (\n" +
 		"    kind       VARCHAR(20)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
 		"    name       VARCHAR(200) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
 		"    adopted_at DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n" +
@@ -264,7 +264,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if len(record) > 0 {
 		// Written before the DDL it describes, so that --down also removes
 		// what an interrupted run added.
-		plan = append(plan, "INSERT IGNORE INTO "+quote(store.AdoptionTable(s.t))+" (kind, name) VALUES\n    "+strings.Join(record, ",\n    "))
+		plan = append(plan, "INSERT IGNORE INTO "+quote(adoptsql.Table(s.t))+" (kind, name) VALUES\n    "+strings.Join(record, ",\n    "))
 	}
 	if len(adds) > 0 {
 		plan = append(plan, "ALTER TABLE "+t+"\n    "+strings.Join(adds, ",\n    "))
@@ -283,7 +283,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	processingTx := []string{
 		"INSERT IGNORE INTO " + quote(s.t.Attempts) + " (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`)\n" +
 			"SELECT event_id, UUID(), '" + string(store.AdoptedOutcome) + "', id, retry_count, 'outbox migrate --adopt', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),\n" +
-			"    '" + store.AdoptedNote + "'\nFROM " + t + " WHERE status = 'PROCESSING'",
+			"    '" + adoptsql.Note + "'\nFROM " + t + " WHERE status = 'PROCESSING'",
 		"UPDATE " + t + " SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'",
 	}
 	return plan, processingTx, nil

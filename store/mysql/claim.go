@@ -15,6 +15,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // aggKey names an aggregate.
@@ -407,7 +408,7 @@ func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, ids []int64, now
 		}
 		ev.AggregateSeq = seq.Int64
 		ev.Payload = json.RawMessage(payload)
-		ev.Headers = store.DecodeHeaders(headers)
+		ev.Headers = backend.DecodeHeaders(headers)
 		ev.Attempt = ev.RetryCount + 1
 		ev.CreatedAt = created.Time
 		ev.ExpiresAt = expires.Time

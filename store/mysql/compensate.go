@@ -9,6 +9,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // compensateExpired enqueues, in tx (the transaction that moved the rows
@@ -26,10 +28,10 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 	if err != nil {
 		return err
 	}
-	var xs []store.ExpiredEvent
+	var xs []compensation.Expired
 	for rows.Next() {
 		var (
-			x                           store.ExpiredEvent
+			x                           compensation.Expired
 			payload, headers, onExpired []byte
 			expiresAt                   nullTime
 			retries                     int
@@ -40,7 +42,7 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 			return err
 		}
 		x.Payload = json.RawMessage(payload)
-		x.Headers = store.DecodeHeaders(headers)
+		x.Headers = backend.DecodeHeaders(headers)
 		x.ExpiresAt = expiresAt.Time
 		x.Attempt = retries + 1
 		x.OnExpired = onExpired
@@ -50,7 +52,7 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 	if err := rows.Err(); err != nil || len(xs) == 0 {
 		return err
 	}
-	events, err := store.CompensationEvents(s.cfg.Limits, xs)
+	events, err := compensation.Events(s.cfg.Limits, xs)
 	if err != nil {
 		return err
 	}
@@ -85,7 +87,7 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 		}
 		fresh = append(fresh, events[i])
 		links = append(links, attemptRow{xs[i].EventID, events[i].ID.String(), store.Compensated, xs[i].ID,
-			xs[i].Attempt, relay, now, store.CompensationNote(events[i])})
+			xs[i].Attempt, relay, now, compensation.Note(events[i])})
 	}
 	if len(fresh) == 0 {
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // appliedRow is a row of a completion that was still PROCESSING under its
@@ -397,9 +398,9 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 				msg = m
 			}
 		case o.Error != "":
-			msg = store.ErrorText(o.Error) + "; " + store.LeaseLost
+			msg = store.ErrorText(o.Error) + "; " + backend.LeaseLost
 		default:
-			msg = store.LeaseLost
+			msg = backend.LeaseLost
 		}
 		if n > 0 {
 			b.WriteByte(',')
@@ -434,7 +435,7 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 func refusedData(err error) error {
 	switch mysqlErrorNumber(err) {
 	case 1048, 1264, 1265, 1292, 1300, 1366, 1406, 3140, 3819, 4025:
-		return store.Refused(err)
+		return backend.Refused(err)
 	}
 	return err
 }

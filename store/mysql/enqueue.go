@@ -9,6 +9,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // Limits of one INSERT: rows, and bytes of payload and headers, well under
@@ -173,11 +175,11 @@ func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []an
 		"on_expired, status, created_at, expires_at, available_at, aggregate_seq) VALUES ")
 	for i := range events {
 		e := &events[i]
-		headers, err := store.EncodeHeaders(offset+i, e.Headers)
+		headers, err := backend.EncodeHeaders(offset+i, e.Headers)
 		if err != nil {
 			return "", nil, err
 		}
-		onExpired, err := store.EncodeOnExpired(offset+i, e.OnExpired)
+		onExpired, err := compensation.EncodeOnExpired(offset+i, e.OnExpired)
 		if err != nil {
 			return "", nil, err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
@@ -46,8 +47,8 @@ type queryNames struct {
 
 func buildQueries(t store.Tables) queries {
 	n := queryNames{Tables: t, RecordColumns: recordColumns,
-		OverdueWhere:  strings.ReplaceAll(store.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
-		OverdueGroups: store.MaxOverdueGroups}
+		OverdueWhere:  strings.ReplaceAll(backend.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
+		OverdueGroups: backend.MaxOverdueGroups}
 	render := func(name string) string { return statements.MustRenderNamed(name, n) }
 	return queries{
 		t:                 t,

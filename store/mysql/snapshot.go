@@ -10,6 +10,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
@@ -73,7 +74,7 @@ type txBeginner interface {
 func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotRequest) (store.Snapshot, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
-		return store.NewSnapshot(req), s.wrap("snapshot", err)
+		return backend.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback()
 	snap, err := snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)

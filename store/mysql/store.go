@@ -14,6 +14,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // Config configures a Store. The zero value is valid.
@@ -56,7 +57,7 @@ type Store struct {
 
 	deadlocks, lockWaits, gaveUp atomic.Int64
 
-	observers store.EnqueueObservers
+	observers backend.EnqueueObservers
 }
 
 var (
@@ -78,7 +79,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql.New needs a *sql.DB opened with go-sql-driver/mysql", outbox.ErrInvalidConfig)
 	}
-	t, limits, log, err := store.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
+	t, limits, log, err := backend.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -236,5 +237,5 @@ func (s *Store) wrap(op string, err error) error {
 	if mysqlErrorNumber(err) == errNoSuchTable {
 		missing = fmt.Sprintf("table %q (or one of its companion tables)", s.t.Outbox)
 	}
-	return store.WrapError(op, err, missing)
+	return backend.WrapError(op, err, missing)
 }

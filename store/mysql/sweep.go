@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/pages"
 )
 
 // Sweep implements store.Store. Each page is one short transaction that
@@ -18,18 +19,18 @@ import (
 // producer holds.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
 	req = req.Normalize()
-	return store.RunSweep(req, s.wrap, func(step store.SweepStep) (int64, error) {
+	return pages.Sweep(req, s.wrap, func(step pages.SweepStep) (int64, error) {
 		var n int64
 		err := s.inTx(ctx, "sweep: "+step.String(), func(tx *sql.Tx) error {
 			var err error
 			switch step {
-			case store.SweepReap:
+			case pages.SweepReap:
 				n, err = s.reapPage(ctx, tx, req.Limit, req.RelayID)
-			case store.SweepExpire:
+			case pages.SweepExpire:
 				n, err = s.expirePage(ctx, tx, req.Limit, req.RelayID)
-			case store.SweepBlock:
+			case pages.SweepBlock:
 				n, err = s.movePage(ctx, tx, s.q.blockCandidates, []any{req.Limit}, outbox.StatusPending, outbox.StatusBlocked)
-			case store.SweepUnblock:
+			case pages.SweepUnblock:
 				n, err = s.movePage(ctx, tx, s.q.unblockCandidates, []any{req.FailedBlocks, req.Limit}, outbox.StatusBlocked, outbox.StatusPending)
 			}
 			return err

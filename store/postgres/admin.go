@@ -11,16 +11,18 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/pages"
 )
 
 // Stats implements store.Store.
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
-	st := store.NewStats()
+	st := backend.NewStats()
 	rows, err := s.pool.Query(ctx, s.q.stats)
 	if err != nil {
 		return st, s.wrap("stats", err)
 	}
-	err = store.ScanStatusCounts(rows, st.Counts)
+	err = backend.ScanStatusCounts(rows, st.Counts)
 	rows.Close()
 	if err != nil {
 		return st, s.wrap("stats", err)
@@ -75,7 +77,7 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	}
 	r.EventID = outbox.EventID(eventID)
 	r.Payload = payload
-	r.Headers = store.DecodeHeaders(headers)
+	r.Headers = backend.DecodeHeaders(headers)
 	r.Status = outbox.Status(status)
 	if processedAt != nil {
 		r.ProcessedAt = *processedAt
@@ -121,7 +123,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
 	r, err := scanRecord(s.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM "`+s.t.Outbox+`" WHERE event_id = $1::uuid`, id.String()))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, store.EventNotFound(id)
+		return r, backend.EventNotFound(id)
 	}
 	return r, s.wrap("get event", err)
 }
@@ -152,7 +154,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
-        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT $1`, store.DeadLetterLimit(limit))
+        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT $1`, backend.DeadLetterLimit(limit))
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}
@@ -192,7 +194,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 	err = tx.QueryRow(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id::text FROM "`+s.t.Outbox+`"
         WHERE event_id = $1::uuid FOR UPDATE`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.EventNotFound(a.EventID)
+		return backend.EventNotFound(a.EventID)
 	}
 	if err != nil {
 		return s.wrap("operator action", err)
@@ -259,7 +261,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return 0, err
 	}
 	names := store.StatusNames(req.Statuses)
-	total, err := store.PurgePages(func(after int64) (p store.PurgePage, err error) {
+	total, err := pages.Purge(func(after int64) (p pages.PurgePage, err error) {
 		err = s.pool.QueryRow(ctx, s.q.purge, after, req.BatchSize, names, req.OlderThan.Microseconds()).Scan(&p.Deleted, &p.Last, &p.Old)
 		return p, err
 	})
@@ -285,7 +287,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 
 // RequeueMatching implements store.Store.
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
-	return store.RequeuePages(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
+	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
 		where, args := f.Where(requeueFilterSQL, after)
 		rows, err := s.pool.Query(ctx, `SELECT id, event_id FROM "`+s.t.Outbox+`" WHERE `+where+
 			` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)

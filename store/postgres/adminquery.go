@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/sqladmin"
+	"github.com/txoutbox/outbox/store/internal/sqladmin"
 )
 
 var _ store.AdminQuerier = (*Store)(nil)

@@ -79,7 +79,7 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 	if exists {
 		sc.Missing = adoptsql.MissingColumns(outboxColumns, cols)
 	}
-	if sc.Adopted, _, err = s.relation(ctx, store.AdoptionTable(s.t)); err != nil {
+	if sc.Adopted, _, err = s.relation(ctx, adoptsql.Table(s.t)); err != nil {
 		return sc, err
 	}
 	r, done, err := s.migrator()
@@ -170,7 +170,7 @@ func (s *Store) migrateDown(ctx context.Context, r *migrate.Runner) error {
 // adoption added: its sibling tables, indexes, constraints and columns,
 // then the version table and the record itself.
 func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, name FROM `+quote(store.AdoptionTable(s.t))+` ORDER BY kind, name`)
+	rows, err := s.pool.Query(ctx, `SELECT kind, name FROM `+quote(adoptsql.Table(s.t))+` ORDER BY kind, name`)
 	if err != nil {
 		return nil, fmt.Errorf("read the adoption record of %s: %w", s.t.Outbox, err)
 	}
@@ -203,5 +203,5 @@ func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
 	if len(columns) > 0 {
 		out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+" "+strings.Join(columns, ", "))
 	}
-	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(store.AdoptionTable(s.t))), nil
+	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(adoptsql.Table(s.t))), nil
 }

@@ -36,7 +36,7 @@ func (a adoption) sql() []string {
 // records version 1 as applied and applies the later migrations.
 func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptResult, error) {
 	var res store.AdoptResult
-	if err := store.ValidateAdoptOptions(o); err != nil {
+	if err := adoptsql.ValidateOptions(o); err != nil {
 		return res, err
 	}
 	sc, err := s.InspectSchema(ctx)
@@ -99,10 +99,10 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Schema, aggregateType string) (adoption, error) {
 	var a adoption
 	t := quote(s.t.Outbox)
-	for _, c := range store.AdoptionRequired {
+	for _, c := range adoptsql.RequiredColumns {
 		if slices.Contains(sc.Missing, c) {
 			return a, fmt.Errorf("%w: cannot adopt table %s: it lacks the columns %s, which no default can fill (it needs at least %s); nothing was changed",
-				store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "), strings.Join(store.AdoptionRequired, ", "))
+				store.ErrForeignTable, s.t.Outbox, strings.Join(sc.Missing, ", "), strings.Join(adoptsql.RequiredColumns, ", "))
 		}
 	}
 	if !sc.Adopted {
@@ -121,7 +121,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if err != nil {
 		return a, err
 	}
-	if err := store.CheckStatuses(s.t.Outbox, counts, nulls); err != nil {
+	if err := adoptsql.CheckStatuses(s.t.Outbox, counts, nulls); err != nil {
 		return a, err
 	}
 	for _, n := range counts {
@@ -154,7 +154,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		}
 	}
 	a.inTx = append(a.inTx, "SET LOCAL lock_timeout = '10s'",
-		"CREATE TABLE IF NOT EXISTS "+quote(store.AdoptionTable(s.t))+" (\n"+
+		"CREATE TABLE IF NOT EXISTS "+quote(adoptsql.Table(s.t))+" (\n"+
 			"    kind       VARCHAR(20)  NOT NULL,\n"+
 			"    name       VARCHAR(200) NOT NULL,\n"+
 			"    adopted_at TIMESTAMPTZ  NOT NULL DEFAULT now(),\n"+
@@ -180,7 +180,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	a.inTx = append(a.inTx,
 		"INSERT INTO "+quote(s.t.Attempts)+" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)\n"+
 			"SELECT event_id, gen_random_uuid(), '"+string(store.AdoptedOutcome)+"', id, retry_count, 'outbox migrate --adopt', now(), now(),\n"+
-			"    '"+store.AdoptedNote+"'\nFROM "+t+" WHERE status = 'PROCESSING'",
+			"    '"+adoptsql.Note+"'\nFROM "+t+" WHERE status = 'PROCESSING'",
 		"UPDATE "+t+" SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'")
 	statusCheck, eventIDKey := s.t.Outbox+"_status_check", s.t.Outbox+"_event_id_key"
 	if validated, ok := constraints[statusCheck]; !ok {
@@ -215,7 +215,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	// (it commits with the columns), and lists indexes before they exist,
 	// so that --down also removes an index an interrupted run left behind.
 	if len(record) > 0 {
-		a.inTx = slices.Insert(a.inTx, 2, "INSERT INTO "+quote(store.AdoptionTable(s.t))+" (kind, name) VALUES\n    "+
+		a.inTx = slices.Insert(a.inTx, 2, "INSERT INTO "+quote(adoptsql.Table(s.t))+" (kind, name) VALUES\n    "+
 			strings.Join(record, ",\n    ")+"\nON CONFLICT DO NOTHING")
 	}
 	return a, nil

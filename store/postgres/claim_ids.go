@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // claimIDsSQL claims the given rows ($5) by id, for a source that learns of
@@ -160,7 +161,7 @@ func scanClaimed(rows pgx.Rows, c *store.Claim) error {
 		}
 		ev.EventID = outbox.EventID(eventID)
 		ev.Payload = json.RawMessage(payload)
-		ev.Headers = store.DecodeHeaders(headers)
+		ev.Headers = backend.DecodeHeaders(headers)
 		ev.Attempt = ev.RetryCount + 1
 		if expiresAt != nil {
 			ev.ExpiresAt = *expiresAt

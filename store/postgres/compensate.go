@@ -9,6 +9,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // The statements that move rows to EXPIRED (expireSQL, completeSQL with
@@ -18,9 +20,9 @@ import (
 
 // scanExpiredRow reads one row of expiredColumns; OnExpired stays nil
 // when the column is NULL.
-func scanExpiredRow(rows pgx.Rows) (store.ExpiredEvent, error) {
+func scanExpiredRow(rows pgx.Rows) (compensation.Expired, error) {
 	var (
-		x                store.ExpiredEvent
+		x                compensation.Expired
 		eventID          [16]byte
 		payload, headers []byte
 		expiresAt        *time.Time
@@ -33,7 +35,7 @@ func scanExpiredRow(rows pgx.Rows) (store.ExpiredEvent, error) {
 	}
 	x.EventID = outbox.EventID(eventID)
 	x.Payload = json.RawMessage(payload)
-	x.Headers = store.DecodeHeaders(headers)
+	x.Headers = backend.DecodeHeaders(headers)
 	if expiresAt != nil {
 		x.ExpiresAt = *expiresAt
 	}
@@ -55,7 +57,7 @@ func (s *Store) expirePage(ctx context.Context, req store.SweepRequest) (int64, 
 			if err != nil {
 				return err
 			}
-			var xs []store.ExpiredEvent
+			var xs []compensation.Expired
 			for rows.Next() {
 				x, err := scanExpiredRow(rows)
 				if err != nil {
@@ -83,11 +85,11 @@ func (s *Store) expirePage(ctx context.Context, req store.SweepRequest) (int64, 
 // COMPENSATED audit row on the expired event. A compensating event that
 // already exists (the event was requeued and expired again) is not
 // enqueued twice.
-func (s *Store) compensate(ctx context.Context, tx pgx.Tx, xs []store.ExpiredEvent, relayID string) error {
+func (s *Store) compensate(ctx context.Context, tx pgx.Tx, xs []compensation.Expired, relayID string) error {
 	if len(xs) == 0 {
 		return nil
 	}
-	events, err := store.CompensationEvents(s.cfg.Limits, xs)
+	events, err := compensation.Events(s.cfg.Limits, xs)
 	if err != nil {
 		return err
 	}
@@ -125,7 +127,7 @@ func (s *Store) compensate(ctx context.Context, tx pgx.Tx, xs []store.ExpiredEve
 		fresh = append(fresh, events[i])
 		expiredIDs = append(expiredIDs, xs[i].EventID.String())
 		tokens = append(tokens, events[i].ID.String())
-		note = append(note, store.CompensationNote(events[i]))
+		note = append(note, compensation.Note(events[i]))
 		outboxIDs = append(outboxIDs, xs[i].ID)
 		attempts = append(attempts, int32(xs[i].Attempt))
 	}

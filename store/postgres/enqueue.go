@@ -13,6 +13,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // maxRowsPerInsert keeps one INSERT well under PostgreSQL's 65535 bind
@@ -143,11 +145,11 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `)
 	for i := range events {
 		e := &events[i]
-		headers, err := store.EncodeHeaders(i, e.Headers)
+		headers, err := backend.EncodeHeaders(i, e.Headers)
 		if err != nil {
 			return "", nil, err
 		}
-		onExpired, err := store.EncodeOnExpired(i, e.OnExpired)
+		onExpired, err := compensation.EncodeOnExpired(i, e.OnExpired)
 		if err != nil {
 			return "", nil, err
 		}

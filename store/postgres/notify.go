@@ -8,8 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
-
-	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // DefaultNotifyDebounce is the shortest gap between two NOTIFYs sent by one
@@ -34,7 +33,7 @@ type notifier struct {
 	trailing atomic.Bool  // a trailing NOTIFY is scheduled
 	send     func(ctx context.Context) error
 
-	observers store.EnqueueObservers
+	observers backend.EnqueueObservers
 }
 
 // claimInTx reports whether this Enqueue should carry the NOTIFY in its

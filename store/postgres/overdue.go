@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var _ store.OverdueReporter = (*Store)(nil)
 
 // overdueSQL groups the unfinished events past their deadline (see
-// store.OverdueWhere): one row per (aggregate type, event type), with the
+// backend.OverdueWhere): one row per (aggregate type, event type), with the
 // totals of all groups in every row.
 var overdueSQL = `
 SELECT aggregate_type, event_type, min(aggregate_id), count(*),
@@ -22,11 +23,11 @@ GROUP BY aggregate_type, event_type
 ORDER BY count(*) DESC, aggregate_type, event_type
 LIMIT ` + overdueGroups
 
-// overdueWhere is store.OverdueWhere on the database clock, and
-// overdueGroups store.MaxOverdueGroups: fixed fragments of the statement.
+// overdueWhere is backend.OverdueWhere on the database clock, and
+// overdueGroups backend.MaxOverdueGroups: fixed fragments of the statement.
 var (
-	overdueWhere  = strings.ReplaceAll(store.OverdueWhere, "{now}", "now()")
-	overdueGroups = strconv.Itoa(store.MaxOverdueGroups)
+	overdueWhere  = strings.ReplaceAll(backend.OverdueWhere, "{now}", "now()")
+	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 
 // Overdue implements store.OverdueReporter.

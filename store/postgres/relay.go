@@ -13,6 +13,9 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
+	"github.com/txoutbox/outbox/store/internal/pages"
 	"github.com/txoutbox/outbox/store/internal/retry"
 )
 
@@ -87,7 +90,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 			}
 			ev.EventID = outbox.EventID(eventID)
 			ev.Payload = json.RawMessage(payload)
-			ev.Headers = store.DecodeHeaders(headers)
+			ev.Headers = backend.DecodeHeaders(headers)
 			ev.Attempt = ev.RetryCount + 1
 			if expiresAt != nil {
 				ev.ExpiresAt = *expiresAt
@@ -226,9 +229,9 @@ func hasExpired(outs []store.Outcome) bool {
 
 // scanApplied reads completeExpiring's rows: every applied id goes in
 // applied, and the EXPIRED ones with a compensating event are returned.
-func scanApplied(rows pgx.Rows, applied map[int64]bool) ([]store.ExpiredEvent, error) {
+func scanApplied(rows pgx.Rows, applied map[int64]bool) ([]compensation.Expired, error) {
 	defer rows.Close()
-	var xs []store.ExpiredEvent
+	var xs []compensation.Expired
 	for rows.Next() {
 		x, err := scanExpiredRow(rows)
 		if err != nil {
@@ -245,17 +248,17 @@ func scanApplied(rows pgx.Rows, applied map[int64]bool) ([]store.ExpiredEvent, e
 // Sweep implements store.Store.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
 	req = req.Normalize()
-	res, err := store.RunSweep(req, s.wrap, func(step store.SweepStep) (int64, error) {
+	res, err := pages.Sweep(req, s.wrap, func(step pages.SweepStep) (int64, error) {
 		var query string
 		var args []any
 		switch step {
-		case store.SweepReap:
+		case pages.SweepReap:
 			query, args = s.q.reap, []any{req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes)}
-		case store.SweepExpire:
+		case pages.SweepExpire:
 			return s.expirePage(ctx, req)
-		case store.SweepBlock:
+		case pages.SweepBlock:
 			query, args = s.q.block, []any{req.Limit}
-		case store.SweepUnblock:
+		case pages.SweepUnblock:
 			query, args = s.q.unblock, []any{req.Limit, req.FailedBlocks}
 		}
 		var n int64
@@ -343,7 +346,7 @@ func refusedData(err error) error {
 	if errors.As(err, &pe) && len(pe.Code) == 5 {
 		switch pe.Code[:2] {
 		case "22", "23", "54":
-			return store.Refused(err)
+			return backend.Refused(err)
 		}
 	}
 	return err

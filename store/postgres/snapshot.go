@@ -10,6 +10,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
@@ -77,7 +78,7 @@ type beginner interface {
 func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotRequest) (store.Snapshot, error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return store.NewSnapshot(req), s.wrap("snapshot", err)
+		return backend.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	return snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)

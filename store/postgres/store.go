@@ -25,6 +25,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 //go:embed migrations/*.sql
@@ -87,7 +88,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: postgres.New needs a *pgxpool.Pool", outbox.ErrInvalidConfig)
 	}
-	t, limits, log, err := store.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
+	t, limits, log, err := backend.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -222,5 +223,5 @@ func (s *Store) wrap(op string, err error) error {
 	if errors.As(err, &pe) && pe.Code == sqlstateUndefinedTable {
 		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
-	return store.WrapError(op, err, missing)
+	return backend.WrapError(op, err, missing)
 }

@@ -13,18 +13,20 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/pages"
 )
 
 // Stats implements store.Store. It reads one consistent snapshot.
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
 	var st store.Stats
 	err := s.readTx(ctx, func(c *sql.Conn, now string) error {
-		st = store.NewStats()
+		st = backend.NewStats()
 		rows, err := c.QueryContext(ctx, s.q.stats)
 		if err != nil {
 			return err
 		}
-		err = store.ScanStatusCounts(rows, st.Counts)
+		err = backend.ScanStatusCounts(rows, st.Counts)
 		rows.Close()
 		if err != nil {
 			return err
@@ -90,7 +92,7 @@ func scanRecord(row scanner) (store.Record, error) {
 		return r, err
 	}
 	r.Payload = json.RawMessage(payload)
-	r.Headers = store.DecodeHeaders([]byte(headers))
+	r.Headers = backend.DecodeHeaders([]byte(headers))
 	r.Status = outbox.Status(status)
 	r.RetryCount = int(retries)
 	r.LockToken = lockToken.String
@@ -152,7 +154,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, store.EventNotFound(id)
+		return r, backend.EventNotFound(id)
 	}
 	return r, s.wrap("get event", err)
 }
@@ -198,7 +200,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
-	limit = store.DeadLetterLimit(limit)
+	limit = backend.DeadLetterLimit(limit)
 	var out []store.DeadLetter
 	err := retryBusy(ctx, func() error {
 		out = nil
@@ -253,7 +255,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		err := c.QueryRowContext(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id FROM "`+s.t.Outbox+`"
             WHERE event_id = ?`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
 		if errors.Is(err, sql.ErrNoRows) {
-			return errAction{store.EventNotFound(a.EventID)}
+			return errAction{backend.EventNotFound(a.EventID)}
 		}
 		if err != nil {
 			return err
@@ -342,9 +344,9 @@ FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2`)
 	delEvents := render(s.t, `DELETE FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1))`)
 	cutoffSQL := render(s.t, `SELECT strftime({{.TS}}, ?, ?)`)
 
-	total, err := store.PurgePages(func(after int64) (p store.PurgePage, err error) {
+	total, err := pages.Purge(func(after int64) (p pages.PurgePage, err error) {
 		err = s.writeTx(ctx, func(c *sql.Conn, now string) error {
-			p = store.PurgePage{}
+			p = pages.PurgePage{}
 			var cutoff string
 			if err := c.QueryRowContext(ctx, cutoffSQL, now, modifier(-req.OlderThan)).Scan(&cutoff); err != nil {
 				return err
@@ -422,7 +424,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 
 // RequeueMatching implements store.Store.
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
-	return store.RequeuePages(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
+	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
 		where, args := f.Where(requeueFilterSQL, after)
 		var out []store.MatchedEvent
 		err := retryBusy(ctx, func() error {

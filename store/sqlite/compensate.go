@@ -9,6 +9,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // expiredRowsSQL reads the rows of ?1 (JSON ids, just moved to EXPIRED)
@@ -20,11 +22,11 @@ ORDER BY id`
 
 // scanExpired reads rows of expiredRowsSQL's columns (expireSQL returns
 // them too); rows without on_expired are counted, not returned.
-func scanExpired(rows *sql.Rows) (xs []store.ExpiredEvent, n int64, err error) {
+func scanExpired(rows *sql.Rows) (xs []compensation.Expired, n int64, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			x                store.ExpiredEvent
+			x                compensation.Expired
 			eventID          string
 			payload, headers string
 			expiresAt        sql.NullString
@@ -46,7 +48,7 @@ func scanExpired(rows *sql.Rows) (xs []store.ExpiredEvent, n int64, err error) {
 			return nil, 0, err
 		}
 		x.Payload = json.RawMessage(payload)
-		x.Headers = store.DecodeHeaders([]byte(headers))
+		x.Headers = backend.DecodeHeaders([]byte(headers))
 		x.Attempt = int(retries) + 1
 		x.OnExpired = []byte(onExpired.String)
 		xs = append(xs, x)
@@ -59,16 +61,16 @@ func scanExpired(rows *sql.Rows) (xs []store.ExpiredEvent, n int64, err error) {
 // uses, and links each pair with a COMPENSATED audit row on the expired
 // event. A compensating event that already exists (the event was
 // requeued and expired again) is not enqueued twice.
-func (s *Store) compensate(ctx context.Context, c *sql.Conn, now string, xs []store.ExpiredEvent, relayID string) error {
+func (s *Store) compensate(ctx context.Context, c *sql.Conn, now string, xs []compensation.Expired, relayID string) error {
 	if len(xs) == 0 {
 		return nil
 	}
-	events, err := store.CompensationEvents(s.cfg.Limits, xs)
+	events, err := compensation.Events(s.cfg.Limits, xs)
 	if err != nil {
 		return err
 	}
 	var fresh []outbox.Event
-	var from []store.ExpiredEvent
+	var from []compensation.Expired
 	for i := range events {
 		var exists bool
 		if err := c.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM "`+s.t.Outbox+`" WHERE event_id = ?)`,
@@ -92,7 +94,7 @@ func (s *Store) compensate(ctx context.Context, c *sql.Conn, now string, xs []st
 	}
 	for i := range fresh {
 		if _, err := c.ExecContext(ctx, s.q.audit, from[i].EventID.String(), fresh[i].ID.String(), string(store.Compensated),
-			from[i].ID, from[i].Attempt, relayID, now, store.CompensationNote(fresh[i])); err != nil {
+			from[i].ID, from[i].Attempt, relayID, now, compensation.Note(fresh[i])); err != nil {
 			return err
 		}
 	}
@@ -106,7 +108,7 @@ func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit i
 		id, retries int64
 		eventID     string
 		lastError   string
-		comp        *store.ExpiredEvent
+		comp        *compensation.Expired
 	}
 	rows, err := c.QueryContext(ctx, s.q.expire, now, limit)
 	if err != nil {
@@ -125,8 +127,8 @@ func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit i
 			return 0, err
 		}
 		if onExpired.Valid {
-			x := store.ExpiredEvent{ID: e.id, AggregateType: aggType, AggregateID: aggID, EventType: evType,
-				Payload: json.RawMessage(payload), Headers: store.DecodeHeaders([]byte(hdrs)),
+			x := compensation.Expired{ID: e.id, AggregateType: aggType, AggregateID: aggID, EventType: evType,
+				Payload: json.RawMessage(payload), Headers: backend.DecodeHeaders([]byte(hdrs)),
 				Attempt: int(e.retries) + 1, OnExpired: []byte(onExpired.String)}
 			if x.EventID, err = outbox.ParseEventID(e.eventID); err == nil {
 				x.ExpiresAt, err = parseNullTime(expiresAt)
@@ -143,7 +145,7 @@ func (s *Store) expirePage(ctx context.Context, c *sql.Conn, now string, limit i
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	var xs []store.ExpiredEvent
+	var xs []compensation.Expired
 	for _, e := range es {
 		if _, err := c.ExecContext(ctx, s.q.audit, e.eventID, uuid.NewString(), string(store.Expired), e.id,
 			e.retries+1, relay, now, e.lastError); err != nil {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // maxRowsPerInsert keeps one INSERT well under SQLite's default limit of
@@ -54,11 +56,11 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `)
 	for i := range events {
 		e := &events[i]
-		headers, err := store.EncodeHeaders(i, e.Headers)
+		headers, err := backend.EncodeHeaders(i, e.Headers)
 		if err != nil {
 			return "", nil, err
 		}
-		onExpired, err := store.EncodeOnExpired(i, e.OnExpired)
+		onExpired, err := compensation.EncodeOnExpired(i, e.OnExpired)
 		if err != nil {
 			return "", nil, err
 		}

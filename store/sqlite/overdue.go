@@ -6,12 +6,13 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var _ store.OverdueReporter = (*Store)(nil)
 
 // overdueSQL groups the unfinished events past their deadline (see
-// store.OverdueWhere; ?1 is now), with the totals of all groups in every row.
+// backend.OverdueWhere; ?1 is now), with the totals of all groups in every row.
 var overdueSQL = `
 SELECT aggregate_type, event_type, min(aggregate_id), count(*),
     sum(count(*)) OVER (), min(min(expires_at)) OVER (), max(max(expires_at)) OVER ()
@@ -20,11 +21,11 @@ GROUP BY aggregate_type, event_type
 ORDER BY count(*) DESC, aggregate_type, event_type
 LIMIT ` + overdueGroups
 
-// overdueWhere is store.OverdueWhere with now as ?1, and overdueGroups
-// store.MaxOverdueGroups: fixed fragments of the statement.
+// overdueWhere is backend.OverdueWhere with now as ?1, and overdueGroups
+// backend.MaxOverdueGroups: fixed fragments of the statement.
 var (
-	overdueWhere  = strings.ReplaceAll(store.OverdueWhere, "{now}", "?1")
-	overdueGroups = strconv.Itoa(store.MaxOverdueGroups)
+	overdueWhere  = strings.ReplaceAll(backend.OverdueWhere, "{now}", "?1")
+	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 
 // Overdue implements store.OverdueReporter.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/pages"
 )
 
 // Claim implements store.Store with the rules of the PostgreSQL backend's
@@ -83,7 +85,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 			}
 			ev.AggregateSeq = seq.Int64
 			ev.Payload = json.RawMessage(payload)
-			ev.Headers = store.DecodeHeaders([]byte(headers))
+			ev.Headers = backend.DecodeHeaders([]byte(headers))
 			ev.RetryCount = int(retryCount)
 			ev.Attempt = ev.RetryCount + 1
 			ev.Expired = expInt != 0
@@ -420,9 +422,9 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			if applied[o.ID] {
 				msg = o.Error
 			} else if o.Error != "" {
-				msg = o.Error + "; " + store.LeaseLost
+				msg = o.Error + "; " + backend.LeaseLost
 			} else {
-				msg = store.LeaseLost
+				msg = backend.LeaseLost
 			}
 			if msg != "" {
 				a.Error = &msg
@@ -472,18 +474,18 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 // transaction, so producers get the write lock between pages.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
 	req = req.Normalize()
-	return store.RunSweep(req, s.wrap, func(step store.SweepStep) (int64, error) {
+	return pages.Sweep(req, s.wrap, func(step pages.SweepStep) (int64, error) {
 		var n int64
 		err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
 			var err error
 			switch step {
-			case store.SweepReap:
+			case pages.SweepReap:
 				n, err = s.reapPage(ctx, c, now, req.Limit, req.RelayID)
-			case store.SweepExpire:
+			case pages.SweepExpire:
 				n, err = s.expirePage(ctx, c, now, req.Limit, req.RelayID)
-			case store.SweepBlock:
+			case pages.SweepBlock:
 				n, err = execCount(ctx, c, s.q.block, req.Limit)
-			case store.SweepUnblock:
+			case pages.SweepUnblock:
 				n, err = execCount(ctx, c, s.q.unblock, req.Limit, req.FailedBlocks)
 			}
 			return err

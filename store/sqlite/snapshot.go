@@ -7,6 +7,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 var _ store.Snapshotter = (*Store)(nil)
@@ -31,7 +32,7 @@ const oldestPendingSQL = `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status
 func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.Snapshot, error) {
 	var snap store.Snapshot
 	err := s.readTx(ctx, func(c *sql.Conn, now string) error {
-		snap = store.NewSnapshot(req)
+		snap = backend.NewSnapshot(req)
 		var pending, processing, blocked, failed int64
 		var oldest, oldestDue sql.NullString
 		if err := c.QueryRowContext(ctx, render(s.t, snapshotSQL), now).Scan(&pending, &processing, &blocked, &failed,
@@ -59,7 +60,7 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 			if err != nil {
 				return err
 			}
-			err = store.ScanStatusCounts(rows, snap.Counts)
+			err = backend.ScanStatusCounts(rows, snap.Counts)
 			rows.Close()
 			if err != nil {
 				return err
@@ -73,7 +74,7 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 			return err
 		}
 		defer rows.Close()
-		return store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
+		return backend.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
 			return rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, total)
 		})
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/retry"
 )
 
@@ -83,7 +84,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlite.New needs a *sql.DB opened with the %q driver", outbox.ErrInvalidConfig, DriverName)
 	}
-	t, limits, log, err := store.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
+	t, limits, log, err := backend.ResolveConfig(cfg.Table, cfg.Limits, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +276,7 @@ func (s *Store) wrap(op string, err error) error {
 	if isGenericError(err, "no such table") {
 		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
-	return store.WrapError(op, err, missing)
+	return backend.WrapError(op, err, missing)
 }
 
 // Timestamps are UTC text in one fixed format, so that they sort as they
@@ -501,7 +502,7 @@ func refusedData(err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH:
-			return store.Refused(err)
+			return backend.Refused(err)
 		}
 	}
 	return err

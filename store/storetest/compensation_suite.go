@@ -11,6 +11,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
 // WithCompensation returns e with a deadline already past (unless it has
@@ -61,9 +62,9 @@ func CheckCompensated(t testing.TB, h *Harness, aggregateID string, expired outb
 		t.Fatalf("%s: %d compensating events, want exactly 1: %+v", aggregateID, len(comps), comps)
 	}
 	c := comps[0]
-	if c.EventID != store.CompensationID(expired) || c.EventType != "ApprovalExpired" || c.AggregateType != rec.AggregateType {
+	if c.EventID != compensation.ID(expired) || c.EventType != "ApprovalExpired" || c.AggregateType != rec.AggregateType {
 		t.Errorf("%s: compensating event %s %s/%s, want id %s, type ApprovalExpired, same aggregate",
-			aggregateID, c.EventID, c.AggregateType, c.EventType, store.CompensationID(expired))
+			aggregateID, c.EventID, c.AggregateType, c.EventType, compensation.ID(expired))
 	}
 	if c.ID <= rec.ID || !c.ExpiresAt.IsZero() {
 		t.Errorf("%s: compensating event row %d expires %v; want after the expired row %d, without a deadline",

@@ -1,13 +1,15 @@
 // Package retry runs a store's transaction again when the database gave it
 // up over a lock conflict (a deadlock, a busy lock), after a growing, capped
 // wait. The backends keep their own policies: what counts as a conflict,
-// how long to wait, what to count and log.
+// how long to wait, what to count and log. The waits come from
+// internal/backoff, the module's one backoff.
 package retry
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
+
+	"github.com/txoutbox/outbox/internal/backoff"
 )
 
 // Policy says when and how often to run f again.
@@ -17,8 +19,9 @@ type Policy struct {
 	// First is the wait before the first retry; each retry doubles it, up
 	// to Max. First must be positive.
 	First, Max time.Duration
-	// Jitter draws each wait at random from [d/2, 3d/2) around the delay
-	// d, so that transactions that met each other do not retry in lockstep.
+	// Jitter draws each wait at random from [d/2, d) below the delay d
+	// (backoff's equal jitter), so that transactions that met each other
+	// do not retry in lockstep. Without it each wait is d.
 	Jitter bool
 	// Retryable reports whether an error of f is a conflict that another
 	// run can get past. Other errors, and nil, are returned at once.
@@ -38,7 +41,7 @@ type Policy struct {
 // Do runs f, and runs it again after each conflict, as p says. It returns
 // f's last error.
 func (p Policy) Do(ctx context.Context, f func() error) error {
-	delay := p.First
+	waits := backoff.Policy{Min: p.First, Max: p.Max}
 	for attempt := 1; ; attempt++ {
 		err := f()
 		if err == nil || !p.Retryable(err) {
@@ -50,9 +53,9 @@ func (p Policy) Do(ctx context.Context, f func() error) error {
 			}
 			return err
 		}
-		wait := delay
+		wait := waits.Base(attempt)
 		if p.Jitter {
-			wait = delay/2 + rand.N(delay)
+			wait = waits.Delay(attempt)
 		}
 		if p.OnRetry != nil {
 			p.OnRetry(err, attempt, wait)
@@ -67,6 +70,5 @@ func (p Policy) Do(ctx context.Context, f func() error) error {
 			return err
 		case <-t.C:
 		}
-		delay = min(2*delay, p.Max)
 	}
 }

@@ -60,3 +60,29 @@ func TestDo(t *testing.T) {
 		t.Fatalf("cancelled during the wait: %v after %d calls, %d cancels", err, calls, cancels)
 	}
 }
+
+// TestWaitsComeFromBackoff checks the waits between runs: the delay
+// doubles from First up to Max, and Jitter draws each wait from
+// [delay/2, delay), internal/backoff's equal jitter.
+func TestWaitsComeFromBackoff(t *testing.T) {
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 4 * time.Millisecond}
+	for _, jitter := range []bool{false, true} {
+		var waits []time.Duration
+		p := Policy{
+			Attempts: 5, First: time.Millisecond, Max: 4 * time.Millisecond, Jitter: jitter,
+			Retryable: func(err error) bool { return errors.Is(err, errConflict) },
+			OnRetry:   func(_ error, _ int, wait time.Duration) { waits = append(waits, wait) },
+		}
+		if err := p.Do(context.Background(), func() error { return errConflict }); !errors.Is(err, errConflict) {
+			t.Fatalf("jitter %v: %v", jitter, err)
+		}
+		if len(waits) != len(want) {
+			t.Fatalf("jitter %v: waits %v, want %d of them", jitter, waits, len(want))
+		}
+		for i, d := range want {
+			if !jitter && waits[i] != d || jitter && (waits[i] < d/2 || waits[i] >= d) {
+				t.Errorf("jitter %v: wait %d = %s, want %s (jittered: within [%s, %s))", jitter, i+1, waits[i], d, d/2, d)
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -230,5 +231,5 @@ func Log(ctx context.Context, q Querier, d Dialect, t store.Tables, route string
 func clean(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	return store.TruncateRunes(s, n)
+	return runes.Truncate(s, n)
 }

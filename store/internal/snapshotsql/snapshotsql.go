@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // Tx is the read-only transaction the snapshot reads in, as the backend's
@@ -24,7 +25,7 @@ type Tx interface {
 
 // Rows are the rows of Tx.Query.
 type Rows interface {
-	store.Rows
+	backend.Rows
 	Close()
 }
 
@@ -59,7 +60,7 @@ type Dialect struct {
 // by wrap with the name of the step that failed; the snapshot read so far
 // is returned with it.
 func Read(ctx context.Context, tx Tx, d *Dialect, req store.SnapshotRequest, wrap func(op string, err error) error) (store.Snapshot, error) {
-	snap := store.NewSnapshot(req)
+	snap := backend.NewSnapshot(req)
 	clock, readClock := d.Clock()
 	oldestDue, readOldestDue := d.Age()
 	var pending, processing, blocked, failed int64
@@ -81,7 +82,7 @@ func Read(ctx context.Context, tx Tx, d *Dialect, req store.SnapshotRequest, wra
 		if err != nil {
 			return snap, wrap("snapshot: final counts", err)
 		}
-		err = store.ScanStatusCounts(rows, snap.Counts)
+		err = backend.ScanStatusCounts(rows, snap.Counts)
 		rows.Close()
 		if err != nil {
 			return snap, wrap("snapshot: final counts", err)
@@ -92,7 +93,7 @@ func Read(ctx context.Context, tx Tx, d *Dialect, req store.SnapshotRequest, wra
 		if err != nil {
 			return snap, wrap("snapshot: blocked aggregates", err)
 		}
-		err = store.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
+		err = backend.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
 			id, done := d.EventID(&b.FailedEventID)
 			if err := rows.Scan(&b.AggregateType, &b.AggregateID, id, &b.Waiting, total); err != nil {
 				return err

@@ -1,22 +1,13 @@
-package sink
+package sinkkit
 
 import (
-	"fmt"
+	"github.com/txoutbox/outbox/sink"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/txoutbox/outbox"
 )
-
-// Invalid returns a configuration error of the sink named sinkName (e.g.
-// "kafka sink"): "<outbox.ErrInvalidConfig>: kafka sink: <message>". It
-// matches [outbox.ErrInvalidConfig].
-func Invalid(sinkName, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: "+format, append([]any{outbox.ErrInvalidConfig, sinkName}, args...)...)
-}
 
 // mask replaces a password in a URL quoted by an error.
 const mask = "xxxxx"
@@ -79,7 +70,7 @@ func NewURLOptions(sinkName, rawURL string) *URLOptions {
 // Errorf returns an error about the URL: "<outbox.ErrInvalidConfig>: kafka
 // sink: URL "kafka://..." <message>".
 func (o *URLOptions) Errorf(format string, args ...any) error {
-	return Invalid(o.sink, "URL %s: "+format, append([]any{strconv.Quote(RedactURL(o.raw))}, args...)...)
+	return sink.Invalid(o.sink, "URL %s: "+format, append([]any{strconv.Quote(RedactURL(o.raw))}, args...)...)
 }
 
 // Parse reads the raw query (the part after '?').

@@ -1,4 +1,22 @@
-package sink
+// Package sinkkit holds what a sink needs to keep the contract of
+// [sink.Sink], for the sinks of this module and for third-party ones:
+//
+//   - the checks before a message is sent and the not-attempted errors they
+//     give ([Precheck], [NotSentError], [Calls]), and sending by ordering
+//     key ([Precheck.SendByKey]);
+//   - the reading of sink URL options ([URLOptions], [RedactURL]);
+//   - destination checks ([CheckName], [NewCheckedRouter]) and broker
+//     headers ([BrokerHeaders]);
+//   - the CloudEvents mapping ([CloudEventAttributes], [CloudEventJSON],
+//     [Format]);
+//   - the reachability state behind [sink.Health] ([Reachability]);
+//   - per-route limits: [Limit] wraps any sink so that each route stays
+//     within a rate (token bucket with burst) and a number of messages in
+//     flight: over the limit, Publish waits (backpressure), and a message
+//     whose deadline would pass while it waits is not sent.
+//
+// It imports no database driver and no broker client.
+package sinkkit
 
 import (
 	"context"

@@ -1,8 +1,9 @@
-package sink
+package sinkkit
 
 import (
 	"context"
 	"fmt"
+	"github.com/txoutbox/outbox/sink"
 	"math"
 	"sync"
 	"time"
@@ -57,11 +58,11 @@ func (c LimitConfig) IsZero() bool {
 // goes to the wrapped sink only after the earlier messages of its
 // aggregate in the call were delivered.
 //
-// Routes come from the wrapped sink's [Destinations] (one route,
-// [DefaultDestination], when it has none). Limited passes Destination,
+// Routes come from the wrapped sink's [sink.Destinations] (one route,
+// [sink.DefaultDestination], when it has none). Limited passes Destination,
 // Reachable and Close through.
 type Limited struct {
-	inner Sink
+	inner sink.Sink
 	cfg   LimitConfig
 	pre   Precheck
 	now   func() time.Time
@@ -71,13 +72,13 @@ type Limited struct {
 }
 
 var (
-	_ Sink         = (*Limited)(nil)
-	_ Destinations = (*Limited)(nil)
-	_ Health       = (*Limited)(nil)
+	_ sink.Sink         = (*Limited)(nil)
+	_ sink.Destinations = (*Limited)(nil)
+	_ sink.Health       = (*Limited)(nil)
 )
 
 // Limit returns s kept within cfg. Errors match [outbox.ErrInvalidConfig].
-func Limit(s Sink, cfg LimitConfig) (*Limited, error) {
+func Limit(s sink.Sink, cfg LimitConfig) (*Limited, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -85,15 +86,15 @@ func Limit(s Sink, cfg LimitConfig) (*Limited, error) {
 }
 
 // Unwrap returns the wrapped sink.
-func (l *Limited) Unwrap() Sink { return l.inner }
+func (l *Limited) Unwrap() sink.Sink { return l.inner }
 
-// Destination implements [Destinations] with the wrapped sink's routes.
-func (l *Limited) Destination(m *outbox.Message) string { return DestinationOf(l.inner, m) }
+// Destination implements [sink.Destinations] with the wrapped sink's routes.
+func (l *Limited) Destination(m *outbox.Message) string { return sink.DestinationOf(l.inner, m) }
 
-// Reachable implements [Health] with the wrapped sink's: ok, with no
+// Reachable implements [sink.Health] with the wrapped sink's: ok, with no
 // error, when the wrapped sink does not report its health.
 func (l *Limited) Reachable() (bool, error, time.Time) {
-	if h, ok := l.inner.(Health); ok {
+	if h, ok := l.inner.(sink.Health); ok {
 		return h.Reachable()
 	}
 	return true, nil, time.Time{}
@@ -185,7 +186,7 @@ func (l *Limited) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	l.mu.Lock()
 	now := l.now()
 	for i := range msgs {
-		routes[i] = DestinationOf(l.inner, &msgs[i])
+		routes[i] = sink.DestinationOf(l.inner, &msgs[i])
 		buckets[i] = l.bucketFor(routes[i], now)
 		limited = limited || buckets[i] != nil
 	}
@@ -284,14 +285,14 @@ func (l *Limited) takeFor(b *bucket, now time.Time) (bool, time.Duration) {
 	return b.take(now)
 }
 
-// tooLate returns a [TooLateError] when m has less time before its
+// tooLate returns a [sink.TooLateError] when m has less time before its
 // deadline than b's MinTimeLeft (b nil: no limits), else nil.
 func tooLate(b *bucket, route string, m *outbox.Message, now time.Time) error {
 	if b == nil || b.limits.MinTimeLeft <= 0 || m.Deadline.IsZero() {
 		return nil
 	}
 	if left := m.Deadline.Sub(now); left < b.limits.MinTimeLeft {
-		return &TooLateError{Route: route, Left: max(left, 0), Min: b.limits.MinTimeLeft}
+		return &sink.TooLateError{Route: route, Left: max(left, 0), Min: b.limits.MinTimeLeft}
 	}
 	return nil
 }

@@ -1,8 +1,9 @@
-package sink
+package sinkkit
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/txoutbox/outbox/sink"
 	"net/url"
 	"slices"
 	"strings"
@@ -44,7 +45,7 @@ func ParseFormat(sinkName, value string, allowed ...Format) (Format, error) {
 	for _, f := range allowed {
 		names = append(names, string(f))
 	}
-	return "", Invalid(sinkName, "format %q is not supported: use %s", value, strings.Join(names, ", "))
+	return "", sink.Invalid(sinkName, "format %q is not supported: use %s", value, strings.Join(names, ", "))
 }
 
 // IsCloudEvents reports whether f is one of the CloudEvents formats.
@@ -78,7 +79,7 @@ func CheckCloudEventsSource(sinkName, source string) error {
 		return nil
 	}
 	if _, err := url.Parse(source); err != nil || strings.ContainsAny(source, " \t\r\n") {
-		return Invalid(sinkName, "source %q is not a URI reference: use a path such as /outbox/payments or a URI such as urn:payments", source)
+		return sink.Invalid(sinkName, "source %q is not a URI reference: use a path such as /outbox/payments or a URI such as urn:payments", source)
 	}
 	return nil
 }
@@ -118,7 +119,7 @@ func CloudEventAttributes(m *outbox.Message, source string) []Attr {
 		attrs = append(attrs, Attr{"time", m.CreatedAt.UTC().Format(time.RFC3339Nano)})
 	}
 	attrs = append(attrs, Attr{"aggregatetype", m.AggregateType})
-	for _, h := range [...][2]string{{HeaderAggregateSeq, "sequence"}, {HeaderTraceparent, "traceparent"}, {HeaderTracestate, "tracestate"}} {
+	for _, h := range [...][2]string{{sink.HeaderAggregateSeq, "sequence"}, {sink.HeaderTraceparent, "traceparent"}, {sink.HeaderTracestate, "tracestate"}} {
 		if v, ok := m.Headers[h[0]]; ok && v != "" {
 			attrs = append(attrs, Attr{h[1], v})
 		}

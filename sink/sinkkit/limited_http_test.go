@@ -1,4 +1,4 @@
-package sink_test
+package sinkkit_test
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
+
 	"github.com/txoutbox/outbox/sink/httpsink"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
@@ -50,9 +51,9 @@ func TestLimitedHTTPSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := sink.LimitConfig{Default: sink.Limits{Rate: rate, Burst: burst, MaxInFlight: maxInFlight}}
+	cfg := sinkkit.LimitConfig{Default: sinkkit.Limits{Rate: rate, Burst: burst, MaxInFlight: maxInFlight}}
 	start := time.Now()
-	l, err := sink.Limit(hs, cfg)
+	l, err := sinkkit.Limit(hs, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

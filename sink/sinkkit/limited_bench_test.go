@@ -1,4 +1,4 @@
-package sink_test
+package sinkkit_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/discard"
+	"github.com/txoutbox/outbox/sink/sinkkit"
 )
 
 // BenchmarkLimited measures what the limits cost per batch of 500
@@ -21,17 +22,17 @@ func BenchmarkLimited(b *testing.B) {
 	}
 	for _, tc := range []struct {
 		name string
-		cfg  *sink.LimitConfig
+		cfg  *sinkkit.LimitConfig
 	}{
 		{"bare", nil},
-		{"unlimited-route", &sink.LimitConfig{Routes: map[string]sink.Limits{"other": {Rate: 1}}}},
-		{"rate-1e9", &sink.LimitConfig{Default: sink.Limits{Rate: 1e9, Burst: 1e6}}},
-		{"in-flight-1000", &sink.LimitConfig{Default: sink.Limits{MaxInFlight: 1000}}},
+		{"unlimited-route", &sinkkit.LimitConfig{Routes: map[string]sinkkit.Limits{"other": {Rate: 1}}}},
+		{"rate-1e9", &sinkkit.LimitConfig{Default: sinkkit.Limits{Rate: 1e9, Burst: 1e6}}},
+		{"in-flight-1000", &sinkkit.LimitConfig{Default: sinkkit.Limits{MaxInFlight: 1000}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var s sink.Sink = discard.New()
 			if tc.cfg != nil {
-				l, err := sink.Limit(s, *tc.cfg)
+				l, err := sinkkit.Limit(s, *tc.cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

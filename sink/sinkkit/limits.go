@@ -1,15 +1,12 @@
-package sink
+package sinkkit
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/txoutbox/outbox"
 )
 
 // Limits bound the traffic to one route (one destination: a topic, a
@@ -227,28 +224,4 @@ func ParseRouteLimit(spec string, base Limits) (route string, l Limits, err erro
 		return "", Limits{}, fmt.Errorf("route limit %q: %w", spec, err)
 	}
 	return route, l, nil
-}
-
-// ErrNotEnoughTimeLeft matches the error of a message that a route's
-// MinTimeLeft kept from being sent ([TooLateError]). The relay ends such
-// an event EXPIRED.
-var ErrNotEnoughTimeLeft = errors.New("not enough time left before the deadline")
-
-// TooLateError says that a message had less time before its deadline
-// than its route's MinTimeLeft, so it was not sent. It matches
-// [ErrNotEnoughTimeLeft] and [outbox.ErrNotAttempted].
-type TooLateError struct {
-	Route     string
-	Left, Min time.Duration
-}
-
-func (e *TooLateError) Error() string {
-	return fmt.Sprintf("not enough time left: %s s < %s s (min_time_left of route %s)",
-		strconv.FormatFloat(math.Floor(e.Left.Seconds()*10)/10, 'f', -1, 64),
-		strconv.FormatFloat(e.Min.Seconds(), 'f', -1, 64), e.Route)
-}
-
-// Is matches ErrNotEnoughTimeLeft and outbox.ErrNotAttempted.
-func (e *TooLateError) Is(target error) bool {
-	return target == ErrNotEnoughTimeLeft || target == outbox.ErrNotAttempted
 }

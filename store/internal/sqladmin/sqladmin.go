@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // Dialect is what differs between the backends.
@@ -52,7 +54,7 @@ var _ store.AdminQueries = (*Queries)(nil)
 
 // New returns the admin queries of the outbox tables t on db.
 func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
-	return &Queries{db: db, d: d, t: t, qt: d.Quote(t.Outbox), qr: d.Quote(store.RelaysTable(t))}
+	return &Queries{db: db, d: d, t: t, qt: d.Quote(t.Outbox), qr: d.Quote(backend.RelaysTable(t))}
 }
 
 // NewOwned is New for a db the queries own: Close closes it.
@@ -338,7 +340,7 @@ func (q *Queries) Heartbeat(ctx context.Context, h store.RelayHeartbeat) error {
 		started = time.Now()
 	}
 	_, err := q.db.ExecContext(ctx, `INSERT INTO `+q.qr+` (relay_id, host, started_at, heartbeat_at, in_flight)
-        VALUES (`+a.add(store.TruncateRunes(h.RelayID, 200))+`, `+a.add(store.TruncateRunes(h.Host, 200))+`, `+
+        VALUES (`+a.add(runes.Truncate(h.RelayID, 200))+`, `+a.add(runes.Truncate(h.Host, 200))+`, `+
 		a.add(q.d.TimeArg(started))+`, `+q.d.Now+`, `+a.add(h.InFlight)+`) `+
 		q.d.Upsert([]string{"host", "started_at", "in_flight"}), a.vals...)
 	if err != nil {

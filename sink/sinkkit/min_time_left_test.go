@@ -1,4 +1,4 @@
-package sink
+package sinkkit
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // min_time_left: read from the URL and --route-limit, and a message with
@@ -46,8 +47,8 @@ func TestMinTimeLeft(t *testing.T) {
 	other := routedMsg("fast", "d", 5)
 	other.Deadline = now.Add(time.Second)
 	res := lim.Publish(context.Background(), []outbox.Message{short, behind, enough, none, other})
-	var tl *TooLateError
-	if !errors.As(res[0], &tl) || !errors.Is(res[0], ErrNotEnoughTimeLeft) || !errors.Is(res[0], outbox.ErrNotAttempted) {
+	var tl *sink.TooLateError
+	if !errors.As(res[0], &tl) || !errors.Is(res[0], sink.ErrNotEnoughTimeLeft) || !errors.Is(res[0], outbox.ErrNotAttempted) {
 		t.Fatalf("1.2 s left on a 2 s route: %v, want a TooLateError", res[0])
 	}
 	if msg := res[0].Error(); !strings.HasPrefix(msg, "not enough time left: 1.") || !strings.Contains(msg, " s < 2 s") {

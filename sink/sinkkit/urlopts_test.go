@@ -1,4 +1,4 @@
-package sink
+package sinkkit
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -34,15 +35,15 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestInvalid(t *testing.T) {
-	err := Invalid("test sink", "bad %s", "thing")
+	err := sink.Invalid("test sink", "bad %s", "thing")
 	if !errors.Is(err, outbox.ErrInvalidConfig) || err.Error() != outbox.ErrInvalidConfig.Error()+": test sink: bad thing" {
 		t.Errorf("Invalid = %v", err)
 	}
-	_, err = NewRouterFor("test sink", "{tenant}", nil)
+	_, err = sink.NewRouterFor("test sink", "{tenant}", nil)
 	if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), outbox.ErrInvalidConfig.Error()+": test sink: route template") {
 		t.Errorf("NewRouterFor = %v", err)
 	}
-	_, err = NewRouterFor("test sink", "", map[string]string{"": "x"})
+	_, err = sink.NewRouterFor("test sink", "", map[string]string{"": "x"})
 	if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "test sink: route override") {
 		t.Errorf("NewRouterFor = %v", err)
 	}
