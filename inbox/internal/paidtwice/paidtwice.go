@@ -16,6 +16,14 @@
 // the outcome after the process died) and releases the lock. Each such
 // event is delivered again after its lease: a duplicate the inbox must
 // drop.
+//
+// The lock is taken only while no claim of a killed relay is still
+// PROCESSING. A killed relay may hold a claim it never published (a batch
+// behind the one it was recording). Its rows go back to PENDING only when
+// the reaper audits them, a write to the locked table; and since they hold
+// their aggregates, nothing behind them can be delivered. A lock taken
+// before the reaper got to them would leave the relay nothing to deliver,
+// and the test nothing to wait for, until its context ended.
 package paidtwice
 
 import (
@@ -27,6 +35,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +59,9 @@ type Fixture struct {
 	// unrecorded are the events that were charged and still PROCESSING
 	// when a relay was killed: each is delivered again.
 	unrecorded map[string]bool
+	// killedTokens are the claim tokens of the rows that were PROCESSING
+	// when a relay was killed: the next kill waits until none is left.
+	killedTokens []string
 	// Kills counts the relays killed mid-batch.
 	Kills int
 }
@@ -180,10 +192,16 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		if err != nil {
 			t.Fatal(err)
 		}
+		var held int
+		if n > start {
+			if held, err = f.heldByKilled(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		switch {
 		case n == f.N:
 			return false
-		case n > start:
+		case n > start && held == 0:
 			if lock, err = f.lockAttempts(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -219,6 +237,9 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 	if err := f.endSessions(ctx, appName); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.noteKilledTokens(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
 	if err := lock.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +254,38 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 func (f *Fixture) processed(ctx context.Context) (int, error) {
 	var n int
 	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSED'`).Scan(&n)
+	return n, err
+}
+
+// noteKilledTokens adds the claim tokens of the rows still PROCESSING (the
+// killed relay's claims, and any earlier one not yet reaped) to
+// f.killedTokens.
+func (f *Fixture) noteKilledTokens(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT lock_token::text FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSING' AND lock_token IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var token string
+		if err := rows.Scan(&token); err != nil {
+			return err
+		}
+		f.killedTokens = append(f.killedTokens, token)
+	}
+	return rows.Err()
+}
+
+// heldByKilled counts the rows still PROCESSING under a killed relay's
+// claim: until the reaper has returned them, the audit table must not be
+// locked (see the package documentation).
+func (f *Fixture) heldByKilled(ctx context.Context) (int, error) {
+	if len(f.killedTokens) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`"
+		WHERE status = 'PROCESSING' AND lock_token::text = ANY(string_to_array($1, ','))`, strings.Join(f.killedTokens, ",")).Scan(&n)
 	return n, err
 }
 
