@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ func RunStoreGuarantees(t *testing.T, newHarness Factory) {
 		fn   func(*testing.T, *Harness)
 	}{
 		{"PileBehindFailedDoesNotStarveOthers", testPileBehindFailed},
+		{"AttemptRowsTellFencedFromApplied", testAttemptRowsFencedApplied},
+		{"FollowersWaitForTheLatestRetry", testFollowersWaitForLatestRetry},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,5 +54,74 @@ func testPileBehindFailed(t *testing.T, h *Harness) {
 	}
 	if n := countStatus(t, h.Store, outbox.StatusBlocked); n != 4 {
 		t.Fatalf("%d events BLOCKED after the claims, want the 4 behind the FAILED head", n)
+	}
+}
+
+// testAttemptRowsFencedApplied: the audit row of an attempt whose row was
+// fenced says that the lease was lost, after the attempt's own error when
+// it had one; the audit row of an applied outcome keeps the error as it is,
+// and a delivery has none.
+func testAttemptRowsFencedApplied(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	enqueue(t, h, ev("fenced-a", 1), ev("fenced-b", 1))
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 2 {
+		t.Fatalf("claimed %d events, want 2", len(c.Events))
+	}
+	forged := *c
+	forged.Token = "00000000-0000-4000-8000-000000000000"
+	outs := outcomes(&forged, store.Delivered)
+	outs[0].Kind, outs[0].Error = store.Failed, "boom"
+	if res := complete(t, h.Store, &forged, true, outs); len(res.Applied) != 0 || len(res.Fenced) != 2 {
+		t.Fatalf("Complete with a wrong token = %+v, want both fenced", res)
+	}
+	outs = outcomes(c, store.Delivered)
+	outs[0].Kind, outs[0].Error, outs[0].RetryIn = store.Retry, "try again", time.Hour
+	if res := complete(t, h.Store, c, true, outs); len(res.Applied) != 2 {
+		t.Fatalf("the owner's Complete = %+v, want both applied", res)
+	}
+	want := map[outbox.EventID]map[string]string{
+		c.Events[0].EventID: {forged.Token: "boom; " + store.LeaseLost, c.Token: "try again"},
+		c.Events[1].EventID: {forged.Token: store.LeaseLost, c.Token: ""},
+	}
+	for id, byToken := range want {
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != 2 {
+			t.Fatalf("event %s: %d attempt rows, want 2 (the fenced one and the applied one): %+v", id, len(atts), atts)
+		}
+		for _, a := range atts {
+			w, ok := byToken[a.ClaimToken]
+			if !ok {
+				t.Fatalf("event %s: an attempt row under token %q, which completed nothing", id, a.ClaimToken)
+			}
+			if a.Error != w {
+				t.Errorf("event %s, token %s: attempt error %q, want %q", id, a.ClaimToken, a.Error, w)
+			}
+		}
+	}
+}
+
+// testFollowersWaitForLatestRetry: when several events of one aggregate
+// are retried by one completion, the events behind them wait for the
+// latest of their retries, not the first.
+func testFollowersWaitForLatestRetry(t *testing.T, h *Harness) {
+	enqueue(t, h, ev("twice", 1), ev("twice", 2))
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 2 {
+		t.Fatalf("claimed %d events, want the run of 2", len(c.Events))
+	}
+	enqueue(t, h, ev("twice", 3))
+	outs := outcomes(c, store.Retry)
+	outs[0].RetryIn, outs[1].RetryIn = time.Minute, time.Hour
+	complete(t, h.Store, c, true, outs)
+	r, err := h.Store.GetEvent(context.Background(), mustFind(t, h, "twice", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.AvailableAt.Sub(c.DBTime); d < 59*time.Minute {
+		t.Errorf("the follower of two retried events is available in %s; want it pushed back with the later retry (1h)", d)
 	}
 }
