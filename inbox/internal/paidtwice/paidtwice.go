@@ -17,13 +17,16 @@
 // event is delivered again after its lease: a duplicate the inbox must
 // drop.
 //
-// The lock is taken only while no claim of a killed relay is still
-// PROCESSING. A killed relay may hold a claim it never published (a batch
-// behind the one it was recording). Its rows go back to PENDING only when
-// the reaper audits them, a write to the locked table; and since they hold
-// their aggregates, nothing behind them can be delivered. A lock taken
-// before the reaper got to them would leave the relay nothing to deliver,
-// and the test nothing to wait for, until its context ended.
+// After the first kill, the lock is taken only once what the kills left
+// behind is settled: no claim of a killed relay is still PROCESSING, and
+// every event a kill left unrecorded has been delivered again and
+// recorded. Otherwise the relay could be left with nothing new to deliver
+// while the lock is held, and the test with nothing to wait for until its
+// context ended: a killed relay's claim that it never published (a batch
+// behind the one it was recording) goes back to PENDING only when the
+// reaper audits it, a write to the locked table, and it holds its
+// aggregates meanwhile; and a batch that only delivers events again holds
+// the batches behind it, yet gives no event the test has not seen.
 package paidtwice
 
 import (
@@ -60,7 +63,8 @@ type Fixture struct {
 	// when a relay was killed: each is delivered again.
 	unrecorded map[string]bool
 	// killedTokens are the claim tokens of the rows that were PROCESSING
-	// when a relay was killed: the next kill waits until none is left.
+	// when a relay was killed: the next kill waits until none is left
+	// (and until every unrecorded event is PROCESSED).
 	killedTokens []string
 	// Kills counts the relays killed mid-batch.
 	Kills int
@@ -192,16 +196,16 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		if err != nil {
 			t.Fatal(err)
 		}
-		var held int
+		var left int
 		if n > start {
-			if held, err = f.heldByKilled(ctx); err != nil {
+			if left, err = f.leftByKills(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 		switch {
 		case n == f.N:
 			return false
-		case n > start && held == 0:
+		case n > start && left == 0:
 			if lock, err = f.lockAttempts(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -276,16 +280,23 @@ func (f *Fixture) noteKilledTokens(ctx context.Context, tx *sql.Tx) error {
 	return rows.Err()
 }
 
-// heldByKilled counts the rows still PROCESSING under a killed relay's
-// claim: until the reaper has returned them, the audit table must not be
-// locked (see the package documentation).
-func (f *Fixture) heldByKilled(ctx context.Context) (int, error) {
-	if len(f.killedTokens) == 0 {
+// leftByKills counts the rows the kills left unsettled: PROCESSING under a
+// killed relay's claim, or charged by a kill's batch and not yet PROCESSED.
+// Until there are none, the audit table must not be locked (see the
+// package documentation).
+func (f *Fixture) leftByKills(ctx context.Context) (int, error) {
+	if len(f.killedTokens) == 0 && len(f.unrecorded) == 0 {
 		return 0, nil
+	}
+	ids := make([]string, 0, len(f.unrecorded))
+	for id := range f.unrecorded {
+		ids = append(ids, id)
 	}
 	var n int
 	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`"
-		WHERE status = 'PROCESSING' AND lock_token::text = ANY(string_to_array($1, ','))`, strings.Join(f.killedTokens, ",")).Scan(&n)
+		WHERE (status = 'PROCESSING' AND lock_token::text = ANY(string_to_array($1, ',')))
+		   OR (status <> 'PROCESSED' AND event_id::text = ANY(string_to_array($2, ',')))`,
+		strings.Join(f.killedTokens, ","), strings.Join(ids, ",")).Scan(&n)
 	return n, err
 }
 
