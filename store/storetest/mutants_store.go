@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ func RunStoreGuarantees(t *testing.T, newHarness Factory) {
 		{"PileBehindFailedDoesNotStarveOthers", testPileBehindFailed},
 		{"AttemptRowsTellFencedFromApplied", testAttemptRowsFencedApplied},
 		{"FollowersWaitForTheLatestRetry", testFollowersWaitForLatestRetry},
+		{"FailedCompleteBlocksFollowersAtOnce", testFailedBlocksAtOnce},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,5 +125,60 @@ func testFollowersWaitForLatestRetry(t *testing.T, h *Harness) {
 	}
 	if d := r.AvailableAt.Sub(c.DBTime); d < 59*time.Minute {
 		t.Errorf("the follower of two retried events is available in %s; want it pushed back with the later retry (1h)", d)
+	}
+}
+
+// testFailedBlocksAtOnce: the completion that records a FAILED event
+// moves the events waiting behind it to BLOCKED in the same transaction
+// (no sweep runs here), with the FAILED-blocks policy only, whether or not
+// it also retries an event; a retried event of the same completion still
+// pushes its own followers back.
+func testFailedBlocksAtOnce(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	for _, tc := range []struct{ blocks, retry bool }{{true, false}, {true, true}, {false, true}} {
+		name := fmt.Sprintf("FailedBlocks=%t, with a retry %t", tc.blocks, tc.retry)
+		poisoned, retried := fmt.Sprintf("poisoned-%t-%t", tc.blocks, tc.retry), fmt.Sprintf("retried-%t-%t", tc.blocks, tc.retry)
+		first := []outbox.Event{ev(poisoned, 1)}
+		if tc.retry {
+			first = append(first, ev(retried, 1))
+		}
+		enqueue(t, h, first...)
+		c := claim(t, h.Store, 10, time.Minute, tc.blocks)
+		if len(c.Events) != len(first) {
+			t.Fatalf("%s: claimed %d events, want %d", name, len(c.Events), len(first))
+		}
+		behindFirst := []outbox.Event{ev(poisoned, 2)}
+		if tc.retry {
+			behindFirst = append(behindFirst, ev(retried, 2))
+		}
+		enqueue(t, h, behindFirst...)
+		outs := outcomes(c, store.Failed)
+		for i, e := range c.Events {
+			if e.AggregateID == retried {
+				outs[i].Kind, outs[i].RetryIn = store.Retry, time.Hour
+			}
+		}
+		complete(t, h.Store, c, tc.blocks, outs)
+		behind, err := h.Store.GetEvent(ctx, mustFind(t, h, poisoned, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := outbox.StatusPending
+		if tc.blocks {
+			want = outbox.StatusBlocked
+		}
+		if behind.Status != want {
+			t.Errorf("%s: the event behind a FAILED one is %s right after the completion, want %s", name, behind.Status, want)
+		}
+		if !tc.retry {
+			continue
+		}
+		follower, err := h.Store.GetEvent(ctx, mustFind(t, h, retried, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := follower.AvailableAt.Sub(c.DBTime); d < 59*time.Minute {
+			t.Errorf("%s: the follower of a retried event is available in %s, want it pushed back with its head (1h)", name, d)
+		}
 	}
 }
