@@ -87,13 +87,13 @@ for t in "${targets[@]}"; do
 			"./store/postgres" '^(TestConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
 	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
 		target mysql store/mysql "$(all_but store/mysql complete time retry)" \
-			"./store/mysql" '^(TestConformance|TestRetry|TestFormatTime|TestMut)' 'TestConformance/Snapshot' ;;
+			"./store/mysql" '^(TestConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
 		target mysql-claim store/mysql "$(all_but store/mysql claim sweep enqueue)" \
-			"./store/mysql" '^(TestConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock|TestMut)' 'TestConformance/Snapshot' ;;
+			"./store/mysql" '^(TestConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
 	sqlite) # relay.go (claim, complete, sweep), store.go (the clock, write transactions)
 		target sqlite store/sqlite "$(all_but store/sqlite relay store)" \
-			"./store/sqlite" '^(TestConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestMut)' 'TestConformance/Snapshot' ;;
+			"./store/sqlite" '^(TestConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	*)
 		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite)" >&2
 		exit 2
