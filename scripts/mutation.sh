@@ -16,8 +16,12 @@
 # package. So gremlins runs through a small
 # `go` wrapper (put first on PATH) that replaces the package gremlins names
 # with the packages that test the target (OUTBOX_MUT_PKGS) and adds -short,
-# a -run filter (OUTBOX_MUT_RUN) and a -skip filter (OUTBOX_MUT_SKIP). Mutants of code that is not guarantee
-# code (logging, metrics, configuration, admin commands) are excluded by file.
+# the target's -run and -skip filters. OUTBOX_MUT_RUN and OUTBOX_MUT_SKIP,
+# when set, replace them (to test a target with fewer tests on a busy
+# machine). Mutants of code that is not guarantee code (logging, metrics,
+# configuration, admin commands) are excluded by file; the mysql,
+# mysql-claim and sqlite targets name the files they mutate, so a file
+# added to the package is not mutated by surprise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -51,12 +55,26 @@ chmod +x "$shim/go"
 
 # target <name> <package dir> <files to leave out (regexp)> <test packages> <-run> [<-skip>]
 target() {
-	local name=$1 dir=$2 exclude=$3 pkgs=$4 run=$5 skip=${6:-^\$}
+	local name=$1 dir=$2 exclude=$3 pkgs=$4 run=${OUTBOX_MUT_RUN:-$5} skip=${OUTBOX_MUT_SKIP:-${6:-^\$}}
 	echo "== $name: mutating ./$dir (not $exclude), testing with $pkgs -run '$run' -skip '$skip'"
 	PATH="$shim:$PATH" OUTBOX_MUT_PKGS="$pkgs" OUTBOX_MUT_RUN="$run" OUTBOX_MUT_SKIP="$skip" \
 		nice "$gremlins" unleash --workers 1 --test-cpu 0 --timeout-coefficient 3 \
 		--coverpkg "./$dir" --exclude-files '_test\.go$' --exclude-files "$exclude" \
 		--output "$out/$name.json" "./$dir" | tee "$out/$name.txt"
+}
+
+# all_but <package dir> <file>...: a regexp of the package's other non-test
+# files, so that only the named files (without .go) are mutated.
+all_but() {
+	local dir=$1 f others=()
+	shift
+	for f in "$dir"/*.go; do
+		f=$(basename "$f" .go)
+		case $f in *_test) continue ;; esac
+		[[ " $* " == *" $f "* ]] || others+=("$f")
+	done
+	local IFS='|'
+	echo "(^|/)(${others[*]})\.go\$"
 }
 
 targets=("$@")
@@ -70,14 +88,14 @@ for t in "${targets[@]}"; do
 		target postgres store/postgres '(admin|analyze|snapshot|context_headers|notify|store)\.go$' \
 			"./store/postgres" '^(TestConformance|TestRelayConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
 	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
-		target mysql store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|claim|sweep|enqueue|queries|store)\.go$' \
+		target mysql store/mysql "$(all_but store/mysql complete time retry)" \
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
-		target mysql-claim store/mysql '(admin|snapshot|context_headers|dsn|migrate|doc|complete|time|retry|queries|store)\.go$' \
+		target mysql-claim store/mysql "$(all_but store/mysql claim sweep enqueue)" \
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
 	sqlite) # relay.go (claim, complete, sweep), store.go (the clock, write transactions)
-		target sqlite store/sqlite '(admin|snapshot|context_headers|doc|enqueue|queries)\.go$' \
-			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays)' 'TestConformance/Snapshot' ;;
+		target sqlite store/sqlite "$(all_but store/sqlite relay store)" \
+			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	*)
 		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite)" >&2
 		exit 2

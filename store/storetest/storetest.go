@@ -70,6 +70,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
+	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 }
 
 var tableSeq atomic.Int64

@@ -16,6 +16,17 @@
 // the outcome after the process died) and releases the lock. Each such
 // event is delivered again after its lease: a duplicate the inbox must
 // drop.
+//
+// After the first kill, the lock is taken only once what the kills left
+// behind is settled: no claim of a killed relay is still PROCESSING, and
+// every event a kill left unrecorded has been delivered again and
+// recorded. Otherwise the relay could be left with nothing new to deliver
+// while the lock is held, and the test with nothing to wait for until its
+// context ended: a killed relay's claim that it never published (a batch
+// behind the one it was recording) goes back to PENDING only when the
+// reaper audits it, a write to the locked table, and it holds its
+// aggregates meanwhile; and a batch that only delivers events again holds
+// the batches behind it, yet gives no event the test has not seen.
 package paidtwice
 
 import (
@@ -27,6 +38,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +62,10 @@ type Fixture struct {
 	// unrecorded are the events that were charged and still PROCESSING
 	// when a relay was killed: each is delivered again.
 	unrecorded map[string]bool
+	// killedTokens are the claim tokens of the rows that were PROCESSING
+	// when a relay was killed: the next kill waits until none is left
+	// (and until every unrecorded event is PROCESSED).
+	killedTokens []string
 	// Kills counts the relays killed mid-batch.
 	Kills int
 }
@@ -180,10 +196,16 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		if err != nil {
 			t.Fatal(err)
 		}
+		var left int
+		if n > start {
+			if left, err = f.leftByKills(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		switch {
 		case n == f.N:
 			return false
-		case n > start:
+		case n > start && left == 0:
 			if lock, err = f.lockAttempts(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -219,6 +241,9 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 	if err := f.endSessions(ctx, appName); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.noteKilledTokens(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
 	if err := lock.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +258,45 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 func (f *Fixture) processed(ctx context.Context) (int, error) {
 	var n int
 	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSED'`).Scan(&n)
+	return n, err
+}
+
+// noteKilledTokens adds the claim tokens of the rows still PROCESSING (the
+// killed relay's claims, and any earlier one not yet reaped) to
+// f.killedTokens.
+func (f *Fixture) noteKilledTokens(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT lock_token::text FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSING' AND lock_token IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var token string
+		if err := rows.Scan(&token); err != nil {
+			return err
+		}
+		f.killedTokens = append(f.killedTokens, token)
+	}
+	return rows.Err()
+}
+
+// leftByKills counts the rows the kills left unsettled: PROCESSING under a
+// killed relay's claim, or charged by a kill's batch and not yet PROCESSED.
+// Until there are none, the audit table must not be locked (see the
+// package documentation).
+func (f *Fixture) leftByKills(ctx context.Context) (int, error) {
+	if len(f.killedTokens) == 0 && len(f.unrecorded) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, 0, len(f.unrecorded))
+	for id := range f.unrecorded {
+		ids = append(ids, id)
+	}
+	var n int
+	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`"
+		WHERE (status = 'PROCESSING' AND lock_token::text = ANY(string_to_array($1, ',')))
+		   OR (status <> 'PROCESSED' AND event_id::text = ANY(string_to_array($2, ',')))`,
+		strings.Join(f.killedTokens, ","), strings.Join(ids, ",")).Scan(&n)
 	return n, err
 }
 

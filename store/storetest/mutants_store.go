@@ -1,0 +1,185 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+)
+
+// RunStoreGuarantees checks, on the Store contract directly, the
+// guarantees whose code mutation testing found untested: each test names
+// the behaviour it pins down.
+func RunStoreGuarantees(t *testing.T, newHarness Factory) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *Harness)
+	}{
+		{"PileBehindFailedDoesNotStarveOthers", testPileBehindFailed},
+		{"AttemptRowsTellFencedFromApplied", testAttemptRowsFencedApplied},
+		{"FollowersWaitForTheLatestRetry", testFollowersWaitForLatestRetry},
+		{"FailedCompleteBlocksFollowersAtOnce", testFailedBlocksAtOnce},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newHarness(t))
+		})
+	}
+}
+
+// testPileBehindFailed: events enqueued behind a FAILED head after the
+// failure was recorded are found by the claim itself, which moves them to
+// BLOCKED (no sweep runs here), so that however many pile up they never
+// fill the next claim's window and starve the other aggregates.
+func testPileBehindFailed(t *testing.T, h *Harness) {
+	Enqueue(t, h, PaymentEvent("poisoned", 1))
+	c := claim(t, h.Store, 2, time.Minute, true)
+	complete(t, h.Store, c, true, outcomes(c, store.Failed))
+	Enqueue(t, h, PaymentEvent("poisoned", 2), PaymentEvent("poisoned", 3), PaymentEvent("poisoned", 4), PaymentEvent("poisoned", 5))
+	other := Enqueue(t, h, PaymentEvent("healthy", 1))[0]
+	reached := false
+	for i := 0; i < 5 && !reached; i++ {
+		got := claim(t, h.Store, 2, time.Minute, true)
+		for _, e := range got.Events {
+			if e.AggregateID == "poisoned" {
+				t.Fatalf("claimed %s/%d behind a FAILED head", e.AggregateID, e.ID)
+			}
+			reached = reached || e.EventID == other
+		}
+	}
+	if !reached {
+		t.Fatal("5 claims with a window of 2 never reached the other aggregate's event queued behind the pile")
+	}
+	if n := CountStatus(t, h.Store, outbox.StatusBlocked); n != 4 {
+		t.Fatalf("%d events BLOCKED after the claims, want the 4 behind the FAILED head", n)
+	}
+}
+
+// testAttemptRowsFencedApplied: the audit row of an attempt whose row was
+// fenced says that the lease was lost, after the attempt's own error when
+// it had one; the audit row of an applied outcome keeps the error as it is,
+// and a delivery has none.
+func testAttemptRowsFencedApplied(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	Enqueue(t, h, PaymentEvent("fenced-a", 1), PaymentEvent("fenced-b", 1))
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 2 {
+		t.Fatalf("claimed %d events, want 2", len(c.Events))
+	}
+	forged := *c
+	forged.Token = "00000000-0000-4000-8000-000000000000"
+	outs := outcomes(&forged, store.Delivered)
+	outs[0].Kind, outs[0].Error = store.Failed, "boom"
+	if res := complete(t, h.Store, &forged, true, outs); len(res.Applied) != 0 || len(res.Fenced) != 2 {
+		t.Fatalf("Complete with a wrong token = %+v, want both fenced", res)
+	}
+	outs = outcomes(c, store.Delivered)
+	outs[0].Kind, outs[0].Error, outs[0].RetryIn = store.Retry, "try again", time.Hour
+	if res := complete(t, h.Store, c, true, outs); len(res.Applied) != 2 {
+		t.Fatalf("the owner's Complete = %+v, want both applied", res)
+	}
+	want := map[outbox.EventID]map[string]string{
+		c.Events[0].EventID: {forged.Token: "boom; " + backend.LeaseLost, c.Token: "try again"},
+		c.Events[1].EventID: {forged.Token: backend.LeaseLost, c.Token: ""},
+	}
+	for id, byToken := range want {
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != 2 {
+			t.Fatalf("event %s: %d attempt rows, want 2 (the fenced one and the applied one): %+v", id, len(atts), atts)
+		}
+		for _, a := range atts {
+			w, ok := byToken[a.ClaimToken]
+			if !ok {
+				t.Fatalf("event %s: an attempt row under token %q, which completed nothing", id, a.ClaimToken)
+			}
+			if a.Error != w {
+				t.Errorf("event %s, token %s: attempt error %q, want %q", id, a.ClaimToken, a.Error, w)
+			}
+		}
+	}
+}
+
+// testFollowersWaitForLatestRetry: when several events of one aggregate
+// are retried by one completion, the events behind them wait for the
+// latest of their retries, not the first.
+func testFollowersWaitForLatestRetry(t *testing.T, h *Harness) {
+	Enqueue(t, h, PaymentEvent("twice", 1), PaymentEvent("twice", 2))
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 2 {
+		t.Fatalf("claimed %d events, want the run of 2", len(c.Events))
+	}
+	Enqueue(t, h, PaymentEvent("twice", 3))
+	outs := outcomes(c, store.Retry)
+	outs[0].RetryIn, outs[1].RetryIn = time.Minute, time.Hour
+	complete(t, h.Store, c, true, outs)
+	r, err := h.Store.GetEvent(context.Background(), mustFind(t, h, "twice", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.AvailableAt.Sub(c.DBTime); d < 59*time.Minute {
+		t.Errorf("the follower of two retried events is available in %s; want it pushed back with the later retry (1h)", d)
+	}
+}
+
+// testFailedBlocksAtOnce: the completion that records a FAILED event
+// moves the events waiting behind it to BLOCKED in the same transaction
+// (no sweep runs here), with the FAILED-blocks policy only, whether or not
+// it also retries an event; a retried event of the same completion still
+// pushes its own followers back.
+func testFailedBlocksAtOnce(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	for _, tc := range []struct{ blocks, retry bool }{{true, false}, {true, true}, {false, true}} {
+		name := fmt.Sprintf("FailedBlocks=%t, with a retry %t", tc.blocks, tc.retry)
+		poisoned, retried := fmt.Sprintf("poisoned-%t-%t", tc.blocks, tc.retry), fmt.Sprintf("retried-%t-%t", tc.blocks, tc.retry)
+		first := []outbox.Event{PaymentEvent(poisoned, 1)}
+		if tc.retry {
+			first = append(first, PaymentEvent(retried, 1))
+		}
+		Enqueue(t, h, first...)
+		c := claim(t, h.Store, 10, time.Minute, tc.blocks)
+		if len(c.Events) != len(first) {
+			t.Fatalf("%s: claimed %d events, want %d", name, len(c.Events), len(first))
+		}
+		behindFirst := []outbox.Event{PaymentEvent(poisoned, 2)}
+		if tc.retry {
+			behindFirst = append(behindFirst, PaymentEvent(retried, 2))
+		}
+		Enqueue(t, h, behindFirst...)
+		outs := outcomes(c, store.Failed)
+		for i, e := range c.Events {
+			if e.AggregateID == retried {
+				outs[i].Kind, outs[i].RetryIn = store.Retry, time.Hour
+			}
+		}
+		complete(t, h.Store, c, tc.blocks, outs)
+		behind, err := h.Store.GetEvent(ctx, mustFind(t, h, poisoned, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := outbox.StatusPending
+		if tc.blocks {
+			want = outbox.StatusBlocked
+		}
+		if behind.Status != want {
+			t.Errorf("%s: the event behind a FAILED one is %s right after the completion, want %s", name, behind.Status, want)
+		}
+		if !tc.retry {
+			continue
+		}
+		follower, err := h.Store.GetEvent(ctx, mustFind(t, h, retried, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := follower.AvailableAt.Sub(c.DBTime); d < 59*time.Minute {
+			t.Errorf("%s: the follower of a retried event is available in %s, want it pushed back with its head (1h)", name, d)
+		}
+	}
+}
