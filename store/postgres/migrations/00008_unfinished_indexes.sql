@@ -1,0 +1,22 @@
+-- A PROCESSED row enters no secondary index but the event_id key: the
+-- index of every aggregate's events (00005) becomes partial, on the rare
+-- final statuses. The unfinished ones (PENDING, PROCESSING, BLOCKED,
+-- FAILED) are in the aggregate index of 00001 already, which the claim
+-- reads. A status change always writes a new row version into every index
+-- whose predicate the new version matches, so an index that PROCESSED rows
+-- stay out of saves one index entry per delivered event, and one per
+-- claimed event. The admin list of an aggregate's events in any status
+-- then reads the unfinished and final-status indexes and, for PROCESSED
+-- rows, the primary key newest first.
+
+-- +goose Up
+SET LOCAL lock_timeout = '10s';
+
+DROP INDEX IF EXISTS "{{.Outbox}}_aggregate_all_idx";
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_aggregate_final_idx" ON "{{.Outbox}}" (aggregate_type, aggregate_id, id)
+    WHERE status IN ('EXPIRED', 'SKIPPED');
+
+-- +goose Down
+SET LOCAL lock_timeout = '10s';
+DROP INDEX IF EXISTS "{{.Outbox}}_aggregate_final_idx";
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_aggregate_all_idx" ON "{{.Outbox}}" (aggregate_type, aggregate_id, id);
