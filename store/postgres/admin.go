@@ -130,8 +130,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.pool.Query(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
-        FROM "`+s.t.Attempts+`" WHERE event_id = $1::uuid ORDER BY finished_at, started_at, attempt`, id.String())
+	rows, err := s.pool.Query(ctx, s.q.attempts, id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
 	}
@@ -201,6 +200,11 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 	}
 	if err := c.Check(a, status); err != nil {
 		return err
+	}
+	// A delivery recorded on the row moves to the attempts table before
+	// the row can be delivered again.
+	if _, err := tx.Exec(ctx, s.q.moveDelivery, rowID); err != nil {
+		return s.wrap("operator action: audit", err)
 	}
 	switch c.To {
 	case outbox.StatusPending:

@@ -25,6 +25,8 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		TimeArg: func(t time.Time) any { return t },
 		Minute:  func(c string) string { return "date_trunc('minute', " + c + ")" },
 		Upsert:  func(cols []string) string { return upsertExcluded(cols, "now()") },
+		// Migration 7.
+		DeliveredOnRow: true,
 	}, s.t)
 }
 

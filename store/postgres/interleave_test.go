@@ -132,6 +132,51 @@ func (il *interleaving) holdAuditKey(ev store.Claimed, token string, outcome sto
 	return release
 }
 
+// holdAfterRowWrite pauses the statements of app, after each write of a
+// PROCESSED row version and before their commit, until release: a trigger
+// on the test's table waits for an advisory lock that a transaction left
+// open holds. A delivery writes no audit row that holdAuditKey could hold.
+func (il *interleaving) holdAfterRowWrite(app string) (release func()) {
+	il.t.Helper()
+	ctx := context.Background()
+	fn := il.table + "_pause"
+	if _, err := il.pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION %[1]q() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('application_name') = %[2]s AND NEW.status = 'PROCESSED' THEN
+        PERFORM pg_advisory_xact_lock(hashtext(%[2]s));
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER %[1]q AFTER UPDATE ON %[3]q FOR EACH ROW EXECUTE FUNCTION %[1]q()`,
+		fn, "'"+app+"'", il.table)); err != nil {
+		il.t.Fatal(err)
+	}
+	il.t.Cleanup(func() {
+		if _, err := il.pool.Exec(context.Background(), fmt.Sprintf(`DROP FUNCTION IF EXISTS %q() CASCADE`, fn)); err != nil {
+			il.t.Errorf("drop the pause trigger: %v", err)
+		}
+	})
+	tx, err := il.pool.Begin(ctx)
+	if err != nil {
+		il.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, app); err != nil {
+		tx.Rollback(ctx)
+		il.t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			if err := tx.Rollback(ctx); err != nil {
+				il.t.Errorf("release the pause: %v", err)
+			}
+		}
+	}
+	il.t.Cleanup(release)
+	return release
+}
+
 func (il *interleaving) outcomesOf(id outbox.EventID) []store.OutcomeKind {
 	il.t.Helper()
 	atts, err := il.main.Attempts(context.Background(), id)
@@ -218,9 +263,9 @@ func TestInterleavingReaperWhileCompleteHoldsTheRow(t *testing.T) {
 	c := il.claimExpired("completed")
 	ev := c.Events[0]
 
-	release := il.holdAuditKey(ev, c.Token, store.Delivered)
+	release := il.holdAfterRowWrite(completerApp)
 	completed := goComplete(t, completer, delivered(c))
-	il.waitsOnLock(completerApp, "Complete to have written the row and wait on its audit row")
+	il.waitsOnLock(completerApp, "Complete to have written the row and wait before its commit")
 
 	sweepCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

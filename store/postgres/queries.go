@@ -21,6 +21,7 @@ type queries struct {
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
 	purge, overdue, claimIDs, missingIDs          string
+	attempts, moveDelivery                        string
 	snapshot                                      snapshotsql.Dialect
 }
 
@@ -52,6 +53,8 @@ func buildQueries(t store.Tables) queries {
 		blockedAg:        render(t, blockedAggregatesSQL),
 		deadLetterCount:  render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
 		purge:            render(t, purgeSQL),
+		attempts:         render(t, attemptsSQL),
+		moveDelivery:     render(t, moveDeliverySQL),
 		overdue:          render(t, overdueSQL),
 		claimIDs:         render(t, claimIDsSQL),
 		missingIDs:       render(t, missingIDsSQL),
@@ -190,7 +193,10 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.pa
 // statement: the guarded state change, dead letters for new FAILED rows,
 // BLOCKED for the waiting events of their aggregates (when $3), a pushed-back
 // available_at for the waiting events of retried aggregates, and one attempt
-// row per attempted event (a replay conflicts and writes nothing).
+// row per attempted event that was not delivered (a replay conflicts and
+// writes nothing). A delivery is recorded on the event row instead
+// (migration 7), with its claim token in delivered_token, which is how a
+// replayed DELIVERED outcome is recognised and writes nothing either.
 const completeSQL = `
 WITH i AS (
     SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bigint[],
@@ -210,9 +216,15 @@ u AS (
         available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
             THEN now() + i.retry_ms * interval '1 millisecond' ELSE o.available_at END,
         last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN left(i.err, 2000) ELSE o.last_error END,
+        delivered_relay_id = CASE WHEN d THEN $2 ELSE o.delivered_relay_id END,
+        delivered_attempt = CASE WHEN d THEN i.attempt ELSE o.delivered_attempt END,
+        delivered_started_at = CASE WHEN d THEN i.started_at ELSE o.delivered_started_at END,
+        delivered_finished_at = CASE WHEN d THEN i.finished_at ELSE o.delivered_finished_at END,
+        delivered_trace_id = CASE WHEN d THEN NULLIF(i.trace_id, '') ELSE o.delivered_trace_id END,
+        delivered_token = CASE WHEN d THEN $1::uuid ELSE o.delivered_token END,
         locked_until = NULL,
         lock_token = NULL
-    FROM i
+    FROM (SELECT *, kind = 'DELIVERED' AND attempted AS d FROM i) i
     WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = $1::uuid
     RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
         o.retry_count, o.status, o.available_at, i.kind, i.err, o.expires_at, o.on_expired
@@ -243,7 +255,8 @@ att AS (
             ELSE NULLIF(left(i.err, 2000), '') END,
         NULLIF(i.trace_id, '')
     FROM i LEFT JOIN u ON u.id = i.id
-    WHERE i.attempted
+    WHERE i.attempted AND NOT (i.kind = 'DELIVERED' AND (u.id IS NOT NULL OR EXISTS (
+        SELECT 1 FROM "{{.Outbox}}" p WHERE p.id = i.id AND p.status = 'PROCESSED' AND p.delivered_token = $1::uuid)))
     ON CONFLICT DO NOTHING
 )
 SELECT id FROM u`
@@ -352,3 +365,33 @@ b AS (
 )
 SELECT aggregate_type, aggregate_id, event_id, waiting, count(*) OVER () FROM b
 WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100`
+
+// attemptsSQL reads the audit trail of one event ($1), oldest first: its
+// rows in the attempts table and the delivery recorded on the event row.
+const attemptsSQL = `
+SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
+FROM "{{.Attempts}}" WHERE event_id = $1::uuid
+UNION ALL
+SELECT delivered_attempt, delivered_relay_id, delivered_token, delivered_started_at, delivered_finished_at, 'DELIVERED', '',
+    COALESCE(delivered_trace_id, '')
+FROM "{{.Outbox}}" WHERE event_id = $1::uuid AND delivered_relay_id IS NOT NULL
+ORDER BY 5, 4, 1`
+
+// moveDeliverySQL copies the delivery recorded on event row $1, if any,
+// into the attempts table and clears it from the row.
+const moveDeliverySQL = `
+WITH r AS (
+    SELECT id, event_id, delivered_token, delivered_attempt, delivered_relay_id, delivered_started_at,
+        delivered_finished_at, delivered_trace_id
+    FROM "{{.Outbox}}" WHERE id = $1 AND delivered_relay_id IS NOT NULL
+),
+a AS (
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+    SELECT event_id, COALESCE(delivered_token, gen_random_uuid()), 'DELIVERED', id, delivered_attempt, delivered_relay_id,
+        delivered_started_at, delivered_finished_at, delivered_trace_id
+    FROM r
+    ON CONFLICT DO NOTHING
+)
+UPDATE "{{.Outbox}}" o SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
+    delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
+FROM r WHERE o.id = r.id`

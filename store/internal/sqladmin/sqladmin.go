@@ -37,6 +37,10 @@ type Dialect struct {
 	// Upsert renders the heartbeat upsert's conflict clause, given the
 	// columns to update.
 	Upsert func(cols []string) string
+	// DeliveredOnRow: the backend records a successful delivery on the
+	// event row (delivered_finished_at) rather than as an attempt row, so
+	// the throughput counts those too.
+	DeliveredOnRow bool
 }
 
 // Queries implements store.AdminQueries on db.
@@ -287,8 +291,18 @@ func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]s
 func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
 	a := &args{d: q.d}
 	m := q.d.Minute("finished_at")
-	rows, err := q.db.QueryContext(ctx, `SELECT `+m+`, outcome, count(*) FROM `+q.d.Quote(q.t.Attempts)+
-		` WHERE finished_at > `+q.d.Ago(a.add(since.Microseconds()))+` GROUP BY `+m+`, outcome ORDER BY 1`, a.vals...)
+	ago := q.d.Ago(a.add(since.Microseconds()))
+	query := `SELECT ` + m + `, outcome, count(*) FROM ` + q.d.Quote(q.t.Attempts) +
+		` WHERE finished_at > ` + ago + ` GROUP BY ` + m + `, outcome ORDER BY 1`
+	if q.d.DeliveredOnRow {
+		dm := q.d.Minute("delivered_finished_at")
+		query = `SELECT m, outcome, CAST(sum(n) AS BIGINT) FROM (` +
+			`SELECT ` + m + ` AS m, outcome, count(*) AS n FROM ` + q.d.Quote(q.t.Attempts) +
+			` WHERE finished_at > ` + ago + ` GROUP BY ` + m + `, outcome` +
+			` UNION ALL SELECT ` + dm + `, 'DELIVERED', count(*) FROM ` + q.qt +
+			` WHERE delivered_finished_at > ` + ago + ` GROUP BY ` + dm + `) x GROUP BY m, outcome ORDER BY 1`
+	}
+	rows, err := q.db.QueryContext(ctx, query, a.vals...)
 	if err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}
