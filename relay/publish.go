@@ -37,16 +37,6 @@ func (b *batch) dbTime(local time.Time) time.Time {
 	return b.claim.DBTime.Add(local.Sub(b.localClaim))
 }
 
-// stamp is dbTime for the times an outcome records (an attempt's start
-// and end), never earlier than a stamp this relay gave before. Each batch
-// anchors the database clock at its own claim, and two anchors can differ
-// by as much as a claim's round trip, so without the clamp a later attempt
-// could be stamped before an earlier one, and an audit trail ordered by
-// finished_at would read out of order.
-func (b *batch) stamp(local time.Time) time.Time {
-	return b.relay.stamps.notBefore(b.dbTime(local))
-}
-
 // localDeadline converts an event's expires_at to the local clock.
 func (b *batch) localDeadline(ev *store.Claimed) time.Time {
 	if ev.ExpiresAt.IsZero() {
@@ -91,7 +81,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 				outcomes[i].Error = "expired before delivery: destination unavailable since " + since.UTC().Format(time.RFC3339) +
 					" (circuit breaker open); deadline was " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano)
 			}
-			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.stamp(now), b.stamp(now)
+			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
 			outcomes[i].TraceID = store.TraceIDOf(ev.Headers)
 			continue
 		}
@@ -120,7 +110,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			outcomes[i].Error = "expired before delivery: destination unavailable since " + ad.since.UTC().Format(time.RFC3339) +
 				" (circuit breaker open); the deadline " + ev.ExpiresAt.UTC().Format(time.RFC3339Nano) +
 				" comes before the next probe"
-			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.stamp(now), b.stamp(now)
+			outcomes[i].StartedAt, outcomes[i].FinishedAt = b.dbTime(now), b.dbTime(now)
 			continue
 		}
 		if ad.kind == admitWait || (ad.kind == admitProbe && probing) {
@@ -202,7 +192,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 		i := msgPos[mi]
 		ev := &events[i]
 		o := &outcomes[i]
-		o.StartedAt, o.FinishedAt = b.stamp(started), b.stamp(finished)
+		o.StartedAt, o.FinishedAt = b.dbTime(started), b.dbTime(finished)
 		// The headers as sent: the tracer gave them the publish span's
 		// traceparent; without a tracer, they keep the producer's.
 		o.TraceID = store.TraceIDOf(msgs[mi].Headers)

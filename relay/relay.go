@@ -42,26 +42,6 @@ type Relay struct {
 	// breaker is this relay's view of the routes' circuit breakers; nil
 	// when they are off (breaker.go).
 	breaker *breaker
-	// stamps keeps the times outcomes record in order (batch.stamp).
-	stamps monotonicStamps
-}
-
-// monotonicStamps hands out database-clock times that never go back.
-type monotonicStamps struct{ last atomic.Int64 } // unix nanoseconds
-
-// notBefore returns t, or the latest time it returned before if that is
-// later than t.
-func (m *monotonicStamps) notBefore(t time.Time) time.Time {
-	n := t.UnixNano()
-	for {
-		last := m.last.Load()
-		if n <= last {
-			return t.Add(time.Duration(last - n))
-		}
-		if m.last.CompareAndSwap(last, n) {
-			return t
-		}
-	}
 }
 
 // New validates cfg and returns a relay.
