@@ -196,7 +196,9 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.pa
 // row per attempted event that was not delivered (a replay conflicts and
 // writes nothing). A delivery is recorded on the event row instead
 // (migration 7), with its claim token in delivered_token, which is how a
-// replayed DELIVERED outcome is recognised and writes nothing either.
+// replayed DELIVERED outcome is recognised and writes nothing either; a
+// delivery that carries an error text (a sink's note) keeps its attempt
+// row, so that the text is kept too.
 const completeSQL = `
 WITH i AS (
     SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bigint[],
@@ -224,7 +226,7 @@ u AS (
         delivered_token = CASE WHEN d THEN $1::uuid ELSE o.delivered_token END,
         locked_until = NULL,
         lock_token = NULL
-    FROM (SELECT *, kind = 'DELIVERED' AND attempted AS d FROM i) i
+    FROM (SELECT *, kind = 'DELIVERED' AND attempted AND COALESCE(err, '') = '' AS d FROM i) i
     WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = $1::uuid
     RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
         o.retry_count, o.status, o.available_at, i.kind, i.err, o.expires_at, o.on_expired
@@ -255,7 +257,7 @@ att AS (
             ELSE NULLIF(left(i.err, 2000), '') END,
         NULLIF(i.trace_id, '')
     FROM i LEFT JOIN u ON u.id = i.id
-    WHERE i.attempted AND NOT (i.kind = 'DELIVERED' AND (u.id IS NOT NULL OR EXISTS (
+    WHERE i.attempted AND NOT (i.kind = 'DELIVERED' AND COALESCE(i.err, '') = '' AND (u.id IS NOT NULL OR EXISTS (
         SELECT 1 FROM "{{.Outbox}}" p WHERE p.id = i.id AND p.status = 'PROCESSED' AND p.delivered_token = $1::uuid)))
     ON CONFLICT DO NOTHING
 )
