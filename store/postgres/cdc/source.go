@@ -216,6 +216,18 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		for i, ev := range c.Events {
 			got[i] = ev.ID
 		}
+		// Visible and not claimed: held behind an earlier event of its
+		// aggregate, or its row locked for a moment by another statement
+		// (SKIP LOCKED). Offer it again a few times before leaving it to
+		// the safety net, so that a lock held for an instant does not
+		// leave an aggregate's tail waiting a whole PollInterval.
+		if unclaimed := without(ids, got); len(unclaimed) > 0 {
+			again, wait := s.track.notVisible(unclaimed)
+			ids = without(ids, again)
+			if len(again) > 0 {
+				time.AfterFunc(wait, s.wakeRelay)
+			}
+		}
 		s.track.claimed(c.Token, time.Now().Add(req.Lease), ids, got)
 		s.byStream.Add(int64(len(got)))
 		if len(c.Events) > 0 {

@@ -158,10 +158,11 @@ func (t *tracker) claimed(token string, leaseEnd time.Time, offered []int64, got
 // safety-net poll.
 const maxInvisibleLooks = 8
 
-// notVisible puts streamed ids whose rows a claim could not see back at the
-// head of the queue, and returns them with how long to wait before the next
-// look. Ids looked at too often are returned neither: they settle, and the
-// ordinary claim finds their rows if they ever appear.
+// notVisible puts streamed ids that a claim could not take (their rows not
+// yet visible to it, or visible but not claimable yet) back at the head of
+// the queue, and returns them with how long to wait before the next look.
+// Ids looked at too often are returned neither: they settle, and the
+// ordinary claim finds their rows if they ever appear or become claimable.
 func (t *tracker) notVisible(ids []int64) (again []int64, wait time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
