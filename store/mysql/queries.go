@@ -33,6 +33,14 @@ type queries struct {
 	blockedAg, deadLetterCount, getRecord string
 	overdue                               string
 	snapshot                              snapshotsql.Dialect
+
+	// The operator's statements (admin.go).
+	listEvents, countMatching, selectMatching string
+	attempts, deadLetters                     string
+	operatorLock, operatorRequeue             string
+	operatorRequeueDead, operatorSetStatus    string
+	operatorAudit, operatorFirstFailed        string
+	operatorBlocked, operatorBlockedBefore    string
 }
 
 // queryNames is what the statements are rendered with once: the table
@@ -40,14 +48,15 @@ type queries struct {
 // and size of the overdue report).
 type queryNames struct {
 	store.Tables
-	RecordColumns string
-	OverdueWhere  string
-	OverdueGroups int
+	RecordColumns  string
+	AttemptColumns string
+	OverdueWhere   string
+	OverdueGroups  int
 }
 
 func buildQueries(t store.Tables) queries {
-	n := queryNames{Tables: t, RecordColumns: recordColumns,
-		OverdueWhere:  strings.ReplaceAll(backend.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
+	n := queryNames{Tables: t, RecordColumns: recordColumns, AttemptColumns: attemptColumns,
+		OverdueWhere:  backend.OverdueWhere("UTC_TIMESTAMP(6)"),
 		OverdueGroups: backend.MaxOverdueGroups}
 	render := func(name string) string { return statements.MustRenderNamed(name, n) }
 	return queries{
@@ -64,6 +73,20 @@ func buildQueries(t store.Tables) queries {
 		getRecord:         render("get_record"),
 		overdue:           render("overdue"),
 		snapshot:          snapshotDialect(t, render("blocked_aggregates")),
+
+		listEvents:            render("list_events"),
+		countMatching:         render("count_matching"),
+		selectMatching:        render("select_matching"),
+		attempts:              render("attempts"),
+		deadLetters:           render("dead_letters"),
+		operatorLock:          render("operator_lock"),
+		operatorRequeue:       render("operator_requeue"),
+		operatorRequeueDead:   render("operator_requeue_dead"),
+		operatorSetStatus:     render("operator_set_status"),
+		operatorAudit:         render("operator_audit"),
+		operatorFirstFailed:   render("operator_first_failed"),
+		operatorBlocked:       render("operator_blocked"),
+		operatorBlockedBefore: render("operator_blocked_before"),
 	}
 }
 
@@ -111,6 +134,21 @@ type idsParams struct {
 // complete_lock or expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
+}
+
+// purgeParams render a purge's statements: In the final statuses to
+// purge (store status names, validated constants, quoted), IDs an id list
+// (idList) and Marks the placeholders of as many event ids.
+type purgeParams struct {
+	store.Tables
+	In, IDs, Marks string
+}
+
+// purge renders one of a purge's statements: purge_page, purge_lock,
+// purge_delete_attempts, purge_delete_dead or purge_delete.
+func (q *queries) purge(name string, p purgeParams) (string, error) {
+	p.Tables = q.t
+	return statements.RenderNamed(name, p)
 }
 
 // idList renders ids as a SQL list. They are integers, formatted here, so

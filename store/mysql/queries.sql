@@ -195,3 +195,77 @@ WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
     CAST(SUM(COUNT(*)) OVER () AS SIGNED), MIN(MIN(expires_at)) OVER (), MAX(MAX(expires_at)) OVER ()
 FROM `{{.Outbox}}` WHERE {{.OverdueWhere}} GROUP BY aggregate_type, event_type
 ORDER BY COUNT(*) DESC, aggregate_type, event_type LIMIT {{.OverdueGroups}}{{end}}
+
+-- The operator's statements (admin.go). list_events, count_matching and
+-- select_matching are the fixed heads of statements whose WHERE is written
+-- from a filter's fixed fragments and bind parameters.
+{{define "list_events"}}SELECT {{.RecordColumns}} FROM `{{.Outbox}}`{{end}}
+
+{{define "count_matching"}}SELECT COUNT(*) FROM `{{.Outbox}}` WHERE {{end}}
+
+{{define "select_matching"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE {{end}}
+
+-- The attempts of event ?, in the order they finished.
+{{define "attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '')
+FROM `{{.Attempts}}` WHERE event_id = ? ORDER BY finished_at, started_at, attempt{{end}}
+
+-- The dead letters, newest first, at most ?.
+{{define "dead_letters"}}SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
+reason, failed_at, requeued_at FROM `{{.DeadLetters}}` ORDER BY id DESC LIMIT ?{{end}}
+
+-- operator_lock locks the row of event ? for an operator action, with the
+-- database clock.
+{{define "operator_lock"}}SELECT id, status, retry_count, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
+WHERE event_id = ? FOR UPDATE{{end}}
+
+-- operator_requeue gives a row a fresh chance now (the placeholders: now,
+-- the new deadline in microseconds or NULL twice, now, now, the row id); a
+-- passed deadline is removed unless a new one is given.
+{{define "operator_requeue"}}UPDATE `{{.Outbox}}` SET status = 'PENDING', available_at = CAST(? AS DATETIME(6)), processed_at = NULL,
+locked_until = NULL, lock_token = NULL,
+expires_at = CASE WHEN ? IS NOT NULL THEN CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND
+WHEN expires_at <= CAST(? AS DATETIME(6)) THEN NULL ELSE expires_at END
+WHERE id = ?{{end}}
+
+{{define "operator_requeue_dead"}}UPDATE `{{.DeadLetters}}` SET requeued_at = CAST(? AS DATETIME(6))
+WHERE outbox_id = ? AND requeued_at IS NULL{{end}}
+
+{{define "operator_set_status"}}UPDATE `{{.Outbox}}` SET status = ? WHERE id = ?{{end}}
+
+-- operator_audit records an operator action as an attempt row.
+{{define "operator_audit"}}INSERT INTO `{{.Attempts}}` ({{.AttemptColumns}})
+VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?){{end}}
+
+-- The first FAILED event of aggregate (?, ?), and the BLOCKED events it
+-- does not hold back: all of them, or (operator_blocked_before) those
+-- before id ?. Read without locks, then changed by primary key
+-- (operator_unblock, over the id list IDs).
+{{define "operator_first_failed"}}SELECT MIN(id) FROM `{{.Outbox}}` WHERE aggregate_type = ? AND aggregate_id = ?
+AND unfinished = 1 AND status = 'FAILED'{{end}}
+
+{{define "operator_blocked"}}SELECT id FROM `{{.Outbox}}` WHERE aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND status = 'BLOCKED'{{end}}
+
+{{define "operator_blocked_before"}}{{template "operator_blocked" .}} AND id < ?{{end}}
+
+{{define "operator_unblock"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PENDING' WHERE id IN ({{.IDs}}) AND status = 'BLOCKED'{{end}}
+
+-- A purge's page: of the ? rows after id ?, whether each is purgeable (a
+-- final status of the list In, finished before the cutoff, now minus ?
+-- microseconds), whether it is older than the cutoff, and the cutoff. In
+-- holds store status names, validated constants quoted in Go.
+{{define "purge_page"}}SELECT id, (status IN ({{.In}}) AND processed_at IS NOT NULL AND processed_at <= c.cutoff),
+created_at <= c.cutoff, c.cutoff FROM `{{.Outbox}}` JOIN (SELECT UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS cutoff) c
+WHERE id > ? ORDER BY id LIMIT ?{{end}}
+
+-- purge_lock locks the rows IDs that are still purgeable at the cutoff ?,
+-- skipping those another transaction holds; the purge_delete_* statements
+-- delete them with their attempts (event ids Marks, placeholders) and
+-- dead letters.
+{{define "purge_lock"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE id IN ({{.IDs}}) AND status IN ({{.In}})
+AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED{{end}}
+
+{{define "purge_delete_attempts"}}DELETE FROM `{{.Attempts}}` WHERE event_id IN ({{.Marks}}){{end}}
+
+{{define "purge_delete_dead"}}DELETE FROM `{{.DeadLetters}}` WHERE outbox_id IN ({{.IDs}}){{end}}
+
+{{define "purge_delete"}}DELETE FROM `{{.Outbox}}` WHERE id IN ({{.IDs}}){{end}}
