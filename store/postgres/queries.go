@@ -32,6 +32,14 @@ type queries struct {
 	operatorRequeueDead, operatorSetStatus string
 	operatorAudit, operatorUnblock         string
 	countMatching, selectMatching          string
+
+	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
+	// whose VALUES list is written per call from placeholders and casts.
+	enqueueHead                         string
+	existingEvents, compensatedAttempts string
+	// outboxName is the quoted outbox table as a regclass text, a bind
+	// parameter of the analyze check; analyze analyzes the table.
+	outboxName, analyze string
 }
 
 // claimParams are what the claim statement is rendered with: the table
@@ -80,6 +88,12 @@ func buildQueries(t store.Tables) queries {
 		operatorUnblock:     render(t, operatorUnblockSQL),
 		countMatching:       render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE `),
 		selectMatching:      render(t, `SELECT id, event_id FROM "{{.Outbox}}" WHERE `),
+
+		enqueueHead:         render(t, enqueueHeadSQL),
+		existingEvents:      render(t, `SELECT event_id FROM "{{.Outbox}}" WHERE event_id = ANY($1::uuid[])`),
+		compensatedAttempts: render(t, compensatedAttemptsSQL),
+		outboxName:          render(t, `"{{.Outbox}}"`),
+		analyze:             render(t, `ANALYZE "{{.Outbox}}"`),
 	}
 }
 
@@ -446,3 +460,19 @@ a AS (
 UPDATE "{{.Outbox}}" o SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
     delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
 FROM r WHERE o.id = r.id`
+
+// enqueueHeadSQL is the head of the multi-row insert: the VALUES list that
+// follows, one row of casts and placeholders per event, is written by
+// enqueue.go and closed there.
+const enqueueHeadSQL = `INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) ` +
+	`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, v.ox, ` +
+	`COALESCE(v.xa, now() + v.ttl * interval '1 microsecond'), ` +
+	`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `
+
+// compensatedAttemptsSQL records the compensations written for expired
+// events ($1, with their tokens $2, rows $3, attempts $4 and notes $5) by
+// relay $6, once each.
+const compensatedAttemptsSQL = `INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+        SELECT e, t, 'COMPENSATED', o, a, $6, now(), now(), n
+        FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::text[]) AS x(e, t, o, a, n)
+        ON CONFLICT DO NOTHING`
