@@ -30,6 +30,11 @@ type queries struct {
 	operatorRequeueDead, operatorSetStatus      string
 	operatorUnblock                             string
 	countMatching, selectMatching               string
+
+	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
+	// whose VALUES rows are written per call from placeholders and fixed
+	// expressions; eventExists tells whether event ? exists.
+	enqueueHead, eventExists string
 }
 
 // names is what the statements are rendered with: the table names, and
@@ -84,6 +89,8 @@ func buildQueries(t store.Tables) queries {
 		operatorUnblock:     render(t, operatorUnblockSQL),
 		countMatching:       render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE `),
 		selectMatching:      render(t, `SELECT id, event_id FROM "{{.Outbox}}" WHERE `),
+		enqueueHead:         render(t, `INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `),
+		eventExists:         render(t, `SELECT EXISTS (SELECT 1 FROM "{{.Outbox}}" WHERE event_id = ?)`),
 	}
 }
 
