@@ -269,7 +269,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return 0, err
 	}
 	in := "'" + strings.Join(store.StatusNames(req.Statuses), "','") + "'" // validated constants
-	page, err := s.q.purge("purge_page", purgeParams{In: in})
+	page, err := s.q.render("purge_page", fragments{In: in})
 	if err != nil {
 		return 0, err
 	}
@@ -307,7 +307,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		}
 		err = s.inTx(ctx, "purge", func(tx *sql.Tx) error {
 			p.Deleted = 0
-			lock, err := s.q.purge("purge_lock", purgeParams{In: in, IDs: idList(del)})
+			lock, err := s.q.render("purge_lock", fragments{In: in, IDs: idList(del)})
 			if err != nil {
 				return err
 			}
@@ -333,16 +333,16 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 			if err := rows.Err(); err != nil || len(ids) == 0 {
 				return err
 			}
-			targets := purgeParams{IDs: idList(ids), Marks: strings.Join(marks, ",")}
-			attempts, err := s.q.purge("purge_delete_attempts", targets)
+			targets := fragments{IDs: idList(ids), Marks: strings.Join(marks, ",")}
+			attempts, err := s.q.render("purge_delete_attempts", targets)
 			if err != nil {
 				return err
 			}
-			dead, err := s.q.purge("purge_delete_dead", targets)
+			dead, err := s.q.render("purge_delete_dead", targets)
 			if err != nil {
 				return err
 			}
-			rowsDelete, err := s.q.purge("purge_delete", targets)
+			rowsDelete, err := s.q.render("purge_delete", targets)
 			if err != nil {
 				return err
 			}

@@ -41,6 +41,10 @@ type queries struct {
 	operatorRequeueDead, operatorSetStatus    string
 	operatorAudit, operatorFirstFailed        string
 	operatorBlocked, operatorBlockedBefore    string
+
+	// The fixed heads of the producer's multi-row inserts (enqueue.go),
+	// whose VALUES lists are written per call from placeholders.
+	enqueueHead, lockAggregatesHead string
 }
 
 // queryNames is what the statements are rendered with once: the table
@@ -87,6 +91,8 @@ func buildQueries(t store.Tables) queries {
 		operatorFirstFailed:   render("operator_first_failed"),
 		operatorBlocked:       render("operator_blocked"),
 		operatorBlockedBefore: render("operator_blocked_before"),
+		enqueueHead:           render("enqueue_head"),
+		lockAggregatesHead:    render("lock_aggregates_head"),
 	}
 }
 
@@ -136,19 +142,23 @@ func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
 }
 
-// purgeParams render a purge's statements: In the final statuses to
-// purge (store status names, validated constants, quoted), IDs an id list
-// (idList) and Marks the placeholders of as many event ids.
-type purgeParams struct {
+// fragments render the statements with per-call fragments, each written
+// in Go from integers, placeholders and fixed SQL, never from input: In the
+// final statuses a purge deletes (store status names, validated constants,
+// quoted), IDs an id list (idList), Marks a list of placeholders, Cases the
+// WHEN arms of a CASE on id (integers and placeholders), Sets a SET list of
+// fixed assignments, Cond an OR of fixed conditions with placeholders, and
+// Values the rows of a multi-row insert, placeholders only.
+type fragments struct {
 	store.Tables
-	In, IDs, Marks string
+	In, IDs, Marks, Cases, Sets, Cond, Values string
 }
 
-// purge renders one of a purge's statements: purge_page, purge_lock,
-// purge_delete_attempts, purge_delete_dead or purge_delete.
-func (q *queries) purge(name string, p purgeParams) (string, error) {
-	p.Tables = q.t
-	return statements.RenderNamed(name, p)
+// render renders the statement name of queries.sql with the per-call
+// fragments f.
+func (q *queries) render(name string, f fragments) (string, error) {
+	f.Tables = q.t
+	return statements.RenderNamed(name, f)
 }
 
 // idList renders ids as a SQL list. They are integers, formatted here, so
