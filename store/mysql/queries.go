@@ -12,11 +12,12 @@ import (
 )
 
 // queriesSQL holds the fixed SQL of the store, named statements in the
-// template syntax of the migrations (internal/sqltext). The claim's,
-// completion's and expiry's statements take fixed fragments that vary
-// from call to call (window sizes, id lists); they are rendered per call
-// by the methods below. The others are rendered once, with the table
-// names, when the store is built.
+// template syntax of the migrations (internal/sqltext). The statements
+// of the claim, the completion, the sweeps, the compensation and the purge
+// take fixed fragments that vary from call to call (window sizes, id
+// lists, CASE arms, SET lists, VALUES rows); they are rendered per call by
+// the methods below. The others are rendered once, with the table names,
+// when the store is built.
 //
 //go:embed queries.sql
 var queriesSQL string
