@@ -88,7 +88,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 	f = f.Normalize()
 	where, args := f.Where(nil)
 	args = append(args, f.Limit)
-	q := "SELECT " + recordColumns + " FROM `" + s.t.Outbox + "`" + where + " ORDER BY id DESC LIMIT ?"
+	q := s.q.listEvents + where + " ORDER BY id DESC LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -116,8 +116,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '') "+
-		"FROM `"+s.t.Attempts+"` WHERE event_id = ? ORDER BY finished_at, started_at, attempt", id.String())
+	rows, err := s.db.QueryContext(ctx, s.q.attempts, id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
 	}
@@ -141,8 +140,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count, "+
-		"reason, failed_at, requeued_at FROM `"+s.t.DeadLetters+"` ORDER BY id DESC LIMIT ?", backend.DeadLetterLimit(limit))
+	rows, err := s.db.QueryContext(ctx, s.q.deadLetters, backend.DeadLetterLimit(limit))
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}
@@ -171,7 +169,6 @@ func (e errAction) Error() string { return e.err.Error() }
 
 // operatorChange runs one audited operator action in one transaction.
 func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch store.OperatorChange) error {
-	t := "`" + s.t.Outbox + "`"
 	err := s.inTx(ctx, "operator "+ch.Verb(), func(tx *sql.Tx) error {
 		var (
 			status         string
@@ -180,8 +177,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 			aggType, aggID string
 			now            nullTime
 		)
-		err := tx.QueryRowContext(ctx, "SELECT id, status, retry_count, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM "+t+
-			" WHERE event_id = ? FOR UPDATE", a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &now)
+		err := tx.QueryRowContext(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &now)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errAction{backend.EventNotFound(a.EventID)}
 		}
@@ -200,24 +196,18 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 			if a.NewTTL > 0 {
 				ttl = micros(a.NewTTL)
 			}
-			_, err = tx.ExecContext(ctx, "UPDATE "+t+" SET status = 'PENDING', available_at = CAST(? AS DATETIME(6)), processed_at = NULL, "+
-				"locked_until = NULL, lock_token = NULL, "+
-				"expires_at = CASE WHEN ? IS NOT NULL THEN CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND "+
-				"WHEN expires_at <= CAST(? AS DATETIME(6)) THEN NULL ELSE expires_at END "+
-				"WHERE id = ?", nowText, ttl, nowText, ttl, nowText, rowID)
+			_, err = tx.ExecContext(ctx, s.q.operatorRequeue, nowText, ttl, nowText, ttl, nowText, rowID)
 			if err == nil {
-				_, err = tx.ExecContext(ctx, "UPDATE `"+s.t.DeadLetters+"` SET requeued_at = CAST(? AS DATETIME(6)) "+
-					"WHERE outbox_id = ? AND requeued_at IS NULL", nowText, rowID)
+				_, err = tx.ExecContext(ctx, s.q.operatorRequeueDead, nowText, rowID)
 			}
 		default:
-			_, err = tx.ExecContext(ctx, "UPDATE "+t+" SET status = ? WHERE id = ?", string(ch.To), rowID)
+			_, err = tx.ExecContext(ctx, s.q.operatorSetStatus, string(ch.To), rowID)
 		}
 		if err != nil {
 			return err
 		}
 		relay, reason := ch.Audit(a, status)
-		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.t.Attempts+"` ("+attemptColumns+") "+
-			"VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?)",
+		if _, err := tx.ExecContext(ctx, s.q.operatorAudit,
 			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, runes.Truncate(relay, 200),
 			nowText, nowText, reason); err != nil {
 			return fmt.Errorf("audit: %w", err)
@@ -226,25 +216,25 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		// event of the aggregate still holds them: those before the
 		// aggregate's first FAILED event.
 		var firstFailed sql.NullInt64
-		if err := tx.QueryRowContext(ctx, "SELECT MIN(id) FROM "+t+" WHERE aggregate_type = ? AND aggregate_id = ? "+
-			"AND unfinished = 1 AND status = 'FAILED'", aggType, aggID).Scan(&firstFailed); err != nil {
+		if err := tx.QueryRowContext(ctx, s.q.operatorFirstFailed, aggType, aggID).Scan(&firstFailed); err != nil {
 			return fmt.Errorf("unblock: %w", err)
 		}
 		// Read without locks (a producer's uncommitted rows are not waited
 		// for), then changed by primary key.
-		q := "SELECT id FROM " + t + " WHERE aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND status = 'BLOCKED'"
-		args := []any{aggType, aggID}
+		q, args := s.q.operatorBlocked, []any{aggType, aggID}
 		if firstFailed.Valid {
-			q += " AND id < ?"
-			args = append(args, firstFailed.Int64)
+			q, args = s.q.operatorBlockedBefore, append(args, firstFailed.Int64)
 		}
 		ids, err := queryIDs(ctx, tx, q, args...)
 		if err != nil {
 			return fmt.Errorf("unblock: %w", err)
 		}
 		if len(ids) > 0 {
-			if _, err := tx.ExecContext(ctx, "UPDATE "+t+" FORCE INDEX (PRIMARY) SET status = 'PENDING' WHERE id IN ("+
-				idList(ids)+") AND status = 'BLOCKED'"); err != nil {
+			unblock, err := s.q.byIDs("operator_unblock", ids)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, unblock); err != nil {
 				return fmt.Errorf("unblock: %w", err)
 			}
 		}
@@ -279,10 +269,10 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return 0, err
 	}
 	in := "'" + strings.Join(store.StatusNames(req.Statuses), "','") + "'" // validated constants
-	t := "`" + s.t.Outbox + "`"
-	page := "SELECT id, (status IN (" + in + ") AND processed_at IS NOT NULL AND processed_at <= c.cutoff), " +
-		"created_at <= c.cutoff, c.cutoff FROM " + t + " JOIN (SELECT UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS cutoff) c " +
-		"WHERE id > ? ORDER BY id LIMIT ?"
+	page, err := s.q.render("purge_page", fragments{In: in})
+	if err != nil {
+		return 0, err
+	}
 	total, err := pages.Purge(func(after int64) (pages.PurgePage, error) {
 		var (
 			p      pages.PurgePage
@@ -317,8 +307,11 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		}
 		err = s.inTx(ctx, "purge", func(tx *sql.Tx) error {
 			p.Deleted = 0
-			rows, err := tx.QueryContext(ctx, "SELECT id, event_id FROM "+t+" WHERE id IN ("+idList(del)+") AND status IN ("+in+
-				") AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED", formatTime(cutoff.Time))
+			lock, err := s.q.render("purge_lock", fragments{In: in, IDs: idList(del)})
+			if err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, lock, formatTime(cutoff.Time))
 			if err != nil {
 				return err
 			}
@@ -340,14 +333,26 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 			if err := rows.Err(); err != nil || len(ids) == 0 {
 				return err
 			}
-			list := idList(ids)
-			if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.t.Attempts+"` WHERE event_id IN ("+strings.Join(marks, ",")+")", eventIDs...); err != nil {
+			targets := fragments{IDs: idList(ids), Marks: strings.Join(marks, ",")}
+			attempts, err := s.q.render("purge_delete_attempts", targets)
+			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.t.DeadLetters+"` WHERE outbox_id IN ("+list+")"); err != nil {
+			dead, err := s.q.render("purge_delete_dead", targets)
+			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, "DELETE FROM "+t+" WHERE id IN ("+list+")")
+			rowsDelete, err := s.q.render("purge_delete", targets)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, attempts, eventIDs...); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, dead); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, rowsDelete)
 			if err != nil {
 				return err
 			}
@@ -373,7 +378,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 	}
 	where, args := f.Where(requeueFilterSQL, 0)
 	var n int64
-	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.t.Outbox+"` WHERE "+where, args...).Scan(&n)
+	err := s.db.QueryRowContext(ctx, s.q.countMatching+where, args...).Scan(&n)
 	return n, s.wrap("count matching events", err)
 }
 
@@ -381,7 +386,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
 	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
 		where, args := f.Where(requeueFilterSQL, after)
-		rows, err := s.db.QueryContext(ctx, "SELECT id, event_id FROM `"+s.t.Outbox+"` WHERE "+where+
+		rows, err := s.db.QueryContext(ctx, s.q.selectMatching+where+
 			" ORDER BY id LIMIT "+strconv.Itoa(limit), args...)
 		if err != nil {
 			return nil, s.wrap("requeue matching", err)

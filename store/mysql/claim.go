@@ -131,8 +131,11 @@ func (s *Store) claimOnce(ctx context.Context, req store.ClaimRequest, c *store.
 			return nil
 		}
 		slices.Sort(keep)
-		if _, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET status = 'PROCESSING', lock_token = ?, "+
-			"locked_until = CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND WHERE id IN ("+idList(keep)+")",
+		update, err := s.q.byIDs("claim_update", keep)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, update,
 			c.Token, formatTime(now), micros(req.Lease)); err != nil {
 			return err
 		}
@@ -424,8 +427,11 @@ func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, ids []int64, now
 // re-check the row.
 func (s *Store) holdBack(ctx context.Context, tx *sql.Tx, block []int64, deferTo map[int64]string) error {
 	if len(block) > 0 {
-		if _, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET status = 'BLOCKED' WHERE id IN ("+
-			idList(block)+") AND status = 'PENDING'"); err != nil {
+		q, err := s.q.byIDs("hold_block", block)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
 	}
@@ -441,10 +447,12 @@ func (s *Store) holdBack(ctx context.Context, tx *sql.Tx, block []int64, deferTo
 			fmt.Fprintf(&cases, " WHEN %d THEN ?", id)
 			args = append(args, deferTo[id])
 		}
-		at := "CAST(CASE id" + cases.String() + " END AS DATETIME(6))"
 		args = append(args, args...)
-		if _, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET available_at = "+at+
-			" WHERE id IN ("+idList(ids)+") AND status = 'PENDING' AND available_at < "+at, args...); err != nil {
+		q, err := s.q.render("hold_defer", fragments{IDs: idList(ids), Cases: cases.String()})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 	}

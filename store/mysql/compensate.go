@@ -23,8 +23,11 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired "+
-		"FROM `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) WHERE id IN ("+idList(ids)+") AND status = 'EXPIRED' AND on_expired IS NOT NULL ORDER BY id")
+	q, err := s.q.byIDs("compensate_select", ids)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -60,7 +63,11 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 	for i := range events {
 		args[i] = events[i].ID.String()
 	}
-	rows, err = tx.QueryContext(ctx, "SELECT event_id FROM `"+s.t.Outbox+"` WHERE event_id IN (?"+strings.Repeat(",?", len(events)-1)+")", args...)
+	existing, err := s.q.render("existing_events", fragments{Marks: "?" + strings.Repeat(",?", len(events)-1)})
+	if err != nil {
+		return err
+	}
+	rows, err = tx.QueryContext(ctx, existing, args...)
 	if err != nil {
 		return err
 	}

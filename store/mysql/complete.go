@@ -104,9 +104,11 @@ var errSomeFenced = errors.New("some rows are no longer held under the token")
 // not change every row (some were fenced), it returns errSomeFenced and the
 // transaction is rolled back, for completeAny to sort the rows out.
 func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64, applied map[int64]bool) error {
-	res, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET status = 'PROCESSED', "+
-		"processed_at = UTC_TIMESTAMP(6), locked_until = NULL, lock_token = NULL "+
-		"WHERE id IN ("+idList(ids)+") AND status = 'PROCESSING' AND lock_token = ?", req.Token)
+	q, err := s.q.byIDs("complete_delivered", ids)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, q, req.Token)
 	if err != nil {
 		return err
 	}
@@ -231,11 +233,11 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 			args = append(args, reason)
 		}
 		args = append(args, nowText)
-		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.t.DeadLetters+"` (outbox_id, event_id, aggregate_type, aggregate_id, "+
-			"event_type, payload, headers, retry_count, reason, failed_at) "+
-			"SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, CASE id"+reasons.String()+
-			" END, CAST(? AS DATETIME(6)) FROM `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) WHERE id IN ("+idList(failed)+") ORDER BY id",
-			args...); err != nil {
+		q, err := s.q.render("dead_letter_insert", fragments{IDs: idList(failed), Cases: reasons.String()})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 	}
@@ -265,9 +267,11 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 		cond.WriteString("(aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)")
 		args = append(args, k.typ, k.id, retried[k].id)
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT id, aggregate_type, aggregate_id, available_at FROM `"+s.t.Outbox+"` "+
-		"FORCE INDEX (`"+s.t.Outbox+"_aggregate_idx`) WHERE ("+cond.String()+") AND status = 'PENDING' AND id NOT IN ("+
-		idList(changed)+")", args...)
+	q, err := s.q.render("behind_retried", fragments{Cond: cond.String(), IDs: idList(changed)})
+	if err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -365,8 +369,11 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind s
 	set("locked_until = NULL")
 	set("lock_token = NULL")
 	args = append(args, token)
-	_, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET "+strings.Join(sets, ", ")+
-		" WHERE id IN ("+idList(ids)+") AND status = 'PROCESSING' AND lock_token = ?", args...)
+	q, err := s.q.render("complete_update", fragments{Sets: strings.Join(sets, ", "), IDs: idList(ids)})
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, q, args...)
 	return err
 }
 
@@ -424,7 +431,11 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 	if n == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+", trace_id) VALUES "+b.String(), args...)
+	q, err := s.q.render("insert_traced_attempts", fragments{Values: b.String()})
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, q, args...)
 	return err
 }
 

@@ -147,7 +147,7 @@ func (s *Store) lockAggregates(ctx context.Context, tx *sql.Tx, events []outbox.
 	keys = slices.Compact(keys)
 	var b strings.Builder
 	args := make([]any, 0, 2*len(keys))
-	b.WriteString("INSERT INTO `" + s.aggregates + "` (aggregate_type, aggregate_id, last_seq) VALUES ")
+	b.WriteString(s.q.lockAggregatesHead)
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteByte(',')
@@ -171,8 +171,7 @@ func (s *Store) lockAggregates(ctx context.Context, tx *sql.Tx, events []outbox.
 func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []any, error) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*8)
-	b.WriteString("INSERT INTO `" + s.t.Outbox + "` (event_id, aggregate_type, aggregate_id, event_type, payload, headers, " +
-		"on_expired, status, created_at, expires_at, available_at, aggregate_seq) VALUES ")
+	b.WriteString(s.q.enqueueHead)
 	for i := range events {
 		e := &events[i]
 		headers, err := backend.EncodeHeaders(offset+i, e.Headers)

@@ -12,11 +12,12 @@ import (
 )
 
 // queriesSQL holds the fixed SQL of the store, named statements in the
-// template syntax of the migrations (internal/sqltext). The claim's,
-// completion's and expiry's statements take fixed fragments that vary
-// from call to call (window sizes, id lists); they are rendered per call
-// by the methods below. The others are rendered once, with the table
-// names, when the store is built.
+// template syntax of the migrations (internal/sqltext). The statements
+// of the claim, the completion, the sweeps, the compensation and the purge
+// take fixed fragments that vary from call to call (window sizes, id
+// lists, CASE arms, SET lists, VALUES rows); they are rendered per call by
+// the methods below. The others are rendered once, with the table names,
+// when the store is built.
 //
 //go:embed queries.sql
 var queriesSQL string
@@ -33,6 +34,18 @@ type queries struct {
 	blockedAg, deadLetterCount, getRecord string
 	overdue                               string
 	snapshot                              snapshotsql.Dialect
+
+	// The operator's statements (admin.go).
+	listEvents, countMatching, selectMatching string
+	attempts, deadLetters                     string
+	operatorLock, operatorRequeue             string
+	operatorRequeueDead, operatorSetStatus    string
+	operatorAudit, operatorFirstFailed        string
+	operatorBlocked, operatorBlockedBefore    string
+
+	// The fixed heads of the producer's multi-row inserts (enqueue.go),
+	// whose VALUES lists are written per call from placeholders.
+	enqueueHead, lockAggregatesHead string
 }
 
 // queryNames is what the statements are rendered with once: the table
@@ -40,14 +53,15 @@ type queries struct {
 // and size of the overdue report).
 type queryNames struct {
 	store.Tables
-	RecordColumns string
-	OverdueWhere  string
-	OverdueGroups int
+	RecordColumns  string
+	AttemptColumns string
+	OverdueWhere   string
+	OverdueGroups  int
 }
 
 func buildQueries(t store.Tables) queries {
-	n := queryNames{Tables: t, RecordColumns: recordColumns,
-		OverdueWhere:  strings.ReplaceAll(backend.OverdueWhere, "{now}", "UTC_TIMESTAMP(6)"),
+	n := queryNames{Tables: t, RecordColumns: recordColumns, AttemptColumns: attemptColumns,
+		OverdueWhere:  backend.OverdueWhere("UTC_TIMESTAMP(6)"),
 		OverdueGroups: backend.MaxOverdueGroups}
 	render := func(name string) string { return statements.MustRenderNamed(name, n) }
 	return queries{
@@ -64,6 +78,22 @@ func buildQueries(t store.Tables) queries {
 		getRecord:         render("get_record"),
 		overdue:           render("overdue"),
 		snapshot:          snapshotDialect(t, render("blocked_aggregates")),
+
+		listEvents:            render("list_events"),
+		countMatching:         render("count_matching"),
+		selectMatching:        render("select_matching"),
+		attempts:              render("attempts"),
+		deadLetters:           render("dead_letters"),
+		operatorLock:          render("operator_lock"),
+		operatorRequeue:       render("operator_requeue"),
+		operatorRequeueDead:   render("operator_requeue_dead"),
+		operatorSetStatus:     render("operator_set_status"),
+		operatorAudit:         render("operator_audit"),
+		operatorFirstFailed:   render("operator_first_failed"),
+		operatorBlocked:       render("operator_blocked"),
+		operatorBlockedBefore: render("operator_blocked_before"),
+		enqueueHead:           render("enqueue_head"),
+		lockAggregatesHead:    render("lock_aggregates_head"),
 	}
 }
 
@@ -111,6 +141,25 @@ type idsParams struct {
 // complete_lock or expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
+}
+
+// fragments render the statements with per-call fragments, each written
+// in Go from integers, placeholders and fixed SQL, never from input: In the
+// final statuses a purge deletes (store status names, validated constants,
+// quoted), IDs an id list (idList), Marks a list of placeholders, Cases the
+// WHEN arms of a CASE on id (integers and placeholders), Sets a SET list of
+// fixed assignments, Cond an OR of fixed conditions with placeholders, and
+// Values the rows of a multi-row insert, placeholders only.
+type fragments struct {
+	store.Tables
+	In, IDs, Marks, Cases, Sets, Cond, Values string
+}
+
+// render renders the statement name of queries.sql with the per-call
+// fragments f.
+func (q *queries) render(name string, f fragments) (string, error) {
+	f.Tables = q.t
+	return statements.RenderNamed(name, f)
 }
 
 // idList renders ids as a SQL list. They are integers, formatted here, so

@@ -195,3 +195,147 @@ WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
     CAST(SUM(COUNT(*)) OVER () AS SIGNED), MIN(MIN(expires_at)) OVER (), MAX(MAX(expires_at)) OVER ()
 FROM `{{.Outbox}}` WHERE {{.OverdueWhere}} GROUP BY aggregate_type, event_type
 ORDER BY COUNT(*) DESC, aggregate_type, event_type LIMIT {{.OverdueGroups}}{{end}}
+
+-- The operator's statements (admin.go). list_events, count_matching and
+-- select_matching are the fixed heads of statements whose WHERE is written
+-- from a filter's fixed fragments and bind parameters.
+{{define "list_events"}}SELECT {{.RecordColumns}} FROM `{{.Outbox}}`{{end}}
+
+{{define "count_matching"}}SELECT COUNT(*) FROM `{{.Outbox}}` WHERE {{end}}
+
+{{define "select_matching"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE {{end}}
+
+-- The attempts of event ?, in the order they finished.
+{{define "attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '')
+FROM `{{.Attempts}}` WHERE event_id = ? ORDER BY finished_at, started_at, attempt{{end}}
+
+-- The dead letters, newest first, at most ?.
+{{define "dead_letters"}}SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
+reason, failed_at, requeued_at FROM `{{.DeadLetters}}` ORDER BY id DESC LIMIT ?{{end}}
+
+-- operator_lock locks the row of event ? for an operator action, with the
+-- database clock.
+{{define "operator_lock"}}SELECT id, status, retry_count, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
+WHERE event_id = ? FOR UPDATE{{end}}
+
+-- operator_requeue gives a row a fresh chance now (the placeholders: now,
+-- the new deadline in microseconds or NULL twice, now, now, the row id); a
+-- passed deadline is removed unless a new one is given.
+{{define "operator_requeue"}}UPDATE `{{.Outbox}}` SET status = 'PENDING', available_at = CAST(? AS DATETIME(6)), processed_at = NULL,
+locked_until = NULL, lock_token = NULL,
+expires_at = CASE WHEN ? IS NOT NULL THEN CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND
+WHEN expires_at <= CAST(? AS DATETIME(6)) THEN NULL ELSE expires_at END
+WHERE id = ?{{end}}
+
+{{define "operator_requeue_dead"}}UPDATE `{{.DeadLetters}}` SET requeued_at = CAST(? AS DATETIME(6))
+WHERE outbox_id = ? AND requeued_at IS NULL{{end}}
+
+{{define "operator_set_status"}}UPDATE `{{.Outbox}}` SET status = ? WHERE id = ?{{end}}
+
+-- operator_audit records an operator action as an attempt row.
+{{define "operator_audit"}}INSERT INTO `{{.Attempts}}` ({{.AttemptColumns}})
+VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?){{end}}
+
+-- The first FAILED event of aggregate (?, ?), and the BLOCKED events it
+-- does not hold back: all of them, or (operator_blocked_before) those
+-- before id ?. Read without locks, then changed by primary key
+-- (operator_unblock, over the id list IDs).
+{{define "operator_first_failed"}}SELECT MIN(id) FROM `{{.Outbox}}` WHERE aggregate_type = ? AND aggregate_id = ?
+AND unfinished = 1 AND status = 'FAILED'{{end}}
+
+{{define "operator_blocked"}}SELECT id FROM `{{.Outbox}}` WHERE aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND status = 'BLOCKED'{{end}}
+
+{{define "operator_blocked_before"}}{{template "operator_blocked" .}} AND id < ?{{end}}
+
+{{define "operator_unblock"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PENDING' WHERE id IN ({{.IDs}}) AND status = 'BLOCKED'{{end}}
+
+-- A purge's page: of the ? rows after id ?, whether each is purgeable (a
+-- final status of the list In, finished before the cutoff, now minus ?
+-- microseconds), whether it is older than the cutoff, and the cutoff. In
+-- holds store status names, validated constants quoted in Go.
+{{define "purge_page"}}SELECT id, (status IN ({{.In}}) AND processed_at IS NOT NULL AND processed_at <= c.cutoff),
+created_at <= c.cutoff, c.cutoff FROM `{{.Outbox}}` JOIN (SELECT UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS cutoff) c
+WHERE id > ? ORDER BY id LIMIT ?{{end}}
+
+-- purge_lock locks the rows IDs that are still purgeable at the cutoff ?,
+-- skipping those another transaction holds; the purge_delete_* statements
+-- delete them with their attempts (event ids Marks, placeholders) and
+-- dead letters.
+{{define "purge_lock"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE id IN ({{.IDs}}) AND status IN ({{.In}})
+AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED{{end}}
+
+{{define "purge_delete_attempts"}}DELETE FROM `{{.Attempts}}` WHERE event_id IN ({{.Marks}}){{end}}
+
+{{define "purge_delete_dead"}}DELETE FROM `{{.DeadLetters}}` WHERE outbox_id IN ({{.IDs}}){{end}}
+
+{{define "purge_delete"}}DELETE FROM `{{.Outbox}}` WHERE id IN ({{.IDs}}){{end}}
+
+-- The hot path's statements over an id list (IDs, integers formatted in
+-- Go) or with per-call fragments (see fragments in queries.go).
+--
+-- claim_update takes the claimed rows IDs under token ?, leased from the
+-- database clock ? for ? microseconds.
+{{define "claim_update"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PROCESSING', lock_token = ?,
+locked_until = CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND WHERE id IN ({{.IDs}}){{end}}
+
+-- hold_block moves the PENDING rows IDs behind a FAILED head to BLOCKED;
+-- hold_defer pushes the PENDING rows IDs behind a head in backoff to the
+-- head's available_at, Cases mapping each id to its placeholder (the
+-- arguments twice).
+{{define "hold_block"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'BLOCKED' WHERE id IN ({{.IDs}}) AND status = 'PENDING'{{end}}
+
+{{define "hold_defer"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET available_at = CAST(CASE id{{.Cases}} END AS DATETIME(6))
+WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND available_at < CAST(CASE id{{.Cases}} END AS DATETIME(6)){{end}}
+
+-- complete_delivered marks the rows IDs PROCESSED if token ? still holds
+-- them; complete_update applies the fixed assignments Sets to the rows IDs
+-- token ? still holds.
+{{define "complete_delivered"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PROCESSED',
+processed_at = UTC_TIMESTAMP(6), locked_until = NULL, lock_token = NULL
+WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?{{end}}
+
+{{define "complete_update"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET {{.Sets}}
+WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?{{end}}
+
+-- dead_letter_insert copies the rows IDs to the dead letters, with the
+-- reason of each from Cases and the time ?.
+{{define "dead_letter_insert"}}INSERT INTO `{{.DeadLetters}}` (outbox_id, event_id, aggregate_type, aggregate_id,
+event_type, payload, headers, retry_count, reason, failed_at)
+SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, CASE id{{.Cases}} END, CAST(? AS DATETIME(6))
+FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}) ORDER BY id{{end}}
+
+-- behind_retried reads the PENDING rows behind retried heads: Cond is one
+-- (aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)
+-- per aggregate, OR-ed; the rows IDs were changed already.
+{{define "behind_retried"}}SELECT id, aggregate_type, aggregate_id, available_at FROM `{{.Outbox}}`
+FORCE INDEX (`{{.Outbox}}_aggregate_idx`) WHERE ({{.Cond}}) AND status = 'PENDING' AND id NOT IN ({{.IDs}}){{end}}
+
+-- The attempt rows Values, with the trace id or without it.
+{{define "insert_traced_attempts"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`, trace_id) VALUES {{.Values}}{{end}}
+
+{{define "insert_attempts"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`) VALUES {{.Values}}{{end}}
+
+-- sweep_release gives the rows IDs whose lease ran out back; sweep_lock
+-- locks the rows IDs still in status ?, skipping those another
+-- transaction holds, and sweep_move moves the rows IDs to status ?.
+{{define "sweep_release"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PENDING', locked_until = NULL,
+lock_token = NULL WHERE id IN ({{.IDs}}) AND status = 'PROCESSING'{{end}}
+
+{{define "sweep_lock"}}SELECT id FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}})
+AND status = ? ORDER BY id FOR UPDATE SKIP LOCKED{{end}}
+
+{{define "sweep_move"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = ? WHERE id IN ({{.IDs}}){{end}}
+
+-- compensate_select reads the EXPIRED rows IDs that carry a compensation;
+-- existing_events which of the event ids Marks exist already.
+{{define "compensate_select"}}SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired
+FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}) AND status = 'EXPIRED' AND on_expired IS NOT NULL ORDER BY id{{end}}
+
+{{define "existing_events"}}SELECT event_id FROM `{{.Outbox}}` WHERE event_id IN ({{.Marks}}){{end}}
+
+-- The heads of the producer's multi-row inserts: the rows (placeholders
+-- and fixed expressions) follow, written by enqueue.go. The aggregates
+-- table's rows are locked in key order by inserting them.
+{{define "enqueue_head"}}INSERT INTO `{{.Outbox}}` (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, status, created_at, expires_at, available_at, aggregate_seq) VALUES {{end}}
+
+{{define "lock_aggregates_head"}}INSERT INTO `{{.Outbox}}_aggregates` (aggregate_type, aggregate_id, last_seq) VALUES {{end}}

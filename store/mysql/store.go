@@ -43,13 +43,12 @@ type Config struct {
 
 // Store is the MySQL/MariaDB outbox. It is safe for concurrent use.
 type Store struct {
-	db         *sql.DB
-	ownDB      bool
-	cfg        Config
-	t          store.Tables
-	aggregates string // the per-aggregate table (last_seq; its row locks order producers)
-	log        *slog.Logger
-	q          queries
+	db    *sql.DB
+	ownDB bool
+	cfg   Config
+	t     store.Tables
+	log   *slog.Logger
+	q     queries
 	// txOpts is nil when every connection of db already runs at READ
 	// COMMITTED (opened with NewConnector); otherwise each of the store's
 	// transactions asks for it.
@@ -84,7 +83,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.Table, cfg.Limits = t.Outbox, limits
-	s := &Store{db: db, cfg: cfg, t: t, aggregates: t.Outbox + "_aggregates", log: log, q: buildQueries(t)}
+	s := &Store{db: db, cfg: cfg, t: t, log: log, q: buildQueries(t)}
 	if !readCommittedDB(db) {
 		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}

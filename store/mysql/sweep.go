@@ -74,8 +74,11 @@ func (s *Store) reapPage(ctx context.Context, tx *sql.Tx, limit int, relay strin
 		ids[i] = r.id
 	}
 	slices.Sort(ids)
-	res, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET status = 'PENDING', locked_until = NULL, "+
-		"lock_token = NULL WHERE id IN ("+idList(ids)+") AND status = 'PROCESSING'")
+	release, err := s.q.byIDs("sweep_release", ids)
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, release)
 	if err != nil {
 		return 0, err
 	}
@@ -120,7 +123,11 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, rows []attemptRow) error 
 		args = append(args, r.eventID.String(), r.token, string(r.outcome), r.outboxID, r.attempt,
 			store.StorableText(r.relay, store.MaxRelayIDRunes), at, at, r.msg)
 	}
-	_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO `"+s.t.Attempts+"` ("+attemptColumns+") VALUES "+b.String(), args...)
+	q, err := s.q.render("insert_attempts", fragments{Values: b.String()})
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, q, args...)
 	return err
 }
 
@@ -188,13 +195,19 @@ func (s *Store) movePage(ctx context.Context, tx *sql.Tx, candidates string, arg
 		return 0, err
 	}
 	slices.Sort(ids)
-	locked, err := queryIDs(ctx, tx, "SELECT id FROM `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) WHERE id IN ("+idList(ids)+
-		") AND status = ? ORDER BY id FOR UPDATE SKIP LOCKED", string(from))
+	lock, err := s.q.byIDs("sweep_lock", ids)
+	if err != nil {
+		return 0, err
+	}
+	locked, err := queryIDs(ctx, tx, lock, string(from))
 	if err != nil || len(locked) == 0 {
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, "UPDATE `"+s.t.Outbox+"` FORCE INDEX (PRIMARY) SET status = ? WHERE id IN ("+
-		idList(locked)+")", string(to))
+	move, err := s.q.byIDs("sweep_move", locked)
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, move, string(to))
 	if err != nil {
 		return 0, err
 	}

@@ -102,7 +102,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 	f = f.Normalize()
 	where, args := f.Where(placeholder)
 	args = append(args, f.Limit)
-	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"` + where + " ORDER BY id DESC LIMIT " + placeholder(len(args))
+	q := s.q.listEvents + where + " ORDER BY id DESC LIMIT " + placeholder(len(args))
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -121,7 +121,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 
 // GetEvent implements store.Store.
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
-	r, err := scanRecord(s.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM "`+s.t.Outbox+`" WHERE event_id = $1::uuid`, id.String()))
+	r, err := scanRecord(s.pool.QueryRow(ctx, s.q.getEvent, id.String()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, backend.EventNotFound(id)
 	}
@@ -152,8 +152,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 
 // DeadLetters implements store.Store.
 func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
-        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT $1`, backend.DeadLetterLimit(limit))
+	rows, err := s.pool.Query(ctx, s.q.deadLetters, backend.DeadLetterLimit(limit))
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}
@@ -190,8 +189,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 		aggType    string
 		aggID      string
 	)
-	err = tx.QueryRow(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id::text FROM "`+s.t.Outbox+`"
-        WHERE event_id = $1::uuid FOR UPDATE`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
+	err = tx.QueryRow(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return backend.EventNotFound(a.EventID)
 	}
@@ -214,32 +212,24 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 		if a.NewTTL > 0 {
 			ttl = a.NewTTL.Microseconds()
 		}
-		_, err = tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" SET status = 'PENDING', available_at = now(), processed_at = NULL,
-            locked_until = NULL, lock_token = NULL,
-            expires_at = CASE WHEN $2::bigint IS NOT NULL THEN now() + $2::bigint * interval '1 microsecond'
-                              WHEN expires_at <= now() THEN NULL ELSE expires_at END
-            WHERE id = $1`, rowID, ttl)
+		_, err = tx.Exec(ctx, s.q.operatorRequeue, rowID, ttl)
 		if err == nil {
-			_, err = tx.Exec(ctx, `UPDATE "`+s.t.DeadLetters+`" SET requeued_at = now() WHERE outbox_id = $1 AND requeued_at IS NULL`, rowID)
+			_, err = tx.Exec(ctx, s.q.operatorRequeueDead, rowID)
 		}
 	default:
-		_, err = tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" SET status = $2 WHERE id = $1`, rowID, string(c.To))
+		_, err = tx.Exec(ctx, s.q.operatorSetStatus, rowID, string(c.To))
 	}
 	if err != nil {
 		return s.wrap("operator action", err)
 	}
 	relay, reason := c.Audit(a, status)
-	if _, err := tx.Exec(ctx, `INSERT INTO "`+s.t.Attempts+`" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
-        VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, now(), now(), $6)`,
+	if _, err := tx.Exec(ctx, s.q.operatorAudit,
 		id, string(c.Kind), rowID, retries, relay, reason); err != nil {
 		return s.wrap("operator action: audit", err)
 	}
 	// Release the events this one held back, unless another FAILED event
 	// of the aggregate still holds them.
-	if _, err := tx.Exec(ctx, `UPDATE "`+s.t.Outbox+`" o SET status = 'PENDING'
-        WHERE o.aggregate_type = $1 AND o.aggregate_id = $2 AND o.status = 'BLOCKED'
-          AND NOT EXISTS (SELECT 1 FROM "`+s.t.Outbox+`" f WHERE f.status = 'FAILED'
-              AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)`,
+	if _, err := tx.Exec(ctx, s.q.operatorUnblock,
 		aggType, aggID); err != nil {
 		return s.wrap("operator action: unblock", err)
 	}
@@ -285,7 +275,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 	}
 	where, args := f.Where(requeueFilterSQL, 0)
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM "`+s.t.Outbox+`" WHERE `+where, args...).Scan(&n)
+	err := s.pool.QueryRow(ctx, s.q.countMatching+where, args...).Scan(&n)
 	return n, s.wrap("count matching events", err)
 }
 
@@ -293,7 +283,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
 	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
 		where, args := f.Where(requeueFilterSQL, after)
-		rows, err := s.pool.Query(ctx, `SELECT id, event_id FROM "`+s.t.Outbox+`" WHERE `+where+
+		rows, err := s.pool.Query(ctx, s.q.selectMatching+where+
 			` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
 		if err != nil {
 			return nil, s.wrap("requeue matching", err)

@@ -35,12 +35,12 @@ SELECT (current_setting('autovacuum') = 'off'
                      WHERE option_name = 'autovacuum_enabled'), 'true') = 'false')
    AND st.n_mod_since_analyze > 50 + 0.1 * st.n_live_tup
 FROM pg_class c JOIN pg_stat_user_tables st ON st.relid = c.oid
-WHERE c.oid = $1::regclass`, `"`+s.t.Outbox+`"`).Scan(&stale)
+WHERE c.oid = $1::regclass`, s.q.outboxName).Scan(&stale)
 	if err != nil || !stale {
 		return
 	}
 	a.last = time.Now()
-	if _, err := s.pool.Exec(ctx, `ANALYZE "`+s.t.Outbox+`"`); err != nil {
+	if _, err := s.pool.Exec(ctx, s.q.analyze); err != nil {
 		if ctx.Err() == nil {
 			a.refused = true
 			s.log.Info("autovacuum is off and ANALYZE of the outbox table was refused; claims may use stale plans until the table is analyzed",

@@ -97,7 +97,7 @@ func (s *Store) compensate(ctx context.Context, tx pgx.Tx, xs []compensation.Exp
 	for i := range events {
 		ids[i] = events[i].ID.String()
 	}
-	rows, err := tx.Query(ctx, `SELECT event_id FROM "`+s.t.Outbox+`" WHERE event_id = ANY($1::uuid[])`, ids)
+	rows, err := tx.Query(ctx, s.q.existingEvents, ids)
 	if err != nil {
 		return err
 	}
@@ -140,9 +140,6 @@ func (s *Store) compensate(ctx context.Context, tx pgx.Tx, xs []compensation.Exp
 	}); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO "`+s.t.Attempts+`" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
-        SELECT e, t, 'COMPENSATED', o, a, $6, now(), now(), n
-        FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::text[]) AS x(e, t, o, a, n)
-        ON CONFLICT DO NOTHING`, expiredIDs, tokens, outboxIDs, attempts, note, relayID)
+	_, err = tx.Exec(ctx, s.q.compensatedAttempts, expiredIDs, tokens, outboxIDs, attempts, note, relayID)
 	return err
 }

@@ -139,10 +139,7 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 		}
 		b.WriteString("]) WITH ORDINALITY AS x(k, n) ORDER BY n) ")
 	}
-	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) ` +
-		`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, v.ox, ` +
-		`COALESCE(v.xa, now() + v.ttl * interval '1 microsecond'), ` +
-		`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `)
+	b.WriteString(s.q.enqueueHead)
 	for i := range events {
 		e := &events[i]
 		headers, err := backend.EncodeHeaders(i, e.Headers)

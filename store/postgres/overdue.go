@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/txoutbox/outbox/store"
@@ -26,7 +25,7 @@ LIMIT ` + overdueGroups
 // overdueWhere is backend.OverdueWhere on the database clock, and
 // overdueGroups backend.MaxOverdueGroups: fixed fragments of the statement.
 var (
-	overdueWhere  = strings.ReplaceAll(backend.OverdueWhere, "{now}", "now()")
+	overdueWhere  = backend.OverdueWhere("now()")
 	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 

@@ -23,6 +23,23 @@ type queries struct {
 	purge, overdue, claimIDs, missingIDs          string
 	attempts, moveDelivery                        string
 	snapshot                                      snapshotsql.Dialect
+
+	// The operator's statements (admin.go). listEvents, countMatching and
+	// selectMatching are the fixed heads of statements whose WHERE is
+	// written from a filter's fixed fragments and bind parameters.
+	listEvents, getEvent, deadLetters      string
+	operatorLock, operatorRequeue          string
+	operatorRequeueDead, operatorSetStatus string
+	operatorAudit, operatorUnblock         string
+	countMatching, selectMatching          string
+
+	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
+	// whose VALUES list is written per call from placeholders and casts.
+	enqueueHead                         string
+	existingEvents, compensatedAttempts string
+	// outboxName is the quoted outbox table as a regclass text, a bind
+	// parameter of the analyze check; analyze analyzes the table.
+	outboxName, analyze string
 }
 
 // claimParams are what the claim statement is rendered with: the table
@@ -59,8 +76,54 @@ func buildQueries(t store.Tables) queries {
 		claimIDs:         render(t, claimIDsSQL),
 		missingIDs:       render(t, missingIDsSQL),
 		snapshot:         snapshotDialect(t, render(t, blockedAggregatesSQL)),
+
+		listEvents:          render(t, `SELECT `+recordColumns+` FROM "{{.Outbox}}"`),
+		getEvent:            render(t, `SELECT `+recordColumns+` FROM "{{.Outbox}}" WHERE event_id = $1::uuid`),
+		deadLetters:         render(t, deadLettersSQL),
+		operatorLock:        render(t, operatorLockSQL),
+		operatorRequeue:     render(t, operatorRequeueSQL),
+		operatorRequeueDead: render(t, `UPDATE "{{.DeadLetters}}" SET requeued_at = now() WHERE outbox_id = $1 AND requeued_at IS NULL`),
+		operatorSetStatus:   render(t, `UPDATE "{{.Outbox}}" SET status = $2 WHERE id = $1`),
+		operatorAudit:       render(t, operatorAuditSQL),
+		operatorUnblock:     render(t, operatorUnblockSQL),
+		countMatching:       render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE `),
+		selectMatching:      render(t, `SELECT id, event_id FROM "{{.Outbox}}" WHERE `),
+
+		enqueueHead:         render(t, enqueueHeadSQL),
+		existingEvents:      render(t, `SELECT event_id FROM "{{.Outbox}}" WHERE event_id = ANY($1::uuid[])`),
+		compensatedAttempts: render(t, compensatedAttemptsSQL),
+		outboxName:          render(t, `"{{.Outbox}}"`),
+		analyze:             render(t, `ANALYZE "{{.Outbox}}"`),
 	}
 }
+
+// deadLettersSQL lists the dead letters, newest first, at most $1.
+const deadLettersSQL = `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
+        reason, failed_at, requeued_at FROM "{{.DeadLetters}}" ORDER BY id DESC LIMIT $1`
+
+// operatorLockSQL locks the row of event $1 for an operator action.
+const operatorLockSQL = `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id::text FROM "{{.Outbox}}"
+        WHERE event_id = $1::uuid FOR UPDATE`
+
+// operatorRequeueSQL gives row $1 a fresh chance now; $2, when not NULL,
+// is a new deadline in microseconds from now, and a passed deadline is
+// removed otherwise.
+const operatorRequeueSQL = `UPDATE "{{.Outbox}}" SET status = 'PENDING', available_at = now(), processed_at = NULL,
+            locked_until = NULL, lock_token = NULL,
+            expires_at = CASE WHEN $2::bigint IS NOT NULL THEN now() + $2::bigint * interval '1 microsecond'
+                              WHEN expires_at <= now() THEN NULL ELSE expires_at END
+            WHERE id = $1`
+
+// operatorAuditSQL records an operator action as an attempt row.
+const operatorAuditSQL = `INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+        VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, now(), now(), $6)`
+
+// operatorUnblockSQL releases the BLOCKED events of aggregate ($1, $2)
+// that no earlier FAILED event of the aggregate still holds back.
+const operatorUnblockSQL = `UPDATE "{{.Outbox}}" o SET status = 'PENDING'
+        WHERE o.aggregate_type = $1 AND o.aggregate_id = $2 AND o.status = 'BLOCKED'
+          AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
+              AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)`
 
 // claimSQL claims a batch in one statement.
 //
@@ -397,3 +460,19 @@ a AS (
 UPDATE "{{.Outbox}}" o SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
     delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
 FROM r WHERE o.id = r.id`
+
+// enqueueHeadSQL is the head of the multi-row insert: the VALUES list that
+// follows, one row of casts and placeholders per event, is written by
+// enqueue.go and closed there.
+const enqueueHeadSQL = `INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) ` +
+	`SELECT v.e, v.at, v.ai, v.et, v.p, v.h, v.ox, ` +
+	`COALESCE(v.xa, now() + v.ttl * interval '1 microsecond'), ` +
+	`COALESCE(v.aa, now() + COALESCE(v.d, 0) * interval '1 microsecond') FROM (VALUES `
+
+// compensatedAttemptsSQL records the compensations written for expired
+// events ($1, with their tokens $2, rows $3, attempts $4 and notes $5) by
+// relay $6, once each.
+const compensatedAttemptsSQL = `INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+        SELECT e, t, 'COMPENSATED', o, a, $6, now(), now(), n
+        FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::text[]) AS x(e, t, o, a, n)
+        ON CONFLICT DO NOTHING`

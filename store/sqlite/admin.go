@@ -121,7 +121,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 	f = f.Normalize()
 	where, args := f.Where(nil)
 	args = append(args, f.Limit)
-	q := `SELECT ` + recordColumns + ` FROM "` + s.t.Outbox + `"` + where + " ORDER BY id DESC LIMIT ?"
+	q := s.q.listEvents + where + " ORDER BY id DESC LIMIT ?"
 	var out []store.Record
 	err := retryBusy(ctx, func() error {
 		out = nil
@@ -150,7 +150,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 	var r store.Record
 	err := retryBusy(ctx, func() error {
 		var err error
-		r, err = scanRecord(s.db.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM "`+s.t.Outbox+`" WHERE event_id = ?`, id.String()))
+		r, err = scanRecord(s.db.QueryRowContext(ctx, s.q.getEvent, id.String()))
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -164,8 +164,7 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 	var out []store.Attempt
 	err := retryBusy(ctx, func() error {
 		out = nil
-		rows, err := s.db.QueryContext(ctx, `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
-        FROM "`+s.t.Attempts+`" WHERE event_id = ? ORDER BY finished_at, started_at, attempt`, id.String())
+		rows, err := s.db.QueryContext(ctx, s.q.attempts, id.String())
 		if err != nil {
 			return err
 		}
@@ -204,8 +203,7 @@ func (s *Store) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter,
 	var out []store.DeadLetter
 	err := retryBusy(ctx, func() error {
 		out = nil
-		rows, err := s.db.QueryContext(ctx, `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
-        reason, failed_at, requeued_at FROM "`+s.t.DeadLetters+`" ORDER BY id DESC LIMIT ?`, limit)
+		rows, err := s.db.QueryContext(ctx, s.q.deadLetters, limit)
 		if err != nil {
 			return err
 		}
@@ -252,8 +250,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 			rowID, retries  int64
 			aggType, aggID  string
 		)
-		err := c.QueryRowContext(ctx, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id FROM "`+s.t.Outbox+`"
-            WHERE event_id = ?`, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
+		err := c.QueryRowContext(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errAction{backend.EventNotFound(a.EventID)}
 		}
@@ -271,16 +268,12 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 			if a.NewTTL > 0 {
 				ttl = modifier(a.NewTTL)
 			}
-			_, err = c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = 'PENDING', available_at = ?2, processed_at = NULL,
-                locked_until = NULL, lock_token = NULL,
-                expires_at = CASE WHEN ?3 IS NOT NULL THEN strftime(`+tsSQL+`, ?2, ?3)
-                                  WHEN expires_at <= ?2 THEN NULL ELSE expires_at END
-                WHERE id = ?1`, rowID, now, ttl)
+			_, err = c.ExecContext(ctx, s.q.operatorRequeue, rowID, now, ttl)
 			if err == nil {
-				_, err = c.ExecContext(ctx, `UPDATE "`+s.t.DeadLetters+`" SET requeued_at = ? WHERE outbox_id = ? AND requeued_at IS NULL`, now, rowID)
+				_, err = c.ExecContext(ctx, s.q.operatorRequeueDead, now, rowID)
 			}
 		default:
-			_, err = c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = ? WHERE id = ?`, string(ch.To), rowID)
+			_, err = c.ExecContext(ctx, s.q.operatorSetStatus, string(ch.To), rowID)
 		}
 		if err != nil {
 			return err
@@ -292,10 +285,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		}
 		// Release the events this one held back, unless another FAILED event
 		// of the aggregate still holds them.
-		if _, err := c.ExecContext(ctx, `UPDATE "`+s.t.Outbox+`" SET status = 'PENDING'
-            WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND status = 'BLOCKED'
-              AND NOT EXISTS (SELECT 1 FROM "`+s.t.Outbox+`" f WHERE f.status = 'FAILED'
-                  AND f.aggregate_type = ?1 AND f.aggregate_id = ?2 AND f.id < "`+s.t.Outbox+`".id)`,
+		if _, err := c.ExecContext(ctx, s.q.operatorUnblock,
 			aggType, aggID); err != nil {
 			return fmt.Errorf("unblock: %w", err)
 		}
@@ -417,7 +407,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 	where, args := f.Where(requeueFilterSQL, 0)
 	var n int64
 	err := retryBusy(ctx, func() error {
-		return s.db.QueryRowContext(ctx, `SELECT count(*) FROM "`+s.t.Outbox+`" WHERE `+where, args...).Scan(&n)
+		return s.db.QueryRowContext(ctx, s.q.countMatching+where, args...).Scan(&n)
 	})
 	return n, s.wrap("count matching events", err)
 }
@@ -429,7 +419,7 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 		var out []store.MatchedEvent
 		err := retryBusy(ctx, func() error {
 			out = out[:0]
-			rows, err := s.db.QueryContext(ctx, `SELECT id, event_id FROM "`+s.t.Outbox+`" WHERE `+where+
+			rows, err := s.db.QueryContext(ctx, s.q.selectMatching+where+
 				` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
 			if err != nil {
 				return err

@@ -73,7 +73,7 @@ func (s *Store) compensate(ctx context.Context, c *sql.Conn, now string, xs []co
 	var from []compensation.Expired
 	for i := range events {
 		var exists bool
-		if err := c.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM "`+s.t.Outbox+`" WHERE event_id = ?)`,
+		if err := c.QueryRowContext(ctx, s.q.eventExists,
 			events[i].ID.String()).Scan(&exists); err != nil {
 			return err
 		}

@@ -53,7 +53,7 @@ func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Eve
 func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*8)
-	b.WriteString(`INSERT INTO "` + s.t.Outbox + `" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `)
+	b.WriteString(s.q.enqueueHead)
 	for i := range events {
 		e := &events[i]
 		headers, err := backend.EncodeHeaders(i, e.Headers)

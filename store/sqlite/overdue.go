@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"strconv"
-	"strings"
 
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
@@ -24,7 +23,7 @@ LIMIT ` + overdueGroups
 // overdueWhere is backend.OverdueWhere with now as ?1, and overdueGroups
 // backend.MaxOverdueGroups: fixed fragments of the statement.
 var (
-	overdueWhere  = strings.ReplaceAll(backend.OverdueWhere, "{now}", "?1")
+	overdueWhere  = backend.OverdueWhere("?1")
 	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 

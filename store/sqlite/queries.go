@@ -21,6 +21,20 @@ type queries struct {
 	expire, block, unblock, expiredRows               string
 	countMovable, stats, oldestPending, blockedAg     string
 	deadLetterCount                                   string
+
+	// The operator's statements (admin.go). listEvents, countMatching and
+	// selectMatching are the fixed heads of statements whose WHERE is
+	// written from a filter's fixed fragments and bind parameters.
+	listEvents, getEvent, attempts, deadLetters string
+	operatorLock, operatorRequeue               string
+	operatorRequeueDead, operatorSetStatus      string
+	operatorUnblock                             string
+	countMatching, selectMatching               string
+
+	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
+	// whose VALUES rows are written per call from placeholders and fixed
+	// expressions; eventExists tells whether event ? exists.
+	enqueueHead, eventExists string
 }
 
 // names is what the statements are rendered with: the table names, and
@@ -63,8 +77,46 @@ func buildQueries(t store.Tables) queries {
 		oldestPending:   render(t, `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
 		blockedAg:       render(t, blockedAggregatesSQL),
 		deadLetterCount: render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
+
+		listEvents:          render(t, `SELECT `+recordColumns+` FROM "{{.Outbox}}"`),
+		getEvent:            render(t, `SELECT `+recordColumns+` FROM "{{.Outbox}}" WHERE event_id = ?`),
+		attempts:            render(t, attemptsSQL),
+		deadLetters:         render(t, deadLettersSQL),
+		operatorLock:        render(t, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id FROM "{{.Outbox}}" WHERE event_id = ?`),
+		operatorRequeue:     render(t, operatorRequeueSQL),
+		operatorRequeueDead: render(t, `UPDATE "{{.DeadLetters}}" SET requeued_at = ? WHERE outbox_id = ? AND requeued_at IS NULL`),
+		operatorSetStatus:   render(t, `UPDATE "{{.Outbox}}" SET status = ? WHERE id = ?`),
+		operatorUnblock:     render(t, operatorUnblockSQL),
+		countMatching:       render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE `),
+		selectMatching:      render(t, `SELECT id, event_id FROM "{{.Outbox}}" WHERE `),
+		enqueueHead:         render(t, `INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `),
+		eventExists:         render(t, `SELECT EXISTS (SELECT 1 FROM "{{.Outbox}}" WHERE event_id = ?)`),
 	}
 }
+
+// attemptsSQL lists the attempts of event ?, in the order they finished.
+const attemptsSQL = `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
+        FROM "{{.Attempts}}" WHERE event_id = ? ORDER BY finished_at, started_at, attempt`
+
+// deadLettersSQL lists the dead letters, newest first, at most ?.
+const deadLettersSQL = `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
+        reason, failed_at, requeued_at FROM "{{.DeadLetters}}" ORDER BY id DESC LIMIT ?`
+
+// operatorRequeueSQL gives row ?1 a fresh chance at ?2 (now); ?3, when not
+// NULL, is a new deadline as a strftime modifier from now, and a passed
+// deadline is removed otherwise.
+const operatorRequeueSQL = `UPDATE "{{.Outbox}}" SET status = 'PENDING', available_at = ?2, processed_at = NULL,
+                locked_until = NULL, lock_token = NULL,
+                expires_at = CASE WHEN ?3 IS NOT NULL THEN strftime({{.TS}}, ?2, ?3)
+                                  WHEN expires_at <= ?2 THEN NULL ELSE expires_at END
+                WHERE id = ?1`
+
+// operatorUnblockSQL releases the BLOCKED events of aggregate (?1, ?2)
+// that no earlier FAILED event of the aggregate still holds back.
+const operatorUnblockSQL = `UPDATE "{{.Outbox}}" SET status = 'PENDING'
+            WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND status = 'BLOCKED'
+              AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
+                  AND f.aggregate_type = ?1 AND f.aggregate_id = ?2 AND f.id < "{{.Outbox}}".id)`
 
 // dueSQL is the claim's cheap pre-check, run outside the write transaction:
 // when nothing is due, an idle relay's poll does not take the write lock

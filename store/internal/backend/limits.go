@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -19,7 +20,18 @@ func RelaysTable(t store.Tables) string { return t.Outbox + "_relays" }
 // MaxOverdueGroups bounds store.Overdue.Groups (its doc says 20).
 const MaxOverdueGroups = 20
 
-// OverdueWhere is the condition of an overdue row, in SQL common to the
-// backends; {now} is the backend's database clock.
-const OverdueWhere = `expires_at IS NOT NULL AND expires_at <= {now}
-    AND (status IN ('PENDING', 'BLOCKED') OR (status = 'PROCESSING' AND locked_until < {now}))`
+// overdueWhere is the condition of an overdue row, in SQL common to the
+// backends; {{.Now}} is the backend's database clock.
+var overdueWhere = sqltext.MustParse("overdue_where", `expires_at IS NOT NULL AND expires_at <= {{.Now}}
+    AND (status IN ('PENDING', 'BLOCKED') OR (status = 'PROCESSING' AND locked_until < {{.Now}}))`)
+
+// OverdueWhere renders the condition of an overdue row with now, the
+// backend's fixed expression of the database clock ("now()",
+// "UTC_TIMESTAMP(6)", or a bind parameter such as "?1"), never user text.
+func OverdueWhere(now string) string {
+	s, err := overdueWhere.Render(struct{ Now string }{now})
+	if err != nil {
+		panic(err) // a bug in the template above, caught by every backend's tests
+	}
+	return s
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/internal/runes"
+	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -49,28 +50,57 @@ var (
 		InsertIgnore: "INSERT INTO", Conflict: "ON CONFLICT DO NOTHING"}
 )
 
-// sql renders q: {r} and {l} become the quoted route and log tables, ? the
-// dialect's placeholders.
-func (d Dialect) sql(t store.Tables, q string) string {
-	quote := func(s string) string { return string(d.Quote) + s + string(d.Quote) }
-	q = strings.NewReplacer("{r}", quote(t.RouteTable()), "{l}", quote(t.RouteLogTable())).Replace(q)
-	if !d.Dollar {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, c := range q {
-		if c == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
+// statements are the route statements, one template syntax with the
+// backends' queries: {{.Q}} is the dialect's identifier quote around the
+// route table {{.Routes}} and its log {{.Log}}, {{.P n}} the dialect's n-th
+// placeholder; the other fields are the dialect's fixed fragments and the
+// log's filter and size. Every value is a bind parameter.
+var statements = sqltext.MustParse("routesql", `
+{{define "snapshot"}}SELECT {{template "columns"}} FROM {{.Q}}{{.Routes}}{{.Q}} ORDER BY route{{end}}
+
+{{define "columns"}}route, state, version, opened_at_ms, probe_at_ms, probe_by, opens, forced, last_error, updated_at_ms{{end}}
+
+{{define "ensure"}}{{.InsertIgnore}} {{.Q}}{{.Routes}}{{.Q}} (route, state, version, opens, forced, updated_at_ms)
+		VALUES ({{.P 1}}, 'CLOSED', 0, 0, 0, {{.P 2}}) {{.Conflict}}{{end}}
+
+{{define "lock"}}SELECT {{template "columns"}} FROM {{.Q}}{{.Routes}}{{.Q}} WHERE route = {{.P 1}} {{.ForUpdate}}{{end}}
+
+{{define "update"}}UPDATE {{.Q}}{{.Routes}}{{.Q}} SET state = {{.P 1}}, version = version + 1, opened_at_ms = {{.P 2}},
+		probe_at_ms = {{.P 3}}, probe_by = {{.P 4}}, opens = {{.P 5}}, forced = {{.P 6}}, last_error = {{.P 7}}, updated_at_ms = {{.P 8}}
+		WHERE route = {{.P 9}} AND version = {{.P 10}}{{end}}
+
+{{define "log_insert"}}INSERT INTO {{.Q}}{{.Log}}{{.Q}} (at_ms, route, actor, from_state, to_state, reason, last_error)
+		VALUES ({{.P 1}}, {{.P 2}}, {{.P 3}}, {{.P 4}}, {{.P 5}}, {{.P 6}}, {{.P 7}}){{end}}
+
+{{define "log_select"}}SELECT at_ms, route, actor, from_state, to_state, reason, last_error FROM {{.Q}}{{.Log}}{{.Q}}
+		{{- if .ByRoute}} WHERE route = {{.P 1}}{{end}} ORDER BY id DESC LIMIT {{.Limit}}{{end}}
+`)
+
+// names is what a statement renders with: the dialect, the tables, and the
+// log's filter and size (fixed fragments, never caller text).
+type names struct {
+	Dialect
+	Q           string
+	Routes, Log string
+	ByRoute     bool
+	Limit       int
 }
 
-const routeColumns = `route, state, version, opened_at_ms, probe_at_ms, probe_by, opens, forced, last_error, updated_at_ms`
+// P is the n-th placeholder of the dialect: $n on PostgreSQL, ? elsewhere.
+func (n names) P(i int) string {
+	if n.Dollar {
+		return "$" + strconv.Itoa(i)
+	}
+	return "?"
+}
+
+// sql renders the statement name for the tables t (the log's filter and
+// size in n, when it is the log's select).
+func (d Dialect) sql(t store.Tables, name string, n names) string {
+	n.Dialect, n.Q = d, string(d.Quote)
+	n.Routes, n.Log = t.RouteTable(), t.RouteLogTable()
+	return statements.MustRenderNamed(name, n)
+}
 
 // Now reads the database clock.
 func Now(ctx context.Context, q Querier, d Dialect) (time.Time, error) {
@@ -87,7 +117,7 @@ func Snapshot(ctx context.Context, q Querier, d Dialect, t store.Tables) (store.
 	if err != nil {
 		return store.RouteSnapshot{}, err
 	}
-	rows, err := q.QueryContext(ctx, d.sql(t, `SELECT `+routeColumns+` FROM {r} ORDER BY route`))
+	rows, err := q.QueryContext(ctx, d.sql(t, "snapshot", names{}))
 	if err != nil {
 		return store.RouteSnapshot{}, err
 	}
@@ -144,11 +174,10 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 	nowMS := now.UnixMilli()
 	// A route without a row is CLOSED at version 0: make the row, so that
 	// the compare-and-set below has a row to lock and compare.
-	if _, err := q.ExecContext(ctx, d.sql(t, d.InsertIgnore+` {r} (route, state, version, opens, forced, updated_at_ms)
-		VALUES (?, 'CLOSED', 0, 0, 0, ?) `+d.Conflict), c.Route, nowMS); err != nil {
+	if _, err := q.ExecContext(ctx, d.sql(t, "ensure", names{}), c.Route, nowMS); err != nil {
 		return false, err
 	}
-	cur, err := scanRoute(q.QueryRowContext(ctx, d.sql(t, `SELECT `+routeColumns+` FROM {r} WHERE route = ? `+d.ForUpdate), c.Route))
+	cur, err := scanRoute(q.QueryRowContext(ctx, d.sql(t, "lock", names{}), c.Route))
 	if err != nil {
 		return false, err
 	}
@@ -174,9 +203,7 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 	if c.LastError != "" {
 		lastErr = clean(c.LastError, store.MaxRouteTextRunes)
 	}
-	res, err := q.ExecContext(ctx, d.sql(t, `UPDATE {r} SET state = ?, version = version + 1, opened_at_ms = ?,
-		probe_at_ms = ?, probe_by = ?, opens = ?, forced = ?, last_error = ?, updated_at_ms = ?
-		WHERE route = ? AND version = ?`),
+	res, err := q.ExecContext(ctx, d.sql(t, "update", names{}),
 		string(c.To), opened, probe, probeBy, c.Opens, forced, lastErr, nowMS, c.Route, c.Version)
 	if err != nil {
 		return false, err
@@ -184,8 +211,7 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return false, err
 	}
-	if _, err := q.ExecContext(ctx, d.sql(t, `INSERT INTO {l} (at_ms, route, actor, from_state, to_state, reason, last_error)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`),
+	if _, err := q.ExecContext(ctx, d.sql(t, "log_insert", names{}),
 		nowMS, c.Route, clean(c.Actor, 200), string(cur.State), string(c.To), clean(c.Reason, store.MaxRouteTextRunes), lastErr); err != nil {
 		return false, err
 	}
@@ -197,14 +223,12 @@ func Log(ctx context.Context, q Querier, d Dialect, t store.Tables, route string
 	if limit <= 0 || limit > 10000 {
 		limit = 100
 	}
-	query := `SELECT at_ms, route, actor, from_state, to_state, reason, last_error FROM {l}`
 	args := []any{}
 	if route != "" {
-		query += ` WHERE route = ?`
 		args = append(args, route)
 	}
-	query += ` ORDER BY id DESC LIMIT ` + strconv.Itoa(limit)
-	rows, err := q.QueryContext(ctx, d.sql(t, query), args...)
+	query := d.sql(t, "log_select", names{ByRoute: route != "", Limit: limit})
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

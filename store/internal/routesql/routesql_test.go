@@ -1,0 +1,31 @@
+package routesql
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+func TestStatementsQuoteTheTablesAndNumberThePlaceholders(t *testing.T) {
+	tables, err := store.TablesFor("pay_outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := PostgreSQL.sql(tables, "update", names{})
+	if !strings.Contains(update, `UPDATE "pay_outbox_routes"`) || !strings.Contains(update, "version = $10") {
+		t.Fatalf("PostgreSQL update = %q", update)
+	}
+	ensure := MySQL.sql(tables, "ensure", names{})
+	if !strings.HasPrefix(ensure, "INSERT IGNORE INTO `pay_outbox_routes`") || strings.Contains(ensure, "$") {
+		t.Fatalf("MySQL ensure = %q", ensure)
+	}
+	logAll := SQLite.sql(tables, "log_select", names{Limit: 5})
+	if strings.Contains(logAll, "WHERE") || !strings.HasSuffix(logAll, `FROM "pay_outbox_route_log" ORDER BY id DESC LIMIT 5`) {
+		t.Fatalf("SQLite log select = %q", logAll)
+	}
+	logOne := PostgreSQL.sql(tables, "log_select", names{ByRoute: true, Limit: 5})
+	if !strings.Contains(logOne, "WHERE route = $1 ORDER BY") {
+		t.Fatalf("PostgreSQL log select by route = %q", logOne)
+	}
+}
