@@ -93,6 +93,10 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	return res, nil
 }
 
+// onlineIndex begins each of the outbox table's indexes in migration 00001
+// rendered for adoption (its Online field set).
+const onlineIndex = "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
+
 // planAdoption reads the table and returns the statements that adopt it.
 // Only what is missing is added, so that a second run after an
 // interruption finishes the first.
@@ -137,7 +141,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if err != nil {
 		return a, err
 	}
-	first, err := r.UpSQL(1)
+	first, err := r.UpSQLWith(1, migrationNames{Tables: s.t, Online: true})
 	if err != nil {
 		return a, err
 	}
@@ -149,7 +153,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 			strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+quote(s.t.Attempts)),
 			strings.Contains(st, " ON "+quote(s.t.DeadLetters)), strings.Contains(st, " ON "+quote(s.t.Attempts)):
 			siblings = append(siblings, st)
-		case strings.HasPrefix(st, "CREATE INDEX IF NOT EXISTS ") && strings.Contains(st, " ON "+t+" "):
+		case strings.HasPrefix(st, onlineIndex) && strings.Contains(st, " ON "+t+" "):
 			outboxIndexes = append(outboxIndexes, st)
 		}
 	}
@@ -208,8 +212,8 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		record = append(record, "('constraint', '"+eventIDKey+"')")
 	}
 	for _, st := range outboxIndexes {
-		name := strings.Trim(strings.Fields(strings.TrimPrefix(st, "CREATE INDEX IF NOT EXISTS "))[0], `"`)
-		build(name, strings.Replace(st, "CREATE INDEX IF NOT EXISTS", "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
+		name := strings.Trim(strings.Fields(strings.TrimPrefix(st, onlineIndex))[0], `"`)
+		build(name, st)
 	}
 	// The record is written first in the transaction's order of effects
 	// (it commits with the columns), and lists indexes before they exist,
