@@ -158,11 +158,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		}
 	}
 	a.inTx = append(a.inTx, "SET LOCAL lock_timeout = '10s'",
-		"CREATE TABLE IF NOT EXISTS "+quote(adoptsql.Table(s.t))+" (\n"+
-			"    kind       VARCHAR(20)  NOT NULL,\n"+
-			"    name       VARCHAR(200) NOT NULL,\n"+
-			"    adopted_at TIMESTAMPTZ  NOT NULL DEFAULT now(),\n"+
-			"    PRIMARY KEY (kind, name)\n)")
+		adoptSQL(s.t, "record_table"))
 	var adds []string
 	for _, c := range sc.Missing {
 		adds = append(adds, "ADD COLUMN "+quote(c)+" "+adoptColumn(c, aggregateType))
@@ -172,20 +168,18 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		a.inTx = append(a.inTx, "ALTER TABLE "+t+"\n    "+strings.Join(adds, ",\n    "))
 	}
 	a.inTx = append(a.inTx,
-		"UPDATE "+t+" SET event_id = gen_random_uuid() WHERE event_id IS NULL",
-		"ALTER TABLE "+t+" ALTER COLUMN event_id SET NOT NULL",
+		adoptSQL(s.t, "backfill_event_id"),
+		adoptSQL(s.t, "event_id_not_null"),
 		// The team's existing INSERTs name no event_id.
-		"ALTER TABLE "+t+" ALTER COLUMN event_id SET DEFAULT gen_random_uuid()",
-		"UPDATE "+t+" SET retry_count = 0 WHERE retry_count IS NULL")
+		adoptSQL(s.t, "event_id_default"),
+		adoptSQL(s.t, "backfill_retry_count"))
 	if !sc.Adopted {
 		a.inTx = append(a.inTx, siblings...)
 		record = append(record, "('table', '"+s.t.DeadLetters+"')", "('table', '"+s.t.Attempts+"')")
 	}
 	a.inTx = append(a.inTx,
-		"INSERT INTO "+quote(s.t.Attempts)+" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)\n"+
-			"SELECT event_id, gen_random_uuid(), '"+string(store.AdoptedOutcome)+"', id, retry_count, 'outbox migrate --adopt', now(), now(),\n"+
-			"    '"+adoptsql.Note+"'\nFROM "+t+" WHERE status = 'PROCESSING'",
-		"UPDATE "+t+" SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'")
+		adoptSQL(s.t, "audit_processing"),
+		adoptSQL(s.t, "release_processing"))
 	statusCheck, eventIDKey := s.t.Outbox+"_status_check", s.t.Outbox+"_event_id_key"
 	if validated, ok := constraints[statusCheck]; !ok {
 		a.inTx = append(a.inTx, "ALTER TABLE "+t+" ADD CONSTRAINT "+quote(statusCheck)+" CHECK (status IN\n"+
