@@ -30,6 +30,9 @@ type Runner struct {
 	store    database.Store
 	rendered fs.FS
 	dialect  database.Dialect
+	// source and dir are the migrations' unrendered texts.
+	source fs.FS
+	dir    string
 }
 
 // New renders every *.sql file of dir in fsys with the table names and
@@ -37,6 +40,12 @@ type Runner struct {
 // (database.DialectPostgres, DialectMySQL, DialectSQLite3).
 func New(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, t store.Tables) (*Runner, error) {
 	return NewNamed(db, dialect, fsys, dir, t, t.Migrations, "outbox-migrate:"+t.Outbox)
+}
+
+// NewFor is New for migrations that render with names, a struct that
+// embeds t and adds the backend's own fields.
+func NewFor(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, t store.Tables, names any) (*Runner, error) {
+	return NewNamed(db, dialect, fsys, dir, names, t.Migrations, "outbox-migrate:"+t.Outbox)
 }
 
 // NewNamed is New for tables other than an outbox's: names is rendered
@@ -66,7 +75,7 @@ func NewNamed(db *sql.DB, dialect database.Dialect, fsys fs.FS, dir string, name
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Runner{provider: p, db: db, store: st, rendered: rendered, dialect: dialect}, nil
+	return &Runner{provider: p, db: db, store: st, rendered: rendered, dialect: dialect, source: fsys, dir: dir}, nil
 }
 
 // Up applies pending migrations and returns the versions applied.

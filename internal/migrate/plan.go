@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"slices"
 	"strings"
 
 	"github.com/pressly/goose/v3/database"
+
+	"github.com/txoutbox/outbox/internal/sqltext"
 )
 
 // Step is one migration as it would run: its version and its SQL, the
@@ -162,14 +165,45 @@ func (r *Runner) MarkApplied(ctx context.Context, version int64) error {
 
 // section returns the "Up" (or "Down") part of a rendered migration file,
 // without the goose annotations.
+// UpSQLWith returns the "Up" part of one migration rendered with names
+// instead of the runner's own (a migration whose fields say how it is
+// run, such as an adoption that builds indexes online); it changes nothing.
+func (r *Runner) UpSQLWith(version int64, names any) (string, error) {
+	for _, src := range r.provider.ListSources() {
+		if src.Version != version {
+			continue
+		}
+		name := path.Base(src.Path)
+		raw, err := fs.ReadFile(r.source, path.Join(r.dir, name))
+		if err != nil {
+			return "", fmt.Errorf("migrations: %w", err)
+		}
+		tpl, err := sqltext.Parse(name, string(raw))
+		if err != nil {
+			return "", fmt.Errorf("migrations: %w", err)
+		}
+		text, err := tpl.Render(names)
+		if err != nil {
+			return "", fmt.Errorf("migrations: %w", err)
+		}
+		return upOrDown(text, true), nil
+	}
+	return "", fmt.Errorf("migrations: no migration %d", version)
+}
+
 func (r *Runner) section(name string, up bool) (string, error) {
 	raw, err := fs.ReadFile(r.rendered, name)
 	if err != nil {
 		return "", fmt.Errorf("migrations: %w", err)
 	}
+	return upOrDown(string(raw), up), nil
+}
+
+// upOrDown returns the "Up" (up) or "Down" part of a rendered migration.
+func upOrDown(raw string, up bool) string {
 	var b strings.Builder
 	in := false
-	for _, line := range strings.Split(string(raw), "\n") {
+	for _, line := range strings.Split(raw, "\n") {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(trimmed, "-- +goose Up"):
@@ -186,7 +220,7 @@ func (r *Runner) section(name string, up bool) (string, error) {
 			b.WriteByte('\n')
 		}
 	}
-	return strings.TrimSpace(b.String()) + "\n", nil
+	return strings.TrimSpace(b.String()) + "\n"
 }
 
 // Statements splits migration SQL into its statements: whole-line "--"

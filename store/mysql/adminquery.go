@@ -13,18 +13,13 @@ var _ store.AdminQuerier = (*Store)(nil)
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.New(s.db, sqladmin.Dialect{
 		Mark:    func(int) string { return "?" },
-		Quote:   func(n string) string { return "`" + n + "`" },
+		Quote:   "`",
 		Now:     "UTC_TIMESTAMP(6)",
 		Ago:     func(m string) string { return "UTC_TIMESTAMP(6) - INTERVAL " + m + " MICROSECOND" },
 		Text:    func(c string) string { return c },
 		TimeArg: func(t time.Time) any { return t.UTC() },
 		Minute:  func(c string) string { return "DATE_FORMAT(" + c + ", '%Y-%m-%d %H:%i:00')" },
-		Upsert: func(cols []string) string {
-			out := "ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(6)"
-			for _, c := range cols {
-				out += ", " + c + " = VALUES(" + c + ")"
-			}
-			return out
-		},
+		Upsert: "ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(6), host = VALUES(host), " +
+			"started_at = VALUES(started_at), in_flight = VALUES(in_flight)",
 	}, s.t)
 }

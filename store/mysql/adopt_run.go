@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -42,9 +41,6 @@ func adoptColumn(name, aggregateType string, f flavor) string {
 	}
 	return "TEXT NULL" // last_error
 }
-
-// indexRE finds the outbox table's indexes in migration 00001.
-var indexRE = regexp.MustCompile("(?:CONSTRAINT|INDEX) `([a-z0-9_]+)` (UNIQUE )?\\(([^)]*)\\)")
 
 // Adopt brings the team's existing table to the outbox's shape in place,
 // keeping every row and its state (PROCESSING becomes PENDING, audited),
@@ -225,26 +221,23 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	}
 	var siblingSQL, addIndexes, record []string
 	for _, st := range migrate.Statements(first) {
-		switch {
-		case strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+t+" "):
-			for _, m := range indexRE.FindAllStringSubmatch(st, -1) {
-				if slices.Contains(indexes, m[1]) {
-					continue
-				}
-				kind := "INDEX"
-				if m[2] != "" {
-					kind = "UNIQUE INDEX"
-				}
-				addIndexes = append(addIndexes, "ADD "+kind+" "+quote(m[1])+" ("+m[3]+")")
-				record = append(record, "('index', '"+m[1]+"')")
-			}
-		default:
-			for _, sib := range siblings {
-				if strings.Contains(st, " INTO "+quote(sib)+" ") || strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+quote(sib)+" ") {
-					siblingSQL = append(siblingSQL, st)
-				}
+		for _, sib := range siblings {
+			if strings.Contains(st, " INTO "+quote(sib)+" ") || strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+quote(sib)+" ") {
+				siblingSQL = append(siblingSQL, st)
 			}
 		}
+	}
+	for _, x := range outboxIndexes {
+		name := x.name(s.t.Outbox)
+		if slices.Contains(indexes, name) {
+			continue
+		}
+		kind := "INDEX"
+		if x.unique {
+			kind = "UNIQUE INDEX"
+		}
+		addIndexes = append(addIndexes, "ADD "+kind+" "+quote(name)+" ("+x.columns+")")
+		record = append(record, "('index', '"+name+"')")
 	}
 	plan := []string{"CREATE TABLE IF NOT EXISTS " + quote(adoptsql.Table(s.t)) + " (\n" +
 		"    kind       VARCHAR(20)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +

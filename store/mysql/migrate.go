@@ -35,6 +35,41 @@ func (m migrationNames) JSONText(column string) string {
 	return "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL CHECK (JSON_VALID(" + column + "))"
 }
 
+// outboxIndex is one of the outbox table's keys of migration 00001,
+// declared once: the migration renders each inside its CREATE TABLE
+// ({{.OutboxIndex "due_idx"}}) and adoption adds those a table lacks.
+type outboxIndex struct {
+	// suffix follows the outbox table's name and "_" in the index's name.
+	suffix  string
+	unique  bool
+	columns string
+}
+
+var outboxIndexes = []outboxIndex{
+	{suffix: "event_id_key", unique: true, columns: "event_id"},
+	{suffix: "due_idx", columns: "status, available_at, id"},
+	{suffix: "aggregate_idx", columns: "aggregate_type, aggregate_id, unfinished, id"},
+	{suffix: "expiry_idx", columns: "waiting_expires_at"},
+}
+
+// name is the index's name on the outbox table outbox.
+func (x outboxIndex) name(outbox string) string { return outbox + "_" + x.suffix }
+
+// OutboxIndex renders the outbox table's key named by suffix as a clause
+// of CREATE TABLE: a UNIQUE constraint or an INDEX.
+func (m migrationNames) OutboxIndex(suffix string) (string, error) {
+	for _, x := range outboxIndexes {
+		if x.suffix != suffix {
+			continue
+		}
+		if x.unique {
+			return "CONSTRAINT " + quote(x.name(m.Outbox)) + " UNIQUE (" + x.columns + ")", nil
+		}
+		return "INDEX " + quote(x.name(m.Outbox)) + " (" + x.columns + ")", nil
+	}
+	return "", fmt.Errorf("no outbox index %q", suffix)
+}
+
 func (s *Store) migrator(ctx context.Context) (*migrate.Runner, error) {
 	f, err := serverFlavor(ctx, s.db)
 	if err != nil {

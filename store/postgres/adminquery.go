@@ -18,23 +18,15 @@ var _ store.AdminQuerier = (*Store)(nil)
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.NewOwned(stdlib.OpenDBFromPool(s.pool), sqladmin.Dialect{
 		Mark:    func(n int) string { return "$" + strconv.Itoa(n) },
-		Quote:   func(n string) string { return `"` + n + `"` },
+		Quote:   `"`,
 		Now:     "now()",
 		Ago:     func(m string) string { return "now() - " + m + "::bigint * interval '1 microsecond'" },
 		Text:    func(c string) string { return c + "::text" },
 		TimeArg: func(t time.Time) any { return t },
 		Minute:  func(c string) string { return "date_trunc('minute', " + c + ")" },
-		Upsert:  func(cols []string) string { return upsertExcluded(cols, "now()") },
+		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), host = excluded.host, " +
+			"started_at = excluded.started_at, in_flight = excluded.in_flight",
 		// Migration 7.
 		DeliveredOnRow: true,
 	}, s.t)
-}
-
-// upsertExcluded renders ON CONFLICT (relay_id) DO UPDATE for the heartbeat.
-func upsertExcluded(cols []string, now string) string {
-	out := "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + now
-	for _, c := range cols {
-		out += ", " + c + " = excluded." + c
-	}
-	return out
 }

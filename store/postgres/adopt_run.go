@@ -93,6 +93,10 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	return res, nil
 }
 
+// onlineIndex begins each of the outbox table's indexes in migration 00001
+// rendered for adoption (its Online field set).
+const onlineIndex = "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
+
 // planAdoption reads the table and returns the statements that adopt it.
 // Only what is missing is added, so that a second run after an
 // interruption finishes the first.
@@ -137,7 +141,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if err != nil {
 		return a, err
 	}
-	first, err := r.UpSQL(1)
+	first, err := r.UpSQLWith(1, migrationNames{Tables: s.t, Online: true})
 	if err != nil {
 		return a, err
 	}
@@ -149,16 +153,12 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 			strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+quote(s.t.Attempts)),
 			strings.Contains(st, " ON "+quote(s.t.DeadLetters)), strings.Contains(st, " ON "+quote(s.t.Attempts)):
 			siblings = append(siblings, st)
-		case strings.HasPrefix(st, "CREATE INDEX IF NOT EXISTS ") && strings.Contains(st, " ON "+t+" "):
+		case strings.HasPrefix(st, onlineIndex) && strings.Contains(st, " ON "+t+" "):
 			outboxIndexes = append(outboxIndexes, st)
 		}
 	}
 	a.inTx = append(a.inTx, "SET LOCAL lock_timeout = '10s'",
-		"CREATE TABLE IF NOT EXISTS "+quote(adoptsql.Table(s.t))+" (\n"+
-			"    kind       VARCHAR(20)  NOT NULL,\n"+
-			"    name       VARCHAR(200) NOT NULL,\n"+
-			"    adopted_at TIMESTAMPTZ  NOT NULL DEFAULT now(),\n"+
-			"    PRIMARY KEY (kind, name)\n)")
+		adoptSQL(s.t, "record_table"))
 	var adds []string
 	for _, c := range sc.Missing {
 		adds = append(adds, "ADD COLUMN "+quote(c)+" "+adoptColumn(c, aggregateType))
@@ -168,20 +168,18 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		a.inTx = append(a.inTx, "ALTER TABLE "+t+"\n    "+strings.Join(adds, ",\n    "))
 	}
 	a.inTx = append(a.inTx,
-		"UPDATE "+t+" SET event_id = gen_random_uuid() WHERE event_id IS NULL",
-		"ALTER TABLE "+t+" ALTER COLUMN event_id SET NOT NULL",
+		adoptSQL(s.t, "backfill_event_id"),
+		adoptSQL(s.t, "event_id_not_null"),
 		// The team's existing INSERTs name no event_id.
-		"ALTER TABLE "+t+" ALTER COLUMN event_id SET DEFAULT gen_random_uuid()",
-		"UPDATE "+t+" SET retry_count = 0 WHERE retry_count IS NULL")
+		adoptSQL(s.t, "event_id_default"),
+		adoptSQL(s.t, "backfill_retry_count"))
 	if !sc.Adopted {
 		a.inTx = append(a.inTx, siblings...)
 		record = append(record, "('table', '"+s.t.DeadLetters+"')", "('table', '"+s.t.Attempts+"')")
 	}
 	a.inTx = append(a.inTx,
-		"INSERT INTO "+quote(s.t.Attempts)+" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)\n"+
-			"SELECT event_id, gen_random_uuid(), '"+string(store.AdoptedOutcome)+"', id, retry_count, 'outbox migrate --adopt', now(), now(),\n"+
-			"    '"+adoptsql.Note+"'\nFROM "+t+" WHERE status = 'PROCESSING'",
-		"UPDATE "+t+" SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'")
+		adoptSQL(s.t, "audit_processing"),
+		adoptSQL(s.t, "release_processing"))
 	statusCheck, eventIDKey := s.t.Outbox+"_status_check", s.t.Outbox+"_event_id_key"
 	if validated, ok := constraints[statusCheck]; !ok {
 		a.inTx = append(a.inTx, "ALTER TABLE "+t+" ADD CONSTRAINT "+quote(statusCheck)+" CHECK (status IN\n"+
@@ -208,8 +206,8 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		record = append(record, "('constraint', '"+eventIDKey+"')")
 	}
 	for _, st := range outboxIndexes {
-		name := strings.Trim(strings.Fields(strings.TrimPrefix(st, "CREATE INDEX IF NOT EXISTS "))[0], `"`)
-		build(name, strings.Replace(st, "CREATE INDEX IF NOT EXISTS", "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
+		name := strings.Trim(strings.Fields(strings.TrimPrefix(st, onlineIndex))[0], `"`)
+		build(name, st)
 	}
 	// The record is written first in the transaction's order of effects
 	// (it commits with the columns), and lists indexes before they exist,

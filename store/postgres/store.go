@@ -167,9 +167,18 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// migrationNames is what the migrations render with: the tables, and
+// Online, set only when adoption renders migration 00001 to build the
+// outbox table's indexes without blocking its writers (CREATE INDEX
+// CONCURRENTLY, which runs outside a transaction).
+type migrationNames struct {
+	store.Tables
+	Online bool
+}
+
 func (s *Store) migrator() (*migrate.Runner, func(), error) {
 	db := stdlib.OpenDBFromPool(s.pool)
-	r, err := migrate.New(db, database.DialectPostgres, migrationsFS, "migrations", s.t)
+	r, err := migrate.NewFor(db, database.DialectPostgres, migrationsFS, "migrations", s.t, migrationNames{Tables: s.t})
 	if err != nil {
 		db.Close()
 		return nil, nil, err

@@ -15,7 +15,7 @@ const sqliteNow = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.New(s.db, sqladmin.Dialect{
 		Mark:  func(int) string { return "?" },
-		Quote: func(n string) string { return `"` + n + `"` },
+		Quote: `"`,
 		Now:   sqliteNow,
 		Ago: func(m string) string {
 			return "strftime('%Y-%m-%d %H:%M:%f', 'now', (-" + m + " / 1000000.0) || ' seconds')"
@@ -23,12 +23,7 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Text:    func(c string) string { return c },
 		TimeArg: func(t time.Time) any { return formatTime(t) },
 		Minute:  func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
-		Upsert: func(cols []string) string {
-			out := "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow
-			for _, c := range cols {
-				out += ", " + c + " = excluded." + c
-			}
-			return out
-		},
+		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow +
+			", host = excluded.host, started_at = excluded.started_at, in_flight = excluded.in_flight",
 	}, s.t)
 }

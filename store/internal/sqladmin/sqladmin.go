@@ -20,8 +20,8 @@ import (
 type Dialect struct {
 	// Mark renders the placeholder of the n-th argument, from 1.
 	Mark func(n int) string
-	// Quote quotes a table name.
-	Quote func(name string) string
+	// Quote is the identifier quote: '"' or '`'.
+	Quote string
 	// Now is the SQL expression of the database clock in the stored form.
 	Now string
 	// Ago renders "the database clock minus the microseconds in the
@@ -34,9 +34,10 @@ type Dialect struct {
 	// Minute renders a stored time truncated to the minute, in a form
 	// timeValue reads.
 	Minute func(col string) string
-	// Upsert renders the heartbeat upsert's conflict clause, given the
-	// columns to update.
-	Upsert func(cols []string) string
+	// Upsert is the heartbeat upsert's conflict clause: on relay_id, it
+	// sets heartbeat_at to the clock and host, started_at and in_flight
+	// to the inserted values.
+	Upsert string
 	// DeliveredOnRow: the backend records a successful delivery on the
 	// event row (delivered_finished_at) rather than as an attempt row, so
 	// the throughput counts those too.
@@ -47,9 +48,10 @@ type Dialect struct {
 type Queries struct {
 	db *sql.DB
 	d  Dialect
-	t  store.Tables
-	// q* are the quoted table names.
-	qt, qr string
+	// n renders the statements with per-call fragments; sql holds the
+	// others, rendered once.
+	n   names
+	sql rendered
 	// own: Close closes db.
 	own bool
 }
@@ -58,7 +60,9 @@ var _ store.AdminQueries = (*Queries)(nil)
 
 // New returns the admin queries of the outbox tables t on db.
 func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
-	return &Queries{db: db, d: d, t: t, qt: d.Quote(t.Outbox), qr: d.Quote(backend.RelaysTable(t))}
+	n := names{d: d, Q: d.Quote, Outbox: t.Outbox, Relays: backend.RelaysTable(t), Attempts: t.Attempts,
+		Now: d.Now, Upsert: d.Upsert, DeliveredOnRow: d.DeliveredOnRow}
+	return &Queries{db: db, d: d, n: n, sql: render(n)}
 }
 
 // NewOwned is New for a db the queries own: Close closes it.
@@ -133,17 +137,6 @@ func whereSQL(conds []string) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
-func (q *Queries) summaryColumns(prefix string) string {
-	cols := []string{"id", q.d.Text(prefix + "event_id"), "aggregate_type", "aggregate_id", "event_type", "status",
-		"retry_count", "created_at", "processed_at", "available_at", "expires_at", "last_error"}
-	for i, c := range cols {
-		if !strings.Contains(c, "event_id") {
-			cols[i] = prefix + c
-		}
-	}
-	return strings.Join(cols, ", ")
-}
-
 func scanSummary(rows *sql.Rows) (store.Record, error) {
 	var (
 		r                                      store.Record
@@ -193,7 +186,7 @@ func (q *Queries) QueryEvents(ctx context.Context, f store.EventQuery) ([]store.
 	a := &args{d: q.d}
 	w := whereSQL(q.where(a, f, ""))
 	lim := a.add(f.Limit)
-	return q.records(ctx, "query events", `SELECT `+q.summaryColumns("")+` FROM `+q.qt+w+` ORDER BY id DESC LIMIT `+lim, a.vals)
+	return q.records(ctx, "query events", q.sql.events+w+` ORDER BY id DESC LIMIT `+lim, a.vals)
 }
 
 // MatchIDs implements store.AdminQueries.
@@ -203,8 +196,7 @@ func (q *Queries) MatchIDs(ctx context.Context, f store.EventQuery, afterID int6
 	conds := q.where(a, f, "")
 	conds = append(conds, "id > "+a.add(afterID))
 	lim := a.add(limit)
-	rows, err := q.db.QueryContext(ctx, `SELECT id, `+q.d.Text("event_id")+`, status, expires_at FROM `+q.qt+
-		whereSQL(conds)+` ORDER BY id LIMIT `+lim, a.vals...)
+	rows, err := q.db.QueryContext(ctx, q.sql.match+whereSQL(conds)+` ORDER BY id LIMIT `+lim, a.vals...)
 	if err != nil {
 		return nil, fmt.Errorf("match events: %w", err)
 	}
@@ -237,10 +229,13 @@ func (q *Queries) CountBlockedBehind(ctx context.Context, ids []int64) (blocked,
 		marks[i] = a.add(id)
 	}
 	var p sql.NullInt64
-	err = q.db.QueryRowContext(ctx, `SELECT count(*), SUM(CASE WHEN b.expires_at <= `+q.d.Now+` THEN 1 ELSE 0 END)
-        FROM `+q.qt+` b WHERE b.status = 'BLOCKED' AND EXISTS (SELECT 1 FROM `+q.qt+` h
-            WHERE h.id IN (`+strings.Join(marks, ", ")+`) AND h.aggregate_type = b.aggregate_type
-              AND h.aggregate_id = b.aggregate_id AND h.id < b.id)`, a.vals...).Scan(&blocked, &p)
+	n := q.n
+	n.IDs = strings.Join(marks, ", ")
+	query, err := statements.RenderNamed("blocked_behind", n)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count blocked events: %w", err)
+	}
+	err = q.db.QueryRowContext(ctx, query, a.vals...).Scan(&blocked, &p)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count blocked events: %w", err)
 	}
@@ -249,37 +244,23 @@ func (q *Queries) CountBlockedBehind(ctx context.Context, ids []int64) (blocked,
 
 // FailedEvents implements store.AdminQueries.
 func (q *Queries) FailedEvents(ctx context.Context, limit int) ([]store.Record, error) {
-	a := &args{d: q.d}
-	lim := a.add(limit)
-	return q.records(ctx, "failed events", `SELECT `+q.summaryColumns("")+` FROM `+q.qt+
-		` WHERE status = 'FAILED' ORDER BY id LIMIT `+lim, a.vals)
+	return q.records(ctx, "failed events", q.sql.failed, []any{limit})
 }
 
 // BlockedChains implements store.AdminQueries.
 func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]store.BlockedChain, error) {
-	a := &args{d: q.d}
-	lim := a.add(limit)
-	heads, err := q.records(ctx, "blocked chains", `SELECT `+q.summaryColumns("f.")+` FROM `+q.qt+` f
-        WHERE f.status = 'FAILED'
-          AND EXISTS (SELECT 1 FROM `+q.qt+` b WHERE b.status = 'BLOCKED' AND b.aggregate_type = f.aggregate_type
-                      AND b.aggregate_id = f.aggregate_id AND b.id > f.id)
-          AND NOT EXISTS (SELECT 1 FROM `+q.qt+` e WHERE e.status = 'FAILED' AND e.aggregate_type = f.aggregate_type
-                      AND e.aggregate_id = f.aggregate_id AND e.id < f.id)
-        ORDER BY f.id LIMIT `+lim, a.vals)
+	heads, err := q.records(ctx, "blocked chains", q.sql.chainHeads, []any{limit})
 	if err != nil {
 		return nil, err
 	}
 	out := make([]store.BlockedChain, 0, len(heads))
 	for _, h := range heads {
 		c := store.BlockedChain{Head: h}
-		a := &args{d: q.d}
-		cond := ` FROM ` + q.qt + ` WHERE status = 'BLOCKED' AND aggregate_type = ` + a.add(h.AggregateType) +
-			` AND aggregate_id = ` + a.add(h.AggregateID) + ` AND id > ` + a.add(h.ID)
-		if err := q.db.QueryRowContext(ctx, `SELECT count(*)`+cond, a.vals...).Scan(&c.BlockedCount); err != nil {
+		vals := []any{h.AggregateType, h.AggregateID, h.ID}
+		if err := q.db.QueryRowContext(ctx, q.sql.chainCount, vals...).Scan(&c.BlockedCount); err != nil {
 			return nil, fmt.Errorf("blocked chains: %w", err)
 		}
-		lim := a.add(chainLimit)
-		if c.Blocked, err = q.records(ctx, "blocked chains", `SELECT `+q.summaryColumns("")+cond+` ORDER BY id LIMIT `+lim, a.vals); err != nil {
+		if c.Blocked, err = q.records(ctx, "blocked chains", q.sql.chainEvents, append(vals, chainLimit)); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
@@ -289,20 +270,7 @@ func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]s
 
 // Throughput implements store.AdminQueries.
 func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
-	a := &args{d: q.d}
-	m := q.d.Minute("finished_at")
-	ago := q.d.Ago(a.add(since.Microseconds()))
-	query := `SELECT ` + m + `, outcome, count(*) FROM ` + q.d.Quote(q.t.Attempts) +
-		` WHERE finished_at > ` + ago + ` GROUP BY ` + m + `, outcome ORDER BY 1`
-	if q.d.DeliveredOnRow {
-		dm := q.d.Minute("delivered_finished_at")
-		query = `SELECT m, outcome, CAST(sum(n) AS BIGINT) FROM (` +
-			`SELECT ` + m + ` AS m, outcome, count(*) AS n FROM ` + q.d.Quote(q.t.Attempts) +
-			` WHERE finished_at > ` + ago + ` GROUP BY ` + m + `, outcome` +
-			` UNION ALL SELECT ` + dm + `, 'DELIVERED', count(*) FROM ` + q.qt +
-			` WHERE delivered_finished_at > ` + ago + ` GROUP BY ` + dm + `) x GROUP BY m, outcome ORDER BY 1`
-	}
-	rows, err := q.db.QueryContext(ctx, query, a.vals...)
+	rows, err := q.db.QueryContext(ctx, q.sql.throughput, since.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}
@@ -323,9 +291,7 @@ func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.
 
 // Relays implements store.AdminQueries.
 func (q *Queries) Relays(ctx context.Context, within time.Duration) ([]store.RelayHeartbeat, error) {
-	a := &args{d: q.d}
-	rows, err := q.db.QueryContext(ctx, `SELECT relay_id, host, started_at, heartbeat_at, in_flight FROM `+q.qr+
-		` WHERE heartbeat_at > `+q.d.Ago(a.add(within.Microseconds()))+` ORDER BY relay_id`, a.vals...)
+	rows, err := q.db.QueryContext(ctx, q.sql.relays, within.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("relays: %w", err)
 	}
@@ -348,15 +314,12 @@ func (q *Queries) Heartbeat(ctx context.Context, h store.RelayHeartbeat) error {
 	if h.RelayID == "" {
 		return fmt.Errorf("%w: a heartbeat needs a relay id", outbox.ErrInvalidConfig)
 	}
-	a := &args{d: q.d}
 	started := h.StartedAt
 	if started.IsZero() {
 		started = time.Now()
 	}
-	_, err := q.db.ExecContext(ctx, `INSERT INTO `+q.qr+` (relay_id, host, started_at, heartbeat_at, in_flight)
-        VALUES (`+a.add(runes.Truncate(h.RelayID, 200))+`, `+a.add(runes.Truncate(h.Host, 200))+`, `+
-		a.add(q.d.TimeArg(started))+`, `+q.d.Now+`, `+a.add(h.InFlight)+`) `+
-		q.d.Upsert([]string{"host", "started_at", "in_flight"}), a.vals...)
+	_, err := q.db.ExecContext(ctx, q.sql.heartbeat, runes.Truncate(h.RelayID, 200), runes.Truncate(h.Host, 200),
+		q.d.TimeArg(started), h.InFlight)
 	if err != nil {
 		return fmt.Errorf("relay heartbeat: %w", err)
 	}
@@ -365,8 +328,7 @@ func (q *Queries) Heartbeat(ctx context.Context, h store.RelayHeartbeat) error {
 
 // RemoveRelay implements store.AdminQueries.
 func (q *Queries) RemoveRelay(ctx context.Context, relayID string) error {
-	a := &args{d: q.d}
-	_, err := q.db.ExecContext(ctx, `DELETE FROM `+q.qr+` WHERE relay_id = `+a.add(relayID), a.vals...)
+	_, err := q.db.ExecContext(ctx, q.sql.removeRelay, relayID)
 	if err != nil {
 		return fmt.Errorf("remove relay: %w", err)
 	}

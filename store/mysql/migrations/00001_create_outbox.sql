@@ -51,19 +51,19 @@ CREATE TABLE IF NOT EXISTS `{{.Outbox}}` (
     waiting_expires_at DATETIME(6) GENERATED ALWAYS AS
         (IF(status IN ('PENDING', 'BLOCKED'), expires_at, NULL)) STORED,
     PRIMARY KEY (id),
-    CONSTRAINT `{{.Outbox}}_event_id_key` UNIQUE (event_id),
+    {{.OutboxIndex "event_id_key"}},
     CONSTRAINT `{{.Outbox}}_status_check` CHECK (status IN
         ('PENDING', 'PROCESSING', 'PROCESSED', 'FAILED', 'EXPIRED', 'BLOCKED', 'SKIPPED')),
     -- The claim's window: due PENDING rows in (available_at, id) order. The
     -- reaper reads the PROCESSING range (the rows in flight only), the
     -- sweeper the BLOCKED and FAILED ranges, Stats counts per status.
-    INDEX `{{.Outbox}}_due_idx` (status, available_at, id),
+    {{.OutboxIndex "due_idx"}},
     -- Per-aggregate order: an aggregate's head is its lowest unfinished id.
-    INDEX `{{.Outbox}}_aggregate_idx` (aggregate_type, aggregate_id, unfinished, id),
+    {{.OutboxIndex "aggregate_idx"}},
     -- The sweeper expires waiting events past their deadline. The column
     -- is NULL for events without a deadline and for events no longer
     -- waiting, so the index changes only for events with a TTL.
-    INDEX `{{.Outbox}}_expiry_idx` (waiting_expires_at)
+    {{.OutboxIndex "expiry_idx"}}
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- What FAILED, why and when.

@@ -29,22 +29,22 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}" (
 );
 
 -- The claim scans due PENDING rows in (available_at, id) order.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_pending_idx"
+CREATE INDEX {{if .Online}}CONCURRENTLY {{end}}IF NOT EXISTS "{{.Outbox}}_pending_idx"
     ON "{{.Outbox}}" (available_at, id) WHERE status = 'PENDING';
 -- Per-aggregate order: the head of an aggregate is its lowest unfinished id.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_aggregate_idx"
+CREATE INDEX {{if .Online}}CONCURRENTLY {{end}}IF NOT EXISTS "{{.Outbox}}_aggregate_idx"
     ON "{{.Outbox}}" (aggregate_type, aggregate_id, id)
     WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED');
 -- FAILED events hold back their aggregate; BLOCKED rows wait for them.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_failed_idx"
+CREATE INDEX {{if .Online}}CONCURRENTLY {{end}}IF NOT EXISTS "{{.Outbox}}_failed_idx"
     ON "{{.Outbox}}" (aggregate_type, aggregate_id, id) WHERE status = 'FAILED';
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_blocked_idx"
+CREATE INDEX {{if .Online}}CONCURRENTLY {{end}}IF NOT EXISTS "{{.Outbox}}_blocked_idx"
     ON "{{.Outbox}}" (id) WHERE status = 'BLOCKED';
 -- The reaper finds leases that ended.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_lease_idx"
+CREATE INDEX {{if .Online}}CONCURRENTLY {{end}}IF NOT EXISTS "{{.Outbox}}_lease_idx"
     ON "{{.Outbox}}" (locked_until) WHERE status = 'PROCESSING';
 -- The sweeper expires waiting events past their deadline.
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_expiry_idx"
+CREATE INDEX {{if .Online}}CONCURRENTLY {{end}}IF NOT EXISTS "{{.Outbox}}_expiry_idx"
     ON "{{.Outbox}}" (expires_at) WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL;
 
 -- What FAILED, why and when.

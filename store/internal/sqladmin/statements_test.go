@@ -1,0 +1,43 @@
+package sqladmin
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestRenderQuotesTablesAndNumbersPlaceholders(t *testing.T) {
+	d := Dialect{
+		Mark:   func(n int) string { return "$" + strconv.Itoa(n) },
+		Quote:  `"`,
+		Now:    "now()",
+		Ago:    func(m string) string { return "now() - " + m },
+		Text:   func(c string) string { return c + "::text" },
+		Minute: func(c string) string { return "date_trunc('minute', " + c + ")" },
+		Upsert: "ON CONFLICT (relay_id) DO NOTHING",
+	}
+	n := names{d: d, Q: d.Quote, Outbox: "ob", Relays: "ob_relays", Attempts: "ob_attempts", Now: d.Now, Upsert: d.Upsert}
+	r := render(n)
+	for name, want := range map[string][]string{
+		r.chainHeads:  {`FROM "ob" f`, "f.id, f.event_id::text, f.aggregate_type", "LIMIT $1"},
+		r.chainEvents: {`FROM "ob" WHERE status = 'BLOCKED'`, "id > $3", "LIMIT $4"},
+		r.throughput:  {`FROM "ob_attempts"`, "now() - $1"},
+		r.heartbeat:   {`INSERT INTO "ob_relays"`, "$3, now(), $4", "ON CONFLICT (relay_id) DO NOTHING"},
+		r.removeRelay: {`DELETE FROM "ob_relays" WHERE relay_id = $1`},
+	} {
+		for _, w := range want {
+			if !strings.Contains(name, w) {
+				t.Errorf("%q lacks %q", name, w)
+			}
+		}
+	}
+	n.DeliveredOnRow = true
+	if got := render(n).throughput; !strings.Contains(got, `UNION ALL SELECT date_trunc('minute', delivered_finished_at), 'DELIVERED'`) {
+		t.Errorf("throughput with deliveries on the row: %s", got)
+	}
+	n.IDs = "$1, $2"
+	got, err := statements.RenderNamed("blocked_behind", n)
+	if err != nil || !strings.Contains(got, "h.id IN ($1, $2)") {
+		t.Errorf("blocked_behind: %q, %v", got, err)
+	}
+}
