@@ -381,14 +381,18 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			close(g.open)
 			waitFor(t, 10*time.Second, "the fenced outcome", func() bool {
 				v, _ := sample(t, reg, "outbox_deliveries_total", "route", "default", "outcome", "fenced")
-				return v == 1
+				return v >= 1
 			})
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if got := mustSample(t, reg, "outbox_lease_lost_total"); got != 1 {
-				t.Errorf("lease lost = %v, want 1", got)
+			// On a loaded machine the redelivery can outlast the 200 ms
+			// lease too, and lose it again: every loss is one fenced
+			// outcome, however many there were.
+			fenced, _ := sample(t, reg, "outbox_deliveries_total", "route", "default", "outcome", "fenced")
+			if got := mustSample(t, reg, "outbox_lease_lost_total"); got < 1 || got != fenced {
+				t.Errorf("lease lost = %v, want at least 1 and as many as the fenced outcomes (%v)", got, fenced)
 			}
 		})
 	}
