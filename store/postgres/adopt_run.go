@@ -220,7 +220,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 }
 
 func (s *Store) statusCounts(ctx context.Context) (map[string]int64, int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM `+quote(s.t.Outbox)+` GROUP BY status`)
+	rows, err := s.pool.Query(ctx, adoptSQL(s.t, "count_by_status"))
 	if err != nil {
 		return nil, 0, fmt.Errorf("count the rows of %s by status: %w", s.t.Outbox, err)
 	}
