@@ -213,7 +213,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	// (it commits with the columns), and lists indexes before they exist,
 	// so that --down also removes an index an interrupted run left behind.
 	if len(record) > 0 {
-		a.inTx = slices.Insert(a.inTx, 2, "INSERT INTO "+quote(adoptsql.Table(s.t))+" (kind, name) VALUES\n    "+
+		a.inTx = slices.Insert(a.inTx, 2, adoptSQL(s.t, "record_insert")+"\n    "+
 			strings.Join(record, ",\n    ")+"\nON CONFLICT DO NOTHING")
 	}
 	return a, nil
