@@ -82,8 +82,7 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 		return sc, err
 	}
 	if countUnfinished && exists && !sc.Foreign() {
-		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quote(s.t.Outbox)+
-			" WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')").Scan(&sc.Unfinished); err != nil {
+		if err := s.db.QueryRowContext(ctx, adoptSQL(s.t, "count_unfinished")).Scan(&sc.Unfinished); err != nil {
 			return sc, fmt.Errorf("count unfinished events in %s: %w", s.t.Outbox, err)
 		}
 	}
@@ -158,7 +157,7 @@ func (s *Store) migrateDown(ctx context.Context, r *migrate.Runner) error {
 // columns, then the version table and the record itself. Each statement
 // can run again after an interruption.
 func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT kind, name FROM "+quote(adoptsql.Table(s.t))+" ORDER BY kind, name")
+	rows, err := s.db.QueryContext(ctx, adoptSQL(s.t, "record_read"))
 	if err != nil {
 		return nil, fmt.Errorf("read the adoption record of %s: %w", s.t.Outbox, err)
 	}
@@ -200,9 +199,9 @@ func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
 		}
 	}
 	if len(alters) > 0 {
-		out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+"\n    "+strings.Join(alters, ",\n    "))
+		out = append(out, adoptSQL(s.t, "alter_outbox")+"\n    "+strings.Join(alters, ",\n    "))
 	}
-	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(adoptsql.Table(s.t))), nil
+	return append(out, adoptSQL(s.t, "drop_migrations"), adoptSQL(s.t, "drop_record")), nil
 }
 
 func isGenerated(col string) bool { return col == "unfinished" || col == "waiting_expires_at" }
@@ -232,7 +231,7 @@ func (s *Store) indexes(ctx context.Context) ([]string, error) {
 }
 
 func (s *Store) statusCounts(ctx context.Context) (map[string]int64, int64, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT status, COUNT(*) FROM "+quote(s.t.Outbox)+" GROUP BY status")
+	rows, err := s.db.QueryContext(ctx, adoptSQL(s.t, "count_by_status"))
 	if err != nil {
 		return nil, 0, fmt.Errorf("count the rows of %s by status: %w", s.t.Outbox, err)
 	}

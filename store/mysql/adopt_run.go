@@ -140,8 +140,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 // it once more (delivered hours late in a zone behind UTC), and event_id
 // would be a version-1 UUID where the trigger makes a UUIDv7.
 func (s *Store) dropAdoptedDefaults(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, "SELECT name FROM "+quote(adoptsql.Table(s.t))+
-		" WHERE kind = 'column' AND name IN ('available_at', 'event_id') ORDER BY name")
+	rows, err := s.db.QueryContext(ctx, adoptSQL(s.t, "record_defaults"))
 	if err != nil {
 		return fmt.Errorf("adopt %s: read the adoption record: %w", s.t.Outbox, err)
 	}
@@ -159,7 +158,7 @@ func (s *Store) dropAdoptedDefaults(ctx context.Context) error {
 		return fmt.Errorf("adopt %s: read the adoption record: %w", s.t.Outbox, err)
 	}
 	for _, c := range cols {
-		q := "ALTER TABLE " + quote(s.t.Outbox) + " ALTER COLUMN " + quote(c) + " DROP DEFAULT"
+		q := adoptSQL(s.t, "alter_outbox") + " ALTER COLUMN " + quote(c) + " DROP DEFAULT"
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("adopt %s: %s: %w (run outbox migrate --adopt again to finish)", s.t.Outbox, q, err)
 		}
@@ -172,7 +171,6 @@ func (s *Store) dropAdoptedDefaults(ctx context.Context) error {
 // missing is added, so that a second run after an interruption finishes
 // the first.
 func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Schema, aggregateType string, res *store.AdoptResult) ([]string, []string, error) {
-	t := quote(s.t.Outbox)
 	for _, c := range adoptsql.RequiredColumns {
 		if slices.Contains(sc.Missing, c) {
 			return nil, nil, fmt.Errorf("%w: cannot adopt table %s: it lacks the columns %s, which no default can fill (it needs at least %s); nothing was changed",
@@ -239,11 +237,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		addIndexes = append(addIndexes, "ADD "+kind+" "+quote(name)+" ("+x.columns+")")
 		record = append(record, "('index', '"+name+"')")
 	}
-	plan := []string{"CREATE TABLE IF NOT EXISTS " + quote(adoptsql.Table(s.t)) + " (\n" +
-		"    kind       VARCHAR(20)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
-		"    name       VARCHAR(200) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
-		"    adopted_at DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n" +
-		"    PRIMARY KEY (kind, name)\n) ENGINE = InnoDB"}
+	plan := []string{adoptSQL(s.t, "record_table")}
 	var adds []string
 	for _, c := range sc.Missing {
 		adds = append(adds, "ADD COLUMN "+quote(c)+" "+adoptColumn(c, aggregateType, f))
@@ -257,27 +251,24 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if len(record) > 0 {
 		// Written before the DDL it describes, so that --down also removes
 		// what an interrupted run added.
-		plan = append(plan, "INSERT IGNORE INTO "+quote(adoptsql.Table(s.t))+" (kind, name) VALUES\n    "+strings.Join(record, ",\n    "))
+		plan = append(plan, adoptSQL(s.t, "record_insert")+"\n    "+strings.Join(record, ",\n    "))
 	}
 	if len(adds) > 0 {
-		plan = append(plan, "ALTER TABLE "+t+"\n    "+strings.Join(adds, ",\n    "))
+		plan = append(plan, adoptSQL(s.t, "alter_outbox")+"\n    "+strings.Join(adds, ",\n    "))
 	}
 	if slices.Contains(sc.Missing, "event_id") || nullable["event_id"] {
-		plan = append(plan, "UPDATE "+t+" SET event_id = UUID() WHERE event_id IS NULL",
-			"ALTER TABLE "+t+" MODIFY event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT (UUID())")
+		plan = append(plan, adoptSQL(s.t, "backfill_event_id"), adoptSQL(s.t, "event_id_not_null"))
 	}
 	if nullable["retry_count"] {
-		plan = append(plan, "UPDATE "+t+" SET retry_count = 0 WHERE retry_count IS NULL")
+		plan = append(plan, adoptSQL(s.t, "backfill_retry_count"))
 	}
 	plan = append(plan, siblingSQL...)
 	if len(addIndexes) > 0 {
-		plan = append(plan, "ALTER TABLE "+t+"\n    "+strings.Join(addIndexes, ",\n    ")+",\n    ALGORITHM=INPLACE, LOCK=NONE")
+		plan = append(plan, adoptSQL(s.t, "alter_outbox")+"\n    "+strings.Join(addIndexes, ",\n    ")+",\n    ALGORITHM=INPLACE, LOCK=NONE")
 	}
 	processingTx := []string{
-		"INSERT IGNORE INTO " + quote(s.t.Attempts) + " (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`)\n" +
-			"SELECT event_id, UUID(), '" + string(store.AdoptedOutcome) + "', id, retry_count, 'outbox migrate --adopt', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),\n" +
-			"    '" + adoptsql.Note + "'\nFROM " + t + " WHERE status = 'PROCESSING'",
-		"UPDATE " + t + " SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'",
+		adoptSQL(s.t, "audit_processing"),
+		adoptSQL(s.t, "release_processing"),
 	}
 	return plan, processingTx, nil
 }

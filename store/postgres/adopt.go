@@ -91,8 +91,7 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 		return sc, err
 	}
 	if countUnfinished && exists && !sc.Foreign() {
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+quote(s.t.Outbox)+
-			` WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`).Scan(&sc.Unfinished); err != nil {
+		if err := s.pool.QueryRow(ctx, adoptSQL(s.t, "count_unfinished")).Scan(&sc.Unfinished); err != nil {
 			return sc, fmt.Errorf("count unfinished events in %s: %w", s.t.Outbox, err)
 		}
 	}
@@ -170,7 +169,7 @@ func (s *Store) migrateDown(ctx context.Context, r *migrate.Runner) error {
 // adoption added: its sibling tables, indexes, constraints and columns,
 // then the version table and the record itself.
 func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, name FROM `+quote(adoptsql.Table(s.t))+` ORDER BY kind, name`)
+	rows, err := s.pool.Query(ctx, adoptSQL(s.t, "record_read"))
 	if err != nil {
 		return nil, fmt.Errorf("read the adoption record of %s: %w", s.t.Outbox, err)
 	}
@@ -194,14 +193,14 @@ func (s *Store) unadoptSQL(ctx context.Context) ([]string, error) {
 			case "index":
 				out = append(out, "DROP INDEX IF EXISTS "+quote(it.name))
 			case "constraint":
-				out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+" DROP CONSTRAINT IF EXISTS "+quote(it.name))
+				out = append(out, adoptSQL(s.t, "alter_outbox")+" DROP CONSTRAINT IF EXISTS "+quote(it.name))
 			case "column":
 				columns = append(columns, "DROP COLUMN IF EXISTS "+quote(it.name))
 			}
 		}
 	}
 	if len(columns) > 0 {
-		out = append(out, "ALTER TABLE "+quote(s.t.Outbox)+" "+strings.Join(columns, ", "))
+		out = append(out, adoptSQL(s.t, "alter_outbox")+" "+strings.Join(columns, ", "))
 	}
-	return append(out, "DROP TABLE IF EXISTS "+quote(s.t.Migrations), "DROP TABLE IF EXISTS "+quote(adoptsql.Table(s.t))), nil
+	return append(out, adoptSQL(s.t, "drop_migrations"), adoptSQL(s.t, "drop_record")), nil
 }

@@ -213,14 +213,14 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	// (it commits with the columns), and lists indexes before they exist,
 	// so that --down also removes an index an interrupted run left behind.
 	if len(record) > 0 {
-		a.inTx = slices.Insert(a.inTx, 2, "INSERT INTO "+quote(adoptsql.Table(s.t))+" (kind, name) VALUES\n    "+
+		a.inTx = slices.Insert(a.inTx, 2, adoptSQL(s.t, "record_insert")+"\n    "+
 			strings.Join(record, ",\n    ")+"\nON CONFLICT DO NOTHING")
 	}
 	return a, nil
 }
 
 func (s *Store) statusCounts(ctx context.Context) (map[string]int64, int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM `+quote(s.t.Outbox)+` GROUP BY status`)
+	rows, err := s.pool.Query(ctx, adoptSQL(s.t, "count_by_status"))
 	if err != nil {
 		return nil, 0, fmt.Errorf("count the rows of %s by status: %w", s.t.Outbox, err)
 	}

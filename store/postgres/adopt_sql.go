@@ -7,8 +7,9 @@ import (
 )
 
 // adoptStatements are the adoption's fixed statements, in the template
-// syntax of the queries and migrations: {{.Outbox}}, {{.Attempts}} and
-// {{.Record}} (the adoption record) are the validated table names, and
+// syntax of the queries and migrations: {{.Outbox}}, {{.Attempts}},
+// {{.Migrations}} and {{.Record}} (the adoption record) are the validated
+// table names, and
 // {{.Outcome}} and {{.Note}} are the adoption's constants.
 var adoptStatements = sqltext.MustParse("adopt", `
 {{define "record_table"}}CREATE TABLE IF NOT EXISTS "{{.Record}}" (
@@ -28,6 +29,15 @@ SELECT event_id, gen_random_uuid(), '{{.Outcome}}', id, retry_count, 'outbox mig
     '{{.Note}}'
 FROM "{{.Outbox}}" WHERE status = 'PROCESSING'{{end}}
 {{define "release_processing"}}UPDATE "{{.Outbox}}" SET status = 'PENDING', locked_until = NULL, lock_token = NULL WHERE status = 'PROCESSING'{{end}}
+
+{{define "count_unfinished"}}SELECT count(*) FROM "{{.Outbox}}" WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED'){{end}}
+{{define "count_by_status"}}SELECT status, count(*) FROM "{{.Outbox}}" GROUP BY status{{end}}
+
+{{define "record_insert"}}INSERT INTO "{{.Record}}" (kind, name) VALUES{{end}}
+{{define "record_read"}}SELECT kind, name FROM "{{.Record}}" ORDER BY kind, name{{end}}
+{{define "alter_outbox"}}ALTER TABLE "{{.Outbox}}"{{end}}
+{{define "drop_migrations"}}DROP TABLE IF EXISTS "{{.Migrations}}"{{end}}
+{{define "drop_record"}}DROP TABLE IF EXISTS "{{.Record}}"{{end}}
 `)
 
 // adoptNames is what the adoption's statements render with.

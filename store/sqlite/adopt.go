@@ -56,8 +56,7 @@ func (s *Store) inspect(ctx context.Context, countUnfinished bool) (store.Schema
 		return sc, err
 	}
 	if countUnfinished && exists && !sc.Foreign() {
-		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM "`+s.t.Outbox+
-			`" WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`).Scan(&sc.Unfinished); err != nil {
+		if err := s.db.QueryRowContext(ctx, s.q.countUnfinished).Scan(&sc.Unfinished); err != nil {
 			return sc, fmt.Errorf("count unfinished events in %s: %w", s.t.Outbox, err)
 		}
 	}

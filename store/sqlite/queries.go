@@ -35,6 +35,10 @@ type queries struct {
 	// whose VALUES rows are written per call from placeholders and fixed
 	// expressions; eventExists tells whether event ? exists.
 	enqueueHead, eventExists string
+
+	// countUnfinished counts the events not yet finished, for the schema
+	// inspection (adopt.go).
+	countUnfinished string
 }
 
 // names is what the statements are rendered with: the table names, and
@@ -91,6 +95,7 @@ func buildQueries(t store.Tables) queries {
 		selectMatching:      render(t, `SELECT id, event_id FROM "{{.Outbox}}" WHERE `),
 		enqueueHead:         render(t, `INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `),
 		eventExists:         render(t, `SELECT EXISTS (SELECT 1 FROM "{{.Outbox}}" WHERE event_id = ?)`),
+		countUnfinished:     render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`),
 	}
 }
 
