@@ -40,14 +40,7 @@ FROM "{{.Outbox}}" WHERE status = 'PROCESSING'{{end}}
 {{define "drop_record"}}DROP TABLE IF EXISTS "{{.Record}}"{{end}}
 `)
 
-// adoptNames is what the adoption's statements render with.
-type adoptNames struct {
-	store.Tables
-	Record, Outcome, Note string
-}
-
 // adoptSQL renders the adoption's fixed statement name for the tables t.
 func adoptSQL(t store.Tables, name string) string {
-	return adoptStatements.MustRenderNamed(name, adoptNames{Tables: t, Record: adoptsql.Table(t),
-		Outcome: string(store.AdoptedOutcome), Note: adoptsql.Note})
+	return adoptStatements.MustRenderNamed(name, adoptsql.NamesFor(t))
 }

@@ -64,3 +64,16 @@ func ValidateOptions(o store.AdoptOptions) error {
 	}
 	return nil
 }
+
+// Names is what the backends' adoption statements render with: the
+// tables, the adoption record's table, and the audit outcome and note of
+// a row that adoption set back to PENDING.
+type Names struct {
+	store.Tables
+	Record, Outcome, Note string
+}
+
+// NamesFor returns the Names of the tables t.
+func NamesFor(t store.Tables) Names {
+	return Names{Tables: t, Record: Table(t), Outcome: string(store.AdoptedOutcome), Note: Note}
+}
