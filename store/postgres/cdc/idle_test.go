@@ -13,7 +13,8 @@ import (
 )
 
 // An idle outbox holds no WAL: while another table takes 64 MB of writes,
-// the keepalives move the slot on, and its lag stays under 16 MB. The lag
+// in 4 MB chunks, the keepalives move the slot on past each chunk, and its
+// lag stays under 16 MB. The lag
 // is measured against the whole server's WAL, so the test runs on a
 // private cluster: on the shared server, other tests' writes (another copy
 // of the suite, say) add to it.
@@ -36,6 +37,10 @@ func TestIdleOutboxSlotFollowsOtherWrites(t *testing.T) {
 	const chunks, rowsPerChunk = 16, 4000 // about 4 MB of WAL a chunk
 	worst := int64(0)
 	for c := 0; c < chunks; c++ {
+		var before string
+		if err := h.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&before); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := h.pool.Exec(ctx, `INSERT INTO `+other+` SELECT g, repeat(md5(g::text), 30) FROM generate_series($1::bigint, $2::bigint) g`,
 			c*rowsPerChunk, (c+1)*rowsPerChunk-1); err != nil {
 			t.Fatal(err)
@@ -45,6 +50,16 @@ func TestIdleOutboxSlotFollowsOtherWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		worst = max(worst, l.Bytes)
+		// The slot follows each chunk: it passes where the chunk began
+		// before the next one is written. Without the keepalive advance
+		// it never moves, and this wait fails; with it, how far behind the
+		// slot is depends on how fast the server writes (a private cluster
+		// writes 4 MB in a few milliseconds), so the writes wait for it.
+		eventually(t, 30*time.Second, fmt.Sprintf("the slot to pass chunk %d's start", c), func() bool {
+			var passed bool
+			err := h.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, before).Scan(&passed)
+			return err == nil && passed
+		})
 	}
 	var written int64
 	if err := h.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, startLSN).Scan(&endLSN, &written); err != nil {
