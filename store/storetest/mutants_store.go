@@ -23,6 +23,7 @@ func RunStoreGuarantees(t *testing.T, newHarness Factory) {
 		{"AttemptRowsTellFencedFromApplied", testAttemptRowsFencedApplied},
 		{"FollowersWaitForTheLatestRetry", testFollowersWaitForLatestRetry},
 		{"FailedCompleteBlocksFollowersAtOnce", testFailedBlocksAtOnce},
+		{"PileBehindHeadWhileOwnBatchInFlightDoesNotStarveOthers", testPileBehindHeadWhileOwnInFlight},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +181,62 @@ func testFailedBlocksAtOnce(t *testing.T, h *Harness) {
 		}
 		if d := follower.AvailableAt.Sub(c.DBTime); d < 59*time.Minute {
 			t.Errorf("%s: the follower of a retried event is available in %s, want it pushed back with its head (1h)", name, d)
+		}
+	}
+}
+
+// testPileBehindHeadWhileOwnInFlight is testPileBehindFailed for a relay
+// that pipelines: the aggregate's first event ends FAILED (or is retried
+// in an hour) while the relay's next batch of the aggregate is still in
+// flight under a claim of its own. The events enqueued behind it after
+// that are still held back by the claim itself (BLOCKED behind the FAILED
+// head, or pushed back to the retried head's time), so however many pile
+// up they never fill the window of the relay's next claims, and the other
+// aggregates are reached.
+func testPileBehindHeadWhileOwnInFlight(t *testing.T, h *Harness) {
+	if !h.Store.Features().ClaimBehindOwn {
+		t.Skip("the store does not declare ClaimBehindOwn: its relay never claims behind its own batch")
+	}
+	ctx := context.Background()
+	for _, kind := range []store.OutcomeKind{store.Failed, store.Retry} {
+		piled, healthy := "piled-"+string(kind), "healthy-"+string(kind)
+		Enqueue(t, h, PaymentEvent(piled, 1), PaymentEvent(piled, 2))
+		first := claimWith(t, h.Store, store.ClaimRequest{Limit: 1})
+		second := claimWith(t, h.Store, store.ClaimRequest{Limit: 1, Own: []string{first.Token}})
+		if len(first.Events) != 1 || len(second.Events) != 1 || second.Events[0].ID <= first.Events[0].ID {
+			t.Fatalf("%s: pipelined claims took %d and %d events, want the aggregate's first, then its second", kind, len(first.Events), len(second.Events))
+		}
+		outs := outcomes(first, kind)
+		outs[0].RetryIn = time.Hour
+		complete(t, h.Store, first, true, outs)
+		pile := []outbox.Event{PaymentEvent(piled, 3), PaymentEvent(piled, 4), PaymentEvent(piled, 5), PaymentEvent(piled, 6)}
+		Enqueue(t, h, pile...)
+		other := Enqueue(t, h, PaymentEvent(healthy, 1))[0]
+		reached := false
+		for i := 0; i < 5 && !reached; i++ {
+			got := claimWith(t, h.Store, store.ClaimRequest{Limit: 2, Own: []string{second.Token}})
+			for _, e := range got.Events {
+				if e.AggregateID == piled {
+					t.Fatalf("%s: claimed %s/%d behind a head that is not delivered", kind, e.AggregateID, e.ID)
+				}
+				reached = reached || e.EventID == other
+			}
+		}
+		if !reached {
+			t.Fatalf("%s: 5 claims with a window of 2, the relay's own batch in flight, never reached the other aggregate's event queued behind the pile", kind)
+		}
+		for n := 3; n <= 6; n++ {
+			r, err := h.Store.GetEvent(ctx, mustFind(t, h, piled, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case kind == store.Failed && r.Status != outbox.StatusBlocked:
+				t.Errorf("%s: event %d of the pile is %s, want BLOCKED behind the FAILED head", kind, n, r.Status)
+			case kind == store.Retry && (r.Status != outbox.StatusPending || r.AvailableAt.Sub(first.DBTime) < 59*time.Minute):
+				t.Errorf("%s: event %d of the pile is %s, available at %s; want PENDING, pushed back to its head's retry in an hour (claimed at %s)",
+					kind, n, r.Status, r.AvailableAt, first.DBTime)
+			}
 		}
 	}
 }
