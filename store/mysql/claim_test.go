@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/outbox"
 )
 
 func TestPlanClaim(t *testing.T) {
@@ -72,6 +74,17 @@ func TestPlanClaim(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLockOrder: Enqueue locks every aggregate of its events, each once,
+// in one ascending order, so that two producers never deadlock on them.
+func TestLockOrder(t *testing.T) {
+	ev := func(typ, id string) outbox.Event { return outbox.Event{AggregateType: typ, AggregateID: id} }
+	got := lockOrder([]outbox.Event{ev("payment", "b"), ev("order", "z"), ev("payment", "a"), ev("payment", "b"), ev("order", "a")})
+	want := []aggKey{{"order", "a"}, {"order", "z"}, {"payment", "a"}, {"payment", "b"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("lockOrder = %v, want %v", got, want)
 	}
 }
 

@@ -133,18 +133,7 @@ func eventSize(e *outbox.Event) int {
 // then already held, so its ids follow every earlier commit of those
 // aggregates. The sorted order keeps two Enqueue calls from deadlocking.
 func (s *Store) lockAggregates(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
-	type key struct{ typ, id string }
-	keys := make([]key, 0, len(events))
-	for i := range events {
-		keys = append(keys, key{events[i].AggregateType, events[i].AggregateID})
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if c := strings.Compare(a.typ, b.typ); c != 0 {
-			return c
-		}
-		return strings.Compare(a.id, b.id)
-	})
-	keys = slices.Compact(keys)
+	keys := lockOrder(events)
 	var b strings.Builder
 	args := make([]any, 0, 2*len(keys))
 	b.WriteString(s.q.lockAggregatesHead)
@@ -160,6 +149,22 @@ func (s *Store) lockAggregates(ctx context.Context, tx *sql.Tx, events []outbox.
 		return s.wrap("enqueue: lock aggregates", err)
 	}
 	return nil
+}
+
+// lockOrder is the events' aggregates, each once, in the ascending
+// (aggregate_type, aggregate_id) order in which lockAggregates locks them.
+func lockOrder(events []outbox.Event) []aggKey {
+	keys := make([]aggKey, 0, len(events))
+	for i := range events {
+		keys = append(keys, aggKey{events[i].AggregateType, events[i].AggregateID})
+	}
+	slices.SortFunc(keys, func(a, b aggKey) int {
+		if c := strings.Compare(a.typ, b.typ); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	return slices.Compact(keys)
 }
 
 // insertStatement builds one multi-row INSERT. created_at and durations
