@@ -346,3 +346,64 @@ func TestDeepPayloadRefusedBeforeSQL(t *testing.T) {
 		t.Fatalf("32 levels: %v, want an InvalidEventError for event #1's payload", err)
 	}
 }
+
+// TestDeepCompensationRefusedBeforeSQL: the compensating event's payload
+// is stored inside the on_expired JSON document, one level down, so it may
+// nest 30 levels, and 31 get the typed error rather than a CHECK failure.
+func TestDeepCompensationRefusedBeforeSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	s := newStore(t, db, mysql.Config{})
+	nested := func(levels int) []byte {
+		return []byte(strings.Repeat(`{"a":`, levels) + "1" + strings.Repeat("}", levels))
+	}
+	withCompensation := func(levels int) outbox.Event {
+		return outbox.Event{AggregateType: "p", AggregateID: "deep-compensation", EventType: "E", Payload: []byte(`{}`),
+			ExpiresAt: time.Now().Add(time.Hour), OnExpired: &outbox.Compensation{EventType: "Cancelled", Payload: nested(levels)}}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := s.Enqueue(ctx, tx, withCompensation(30)); err != nil {
+		t.Fatalf("a compensation payload 30 levels deep: %v", err)
+	}
+	_, err = s.Enqueue(ctx, tx, withCompensation(30), withCompensation(31))
+	var ie *outbox.InvalidEventError
+	if !errors.As(err, &ie) || ie.Index != 1 || ie.Field != "on_expired" || !strings.Contains(ie.Reason, "31 levels") {
+		t.Fatalf("a compensation payload 31 levels deep: %v, want an InvalidEventError for event #1's on_expired", err)
+	}
+}
+
+// TestEnqueueSplitsByBytes: one Enqueue of 1,000 events of 20 KB each
+// (20 MB, over MariaDB's default max_allowed_packet of 16 MiB) is split
+// into INSERTs of at most about 4 MiB, so it succeeds whatever the server's
+// packet limit, down to MariaDB's default.
+func TestEnqueueSplitsByBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	s := newStore(t, db, mysql.Config{})
+	payload := []byte(`{"blob":"` + strings.Repeat("x", 20_000) + `"}`)
+	events := make([]outbox.Event, 1000)
+	for i := range events {
+		events[i] = outbox.Event{AggregateType: "p", AggregateID: fmt.Sprintf("bytes-%d", i%10), EventType: "E", Payload: payload}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := s.Enqueue(ctx, tx, events...); err != nil {
+		t.Fatalf("Enqueue of 1,000 events of 20 KB: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx, true)
+	if err != nil || st.Counts[outbox.StatusPending] != 1000 {
+		t.Fatalf("stats = %+v, %v; want 1000 PENDING", st.Counts, err)
+	}
+}
