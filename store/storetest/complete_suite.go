@@ -193,6 +193,12 @@ func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	if r.Status != outbox.StatusPending || r.RetryCount != 0 {
 		t.Fatalf("reaped row is %s with retry_count %d, want PENDING keeping retry_count 0", r.Status, r.RetryCount)
 	}
+	// The reaper audits the attempt whose lease ended: its number, the
+	// claim token it ran under, and the sweeper that returned it.
+	if atts, err := h.Store.Attempts(ctx, r.EventID); err != nil || len(atts) != 1 ||
+		atts[0].Outcome != store.LeaseExpired || atts[0].Attempt != 1 || atts[0].ClaimToken != old.Token || atts[0].RelayID != "sweeper" {
+		t.Fatalf("audit of the reaped attempt = %+v, %v; want one LEASE_EXPIRED row for attempt 1 under token %s by relay sweeper", atts, err, old.Token)
+	}
 	fresh := claim(t, h.Store, 10, time.Minute, true)
 	if len(fresh.Events) != 1 {
 		t.Fatalf("second relay claimed %d, want the reaped event", len(fresh.Events))
@@ -350,8 +356,8 @@ func testExpiry(t *testing.T, h *Harness) {
 		t.Fatalf("waiting event after its deadline: %s %q", r.Status, r.LastError)
 	}
 	atts, err := h.Store.Attempts(ctx, r.EventID)
-	if err != nil || len(atts) != 1 || atts[0].Outcome != store.Expired {
-		t.Fatalf("audit of an expiry = %+v, %v", atts, err)
+	if err != nil || len(atts) != 1 || atts[0].Outcome != store.Expired || atts[0].Attempt != 1 || atts[0].ClaimToken == "" {
+		t.Fatalf("audit of an expiry = %+v, %v; want one EXPIRED row for attempt 1 (the one that would have come next) with a token of its own", atts, err)
 	}
 }
 
