@@ -110,9 +110,15 @@ func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, la
 		})
 	}
 	elapsed := time.Since(start)
-	var walBytes float64
+	var (
+		walBytes float64
+		walEnd   string
+	)
 	if err == nil {
-		walBytes, err = r.walSince(ctx, walStart)
+		walEnd, err = r.walLSN(ctx)
+	}
+	if err == nil {
+		walBytes, err = r.walBetween(ctx, walStart, walEnd)
 	}
 	stopProfile()
 	if stopErr := stop(); err == nil && stopErr != nil {
@@ -124,7 +130,9 @@ func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, la
 	rate := float64(n) / elapsed.Seconds()
 	progress(fmt.Sprintf("%s: %.0f events/s (%s)", label, rate, elapsed.Round(time.Millisecond)))
 	perEvent := walBytes / float64(n)
-	progress(fmt.Sprintf("%s: %.0f WAL bytes per event", label, perEvent))
+	// The LSN range lets pg_waldump --stats=record --start A --end B
+	// break the WAL down by record kind and full-page images.
+	progress(fmt.Sprintf("%s: %.0f WAL bytes per event (LSN %s to %s)", label, perEvent, walStart, walEnd))
 	return drainRun{rate: rate, duplicates: seen.Load() - n, walPerEvent: perEvent}, nil
 }
 
@@ -137,10 +145,10 @@ func (r *runner) walLSN(ctx context.Context) (string, error) {
 	return lsn, nil
 }
 
-// walSince is the number of WAL bytes the server wrote since lsn.
-func (r *runner) walSince(ctx context.Context, lsn string) (float64, error) {
+// walBetween is the number of WAL bytes from one position to another.
+func (r *runner) walBetween(ctx context.Context, from, to string) (float64, error) {
 	var bytes float64
-	if err := r.admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8`, lsn).Scan(&bytes); err != nil {
+	if err := r.admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::float8`, from, to).Scan(&bytes); err != nil {
 		return 0, fmt.Errorf("read the WAL written: %w", err)
 	}
 	return bytes, nil
