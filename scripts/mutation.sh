@@ -92,7 +92,7 @@ for t in "${targets[@]}"; do
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
 		target mysql-claim store/mysql "$(all_but store/mysql claim sweep enqueue)" \
-			"./store/mysql" '^(TestConformance|TestRelayConformance|TestPlanClaim|TestAggregateLock|TestNoAggregateLock)' 'TestConformance/Snapshot' ;;
+			"./store/mysql" '^(TestConformance|TestRelayConformance|TestPlanClaim|TestReadWindow|TestJSONDepth|TestAggregateLock|TestPlainInsertWaitsForEnqueue|TestEnqueue|TestDeep|TestLockOrder|TestProcessingRowWithoutToken|TestProducersWhileTwoRelaysClaim|TestSweep)' 'TestConformance/Snapshot' ;;
 	sqlite) # relay.go (claim, complete, sweep), store.go (the clock, write transactions)
 		target sqlite store/sqlite "$(all_but store/sqlite relay store)" \
 			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestFormatTime)' 'TestConformance/Snapshot' ;;
