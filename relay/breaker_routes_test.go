@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/httpsink"
+	"github.com/txoutbox/outbox/store"
 )
 
 // twoRoutes sends payment events to one HTTP sink and merchant events to
@@ -51,20 +53,23 @@ func (s twoRoutes) Close(context.Context) error { return nil }
 
 var _ sink.Destinations = twoRoutes{}
 
-// routeRun is what the healthy route saw in one run.
+// routeRun is what one run of runTwoRoutes saw.
 type routeRun struct {
-	delivered int
-	rate      float64 // events accepted per second over the run
-	p99       time.Duration
+	delivered int            // events the merchant route (always up) accepted
+	rate      float64        // ... per second over the run
+	p99       time.Duration  // ... commit-to-gateway latency
+	sent      int            // events sent to each route
+	downCalls int64          // requests the payment gateway answered 503
+	failed    int64          // events that ended FAILED (dead letters)
+	opened    map[string]int // route -> times its breaker opened
 }
 
 // runTwoRoutes produces perSecond events per second on each route for d
-// and returns what the merchant route (always up) saw; the payment route's
-// gateway is down when paymentDown.
-func runTwoRoutes(t *testing.T, paymentDown bool, perSecond int, d time.Duration) routeRun {
+// with the payment route's gateway down, and returns what the routes saw.
+func runTwoRoutes(t *testing.T, perSecond int, d time.Duration) routeRun {
 	ob := newPGOutbox(t)
 	pay, mer := newGateway(t), newGateway(t)
-	pay.down.Store(paymentDown)
+	pay.down.Store(true)
 	r, err := relay.New(relay.Config{Store: ob.store, Logger: slog.New(slog.DiscardHandler),
 		Sink: twoRoutes{payment: newHTTPSink(t, pay.srv.URL+"/pay"), merchant: newHTTPSink(t, mer.srv.URL+"/merchant")}})
 	if err != nil {
@@ -100,35 +105,52 @@ func runTwoRoutes(t *testing.T, paymentDown bool, perSecond int, d time.Duration
 	if violations != 0 {
 		t.Errorf("%d order violations on the healthy route", violations)
 	}
+	st, err := ob.store.Stats(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := map[string]int{}
+	for _, e := range ob.routeLog(t, "") {
+		if e.To == store.BreakerOpen {
+			opened[e.Route]++
+		}
+	}
 	mer.mu.Lock()
 	lat := slices.Clone(mer.latencies)
 	mer.mu.Unlock()
 	slices.Sort(lat)
-	return routeRun{delivered: n, rate: float64(n) / elapsed.Seconds(), p99: lat[len(lat)*99/100]}
+	return routeRun{delivered: n, rate: float64(n) / elapsed.Seconds(), p99: lat[len(lat)*99/100],
+		sent: sent, downCalls: pay.downRequests.Load(), failed: st.Counts[outbox.StatusFailed], opened: opened}
 }
 
-// TestBreakerTwoRoutesOneDown: with one route's gateway down (its breaker
-// open), the other route's delivery rate and p99 latency stay close to a
-// run with both up. The two runs go side by side, on outboxes of their
-// own, so that they share whatever else loads the machine; the bounds are
-// loose (a shared 2-core machine) and the figures are logged.
+// TestBreakerTwoRoutesOneDown: with one route's gateway down, that
+// route's breaker opens and the other's does not, so the other route is
+// delivered in full and in order while the down route's events wait
+// (none ends FAILED). The healthy route's rate and latency are logged, not
+// asserted: how fast it goes is a benchmark's business, not a test's.
 func TestBreakerTwoRoutesOneDown(t *testing.T) {
 	t.Parallel()
-	const perSecond, d = 100, 8 * time.Second
-	var up, down routeRun
-	t.Run("side by side", func(t *testing.T) {
-		t.Run("both up", func(t *testing.T) { t.Parallel(); up = runTwoRoutes(t, false, perSecond, d) })
-		t.Run("one down", func(t *testing.T) { t.Parallel(); down = runTwoRoutes(t, true, perSecond, d) })
-	})
+	run := runTwoRoutes(t, 100, 8*time.Second)
 	if t.Failed() {
 		return
 	}
-	t.Logf("healthy route, both up: %d events, %.0f/s, p99 %s; other route down: %d events, %.0f/s, p99 %s",
-		up.delivered, up.rate, up.p99.Round(time.Millisecond), down.delivered, down.rate, down.p99.Round(time.Millisecond))
-	if down.rate < 0.6*up.rate {
-		t.Errorf("healthy route's rate fell from %.0f/s to %.0f/s while the other was down", up.rate, down.rate)
+	t.Logf("healthy route: %d events, %.0f/s, p99 %s; the down gateway answered %d calls for %d events; breakers opened: %v",
+		run.delivered, run.rate, run.p99.Round(time.Millisecond), run.downCalls, run.sent, run.opened)
+	if run.delivered < run.sent {
+		t.Errorf("the healthy route delivered %d of %d events while the other was down", run.delivered, run.sent)
 	}
-	if down.p99 > 2*up.p99+500*time.Millisecond {
-		t.Errorf("healthy route's p99 rose from %s to %s while the other was down", up.p99, down.p99)
+	if run.failed != 0 {
+		t.Errorf("%d events ended FAILED while their gateway was down; want them held by the open breaker", run.failed)
+	}
+	payOpened, otherOpened := 0, 0
+	for route, n := range run.opened {
+		if strings.HasSuffix(route, "/pay") {
+			payOpened += n
+		} else {
+			otherOpened += n
+		}
+	}
+	if payOpened == 0 || otherOpened != 0 {
+		t.Errorf("breakers opened %v; want the down route's (\".../pay\") only", run.opened)
 	}
 }
