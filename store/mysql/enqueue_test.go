@@ -372,7 +372,7 @@ func TestDeepCompensationRefusedBeforeSQL(t *testing.T) {
 	}
 	_, err = s.Enqueue(ctx, tx, withCompensation(30), withCompensation(31))
 	var ie *outbox.InvalidEventError
-	if !errors.As(err, &ie) || ie.Index != 1 || ie.Field != "on_expired" || !strings.Contains(ie.Reason, "31 levels") {
+	if !errors.As(err, &ie) || ie.Index != 1 || ie.Field != "on_expired" || !strings.Contains(ie.Reason, "31 levels") || !strings.Contains(ie.Reason, "more than 30") {
 		t.Fatalf("a compensation payload 31 levels deep: %v, want an InvalidEventError for event #1's on_expired", err)
 	}
 }
