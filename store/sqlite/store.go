@@ -395,15 +395,20 @@ func (s *Store) writeTx(ctx context.Context, f func(c *sql.Conn, now string) err
 			return err
 		}
 		defer c.Close()
-		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-			return err
-		}
+		// The rollback is armed before BEGIN: a BEGIN that took effect but
+		// reported an error (its context ended as it returned) must not
+		// leave the connection in the pool inside a transaction, where the
+		// next BEGIN on it fails with "cannot start a transaction within a
+		// transaction".
 		done := false
 		defer func() {
 			if !done {
 				s.rollback(c)
 			}
 		}()
+		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return err
+		}
 		var now string
 		if err := c.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
 			return err
@@ -470,15 +475,20 @@ func (s *Store) readTx(ctx context.Context, f func(c *sql.Conn, now string) erro
 			return err
 		}
 		defer c.Close()
-		if _, err := c.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
-			return err
-		}
+		// The rollback is armed before BEGIN: a BEGIN that took effect but
+		// reported an error (its context ended as it returned) must not
+		// leave the connection in the pool inside a transaction, where the
+		// next BEGIN on it fails with "cannot start a transaction within a
+		// transaction".
 		done := false
 		defer func() {
 			if !done {
 				s.rollback(c)
 			}
 		}()
+		if _, err := c.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+			return err
+		}
 		var now string
 		if err := c.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
 			return err
