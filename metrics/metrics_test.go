@@ -362,7 +362,11 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			}
 			b.enqueue(t, event("slow", 0))
 			g := &gateSink{entered: make(chan struct{}), open: make(chan struct{})}
-			r, err := relay.New(relay.Config{Store: b.store, Sink: g, Observer: m, Lease: 200 * time.Millisecond,
+			// The lease is long enough for a claim on a loaded machine: the
+			// relay gives a claim half the lease, and a claim that ran out
+			// of it may have committed unseen, its row then waiting for a
+			// reaper (this relay's own never runs here).
+			r, err := relay.New(relay.Config{Store: b.store, Sink: g, Observer: m, Lease: 2 * time.Second,
 				SweepInterval: time.Hour, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
@@ -370,16 +374,26 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- r.Run(ctx) }()
-			<-g.entered
-			// The lease ends while the sink holds the batch: the reaper
-			// (here, another process's sweep) takes the row back.
+			// The reaper is another process's sweep. While the relay has not
+			// reached the sink yet, it returns what such a claim stranded.
 			other := b.another(t)
-			waitFor(t, 10*time.Second, "the reaper to take the batch back", func() bool {
+			waitFor(t, time.Minute, "the relay to hand the batch to the sink", func() bool {
+				select {
+				case <-g.entered:
+					return true
+				default:
+					_, _ = other.Sweep(context.Background(), store.SweepRequest{RelayID: "reaper"})
+					return false
+				}
+			})
+			// The lease ends while the sink holds the batch: the reaper
+			// takes the row back.
+			waitFor(t, 30*time.Second, "the reaper to take the batch back", func() bool {
 				res, err := other.Sweep(context.Background(), store.SweepRequest{RelayID: "reaper"})
 				return err == nil && res.Reaped > 0
 			})
 			close(g.open)
-			waitFor(t, 10*time.Second, "the fenced outcome", func() bool {
+			waitFor(t, 30*time.Second, "the fenced outcome", func() bool {
 				v, _ := sample(t, reg, "outbox_deliveries_total", "route", "default", "outcome", "fenced")
 				return v >= 1
 			})
