@@ -288,7 +288,7 @@ func scaleRelayArgs(dsn, table, lease string) []string {
 
 func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 	dsn, table := bc.dsn(t), newTable()
-	const total = 3000
+	const total = 2000
 	mustCLI(t, "", "migrate", "--db", dsn, "--table", table)
 	mustCLI(t, eventLines(total, scaleAggs, ""), "enqueue", "--db", dsn, "--table", table)
 	gw := newScaleGateway(0)
@@ -313,7 +313,7 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 		kill bool
 		at   int
 	}
-	steps := []step{{true, 300}, {false, 600}, {true, 900}, {false, 1200}, {true, 1500}, {true, 2100}}
+	steps := []step{{true, total / 10}, {false, total / 5}, {true, total * 3 / 10}, {false, total * 2 / 5}, {true, total / 2}, {true, total * 7 / 10}}
 	type killed struct{ relay, eventID string }
 	var kills []killed
 	for _, s := range steps {
@@ -403,7 +403,7 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 
 func scaleNoKills(t *testing.T, bc backendCase) {
 	dsn, table := bc.dsn(t), newTable()
-	const total = 2000
+	const total = 1500
 	mustCLI(t, "", "migrate", "--db", dsn, "--table", table)
 	mustCLI(t, eventLines(total, scaleAggs, ""), "enqueue", "--db", dsn, "--table", table)
 	// Requests wait until two relays have sent one: a relay holds at most
