@@ -1,0 +1,469 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox/internal/testenv/wait"
+)
+
+// The scale test's gateway tells relays apart by the path of the sink URL:
+// each relay is started with --sink <gateway>/approve/<its relay id>. The
+// HTTP sink sends no header naming the relay, so the path is the one thing
+// per relay the gateway can see.
+const scalePath = "/approve/"
+
+// span is one request the gateway answered with 2xx: which relay sent it,
+// for which aggregate, and when it arrived and when its response was
+// flushed.
+type span struct {
+	relay    string
+	agg, seq int
+	from, to time.Time
+}
+
+// stall is the request a kill point holds: the relay that sent it is
+// SIGKILLed before the request is answered, so its event stays PROCESSING
+// under that relay's lease until a sweeper reaps it.
+type stall struct {
+	relay, eventID string
+	release        chan struct{}
+}
+
+// scaleGateway answers every request 200 and records, per request, the
+// relay, the aggregate and the times. It can hold the first request from a
+// live relay at or after a receive count (a kill point), and can hold all
+// requests until a number of relays have sent one (so that the work is
+// shared whatever the start-up order).
+type scaleGateway struct {
+	mu       sync.Mutex
+	n        int
+	received []receipt
+	spans    []span
+	by       map[string][]string // relay -> event ids it delivered
+	seen     map[string]bool     // relays that sent a request
+	dead     map[string]bool     // relays the test killed
+	killNext int                 // hold the first request from a live relay at n >= killNext (0: none)
+	stalls   chan stall
+	gateAt   int           // hold requests until this many relays have sent one (0: none)
+	gate     chan struct{} // closed once gateAt relays were seen
+	quit     chan struct{} // closed when the test ends: nothing stays held
+}
+
+func newScaleGateway(gateAt int) *scaleGateway {
+	g := &scaleGateway{by: map[string][]string{}, seen: map[string]bool{}, dead: map[string]bool{},
+		stalls: make(chan stall), gateAt: gateAt, gate: make(chan struct{}), quit: make(chan struct{})}
+	if gateAt == 0 {
+		close(g.gate)
+	}
+	return g
+}
+
+func (g *scaleGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	from := time.Now()
+	relay := strings.TrimPrefix(r.URL.Path, scalePath)
+	id := r.Header.Get("Idempotency-Key")
+	body, _ := io.ReadAll(r.Body)
+	g.mu.Lock()
+	g.n++
+	if !g.seen[relay] {
+		g.seen[relay] = true
+		if g.gateAt > 0 && len(g.seen) == g.gateAt {
+			close(g.gate)
+		}
+	}
+	kill := g.killNext > 0 && g.n >= g.killNext && !g.dead[relay]
+	if kill {
+		g.killNext = 0
+	}
+	g.mu.Unlock()
+	if kill {
+		s := stall{relay: relay, eventID: id, release: make(chan struct{})}
+		select {
+		case g.stalls <- s:
+		case <-g.quit:
+			return
+		}
+		select { // the relay is dead when this returns: nobody reads the answer
+		case <-s.release:
+		case <-g.quit:
+		}
+		return
+	}
+	select {
+	case <-g.gate:
+	case <-g.quit:
+		return
+	}
+	var p struct{ Agg, Seq int }
+	_ = json.Unmarshal(body, &p)
+	g.mu.Lock()
+	// Recorded before the answer: the relay sends the aggregate's next
+	// event only after it, so the record order is the delivery order.
+	g.received = append(g.received, receipt{id, p.Agg, p.Seq})
+	g.by[relay] = append(g.by[relay], id)
+	i := len(g.spans)
+	g.spans = append(g.spans, span{relay: relay, agg: p.Agg, seq: p.Seq, from: from})
+	g.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	g.mu.Lock()
+	g.spans[i].to = time.Now()
+	g.mu.Unlock()
+}
+
+// arm makes the first request from a live relay at receive count n or
+// later a kill point.
+func (g *scaleGateway) arm(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.killNext = n
+}
+
+func (g *scaleGateway) markDead(relay string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.dead[relay] = true
+}
+
+// count is the number of requests received, answered or not.
+func (g *scaleGateway) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n
+}
+
+// distinct is the number of distinct events answered 2xx.
+func (g *scaleGateway) distinct() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := map[string]bool{}
+	for _, r := range g.received {
+		seen[r.eventID] = true
+	}
+	return len(seen)
+}
+
+func (g *scaleGateway) snapshot() ([]receipt, []span, map[string][]string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	by := map[string][]string{}
+	for k, v := range g.by {
+		by[k] = append([]string(nil), v...)
+	}
+	return append([]receipt(nil), g.received...), append([]span(nil), g.spans...), by
+}
+
+// checkNoOverlap fails the test if two relays had requests of one
+// aggregate at the gateway at the same time. A relay claims an aggregate
+// only once the previous holder recorded its outcome (or its lease ended),
+// and that is after the previous holder's answer was flushed.
+func checkNoOverlap(t *testing.T, spans []span) {
+	t.Helper()
+	per := map[int][]span{}
+	for _, s := range spans {
+		per[s.agg] = append(per[s.agg], s)
+	}
+	bad := 0
+	for agg, ss := range per {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].from.Before(ss[j].from) })
+		for i := range ss {
+			for j := i + 1; j < len(ss) && ss[j].from.Before(ss[i].to); j++ {
+				if ss[i].relay == ss[j].relay {
+					continue
+				}
+				if bad++; bad <= 5 {
+					t.Errorf("aggregate tx-%d: %s (seq %d, %s..%s) and %s (seq %d, from %s) overlap at the gateway",
+						agg, ss[i].relay, ss[i].seq, ss[i].from.Format("15:04:05.000000"), ss[i].to.Format("15:04:05.000000"),
+						ss[j].relay, ss[j].seq, ss[j].from.Format("15:04:05.000000"))
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d overlapping pairs of requests of one aggregate from different relays", bad)
+	}
+}
+
+// relayProc is one relay process of the scale test.
+type relayProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+	err    error // set once done has been received
+}
+
+// startScaleRelay starts `outbox relay` as relay name, with its own
+// --relay-id and its own sink path.
+func startScaleRelay(t *testing.T, name, gatewayURL string, args ...string) *relayProc {
+	t.Helper()
+	args = append(append([]string{"relay"}, args...), "--sink", gatewayURL+scalePath+name, "--relay-id", name)
+	cmd, stderr := startRelay(t, args...)
+	done := make(chan error, 1)
+	p := &relayProc{name: name, cmd: cmd, stderr: stderr, done: done}
+	go func() { done <- cmd.Wait() }()
+	// Runs before startRelay's cleanup (cleanups run last first), so that
+	// Wait has returned before that one reads the process state.
+	t.Cleanup(func() {
+		if p.done == nil {
+			return
+		}
+		_ = cmd.Process.Kill()
+		p.err = <-p.done
+	})
+	return p
+}
+
+// wait waits for the process to exit, at most timeout.
+func (p *relayProc) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case p.err = <-p.done:
+		p.done = nil
+		return p.err
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s", p.name, timeout)
+		return nil
+	}
+}
+
+// auditOf returns the audit trail of one event, as `outbox events show --json` prints it.
+func auditOf(t *testing.T, dsn, table, id string) []struct {
+	RelayID string `json:"relay_id"`
+	Outcome string `json:"outcome"`
+} {
+	t.Helper()
+	var shown struct {
+		Attempts []struct {
+			RelayID string `json:"relay_id"`
+			Outcome string `json:"outcome"`
+		} `json:"attempts"`
+	}
+	out := mustCLI(t, "", "events", "show", id, "--json", "--db", dsn, "--table", table)
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatalf("events show --json printed %q: %v", out, err)
+	}
+	return shown.Attempts
+}
+
+// TestScaleEightRelays runs eight relay processes on one outbox: once
+// with relays SIGKILLed and added while they drain a backlog, once with no
+// kills. Both check, from the gateway: nothing lost, order per aggregate,
+// and that no two relays had requests of one aggregate in flight at once;
+// and that the work was shared. Duplicates: none without kills, at most
+// what the killed relays had in flight with them.
+func TestScaleEightRelays(t *testing.T) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			if bc.name == "sqlite" {
+				t.Skip("SQLite has one writer: docs/OPERATIONS.md runs one relay on it, so eight relay processes on one file are not a supported deployment")
+			}
+			t.Parallel()
+			t.Run("kills and joins during a drain", func(t *testing.T) { scaleKillsAndJoins(t, bc) })
+			t.Run("no kills", func(t *testing.T) { scaleNoKills(t, bc) })
+		})
+	}
+}
+
+const scaleRelays, scaleAggs, scaleBatch, scaleInFlight = 8, 50, 10, 2
+
+func scaleRelayArgs(dsn, table, lease string) []string {
+	return []string{"--db", dsn, "--table", table, "--batch", fmt.Sprint(scaleBatch), "--in-flight", fmt.Sprint(scaleInFlight),
+		"--lease", lease, "--sweep-interval", "200ms", "--poll-interval", "20ms",
+		"--backoff-min", "5ms", "--backoff-max", "20ms", "--progress", "0"}
+}
+
+func scaleKillsAndJoins(t *testing.T, bc backendCase) {
+	dsn, table := bc.dsn(t), newTable()
+	const total = 2000
+	mustCLI(t, "", "migrate", "--db", dsn, "--table", table)
+	mustCLI(t, eventLines(total, scaleAggs, ""), "enqueue", "--db", dsn, "--table", table)
+	gw := newScaleGateway(0)
+	srv := httptest.NewServer(gw)
+	t.Cleanup(func() { close(gw.quit); srv.Close() })
+	args := scaleRelayArgs(dsn, table, "2s")
+
+	procs := map[string]*relayProc{}
+	started := 0
+	start := func() {
+		started++
+		p := startScaleRelay(t, fmt.Sprintf("relay-%d", started), srv.URL, args...)
+		procs[p.name] = p
+	}
+	for range scaleRelays {
+		start()
+	}
+	// The schedule, by the gateway's receive count: a kill holds the first
+	// request from a live relay at that count, SIGKILLs its relay and starts
+	// a replacement; a join starts one more relay.
+	type step struct {
+		kill bool
+		at   int
+	}
+	steps := []step{{true, total / 10}, {false, total / 5}, {true, total * 3 / 10}, {false, total * 2 / 5}, {true, total / 2}, {true, total * 7 / 10}}
+	type killed struct{ relay, eventID string }
+	var kills []killed
+	for _, s := range steps {
+		if !s.kill {
+			wait.For(t, 3*time.Minute, fmt.Sprintf("%d requests at the gateway before a join", s.at), func() bool { return gw.count() >= s.at })
+			start()
+			continue
+		}
+		gw.arm(s.at)
+		var st stall
+		select {
+		case st = <-gw.stalls:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("kill %d: no request reached the kill point at %d (the gateway has %d)", len(kills)+1, s.at, gw.count())
+		}
+		p := procs[st.relay]
+		if p == nil || p.done == nil {
+			t.Fatalf("the kill point holds a request of %q, which is not a live relay of the test", st.relay)
+		}
+		gw.markDead(p.name)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.wait(t, time.Minute)
+		close(st.release)
+		kills = append(kills, killed{p.name, st.eventID})
+		start()
+	}
+
+	wait.Until(t, 4*time.Minute, "every event PROCESSED", func() (bool, error) {
+		if gw.distinct() < total {
+			return false, nil
+		}
+		return count(statusJSON(t, dsn, table), "PROCESSED") == total, nil
+	})
+	live := 0
+	for _, p := range procs {
+		if p.done == nil {
+			continue
+		}
+		live++
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.wait(t, time.Minute); err != nil {
+			t.Errorf("%s, stopped with SIGTERM: %v\n%s", p.name, err, p.stderr.String())
+		}
+	}
+	if live != scaleRelays+2 {
+		t.Fatalf("%d relays ran at the end, want %d (8, plus 2 that joined)", live, scaleRelays+2)
+	}
+	if st := statusJSON(t, dsn, table); count(st, "PROCESSING") != 0 || count(st, "PROCESSED") != total {
+		t.Fatalf("after the drain: %v", st)
+	}
+	rs, spans, by := gw.snapshot()
+	dups := checkDelivered(t, rs, total, scaleAggs)
+	bound := len(kills) * scaleBatch * scaleInFlight
+	if dups > bound {
+		t.Fatalf("%d duplicates after %d kills with %d batches of %d in flight: more than the work in flight", dups, len(kills), scaleInFlight, scaleBatch)
+	}
+	checkNoOverlap(t, spans)
+	if len(by) < 2 {
+		t.Fatalf("only %d relay delivered: %v", len(by), keys(by))
+	}
+	// The kills mattered: each held event was claimed by the killed relay
+	// and never answered, so a sweeper reaped it (LEASE_EXPIRED) and
+	// another relay delivered it.
+	for _, k := range kills {
+		var reaped bool
+		var deliveredBy []string
+		for _, a := range auditOf(t, dsn, table, k.eventID) {
+			switch a.Outcome {
+			case "LEASE_EXPIRED":
+				reaped = true
+			case "DELIVERED":
+				deliveredBy = append(deliveredBy, a.RelayID)
+			}
+		}
+		if !reaped || len(deliveredBy) == 0 || slices.Contains(deliveredBy, k.relay) {
+			t.Fatalf("event %s, held when %s was killed: reaped %v, delivered by %v; want reaped and delivered by another relay",
+				k.eventID, k.relay, reaped, deliveredBy)
+		}
+	}
+	t.Logf("%d relays started, %d SIGKILLed, 2 joined; %d delivered: %s; 0 lost, 0 order violations, %d duplicates (bound %d)",
+		started, len(kills), len(by), perRelay(by), dups, bound)
+}
+
+func scaleNoKills(t *testing.T, bc backendCase) {
+	dsn, table := bc.dsn(t), newTable()
+	const total = 1500
+	mustCLI(t, "", "migrate", "--db", dsn, "--table", table)
+	mustCLI(t, eventLines(total, scaleAggs, ""), "enqueue", "--db", dsn, "--table", table)
+	// Requests wait until two relays have sent one: a relay holds at most
+	// batch x in-flight aggregates, fewer than there are, so a second
+	// relay always finds work, however late it starts.
+	gw := newScaleGateway(2)
+	srv := httptest.NewServer(gw)
+	t.Cleanup(func() { close(gw.quit); srv.Close() })
+	// A lease far above a batch's time: without kills, nothing is taken
+	// over, so nothing is delivered twice.
+	args := append(scaleRelayArgs(dsn, table, "1m"), "--drain")
+	var procs []*relayProc
+	for i := range scaleRelays {
+		procs = append(procs, startScaleRelay(t, fmt.Sprintf("relay-%d", i+1), srv.URL, args...))
+	}
+	for _, p := range procs {
+		if err := p.wait(t, 4*time.Minute); err != nil {
+			t.Fatalf("%s --drain: %v\n%s", p.name, err, p.stderr.String())
+		}
+	}
+	if st := statusJSON(t, dsn, table); count(st, "PROCESSING") != 0 || count(st, "PROCESSED") != total {
+		t.Fatalf("after the drain: %v", st)
+	}
+	rs, spans, by := gw.snapshot()
+	if dups := checkDelivered(t, rs, total, scaleAggs); dups != 0 {
+		t.Fatalf("%d duplicates with no kill", dups)
+	}
+	checkNoOverlap(t, spans)
+	if len(by) < 2 {
+		t.Fatalf("only %d relay delivered: %v", len(by), keys(by))
+	}
+	// The gateway's view of who delivered is the audit trail's: one event
+	// of each relay, recorded DELIVERED under that relay's --relay-id.
+	for relay, ids := range by {
+		var got []string
+		for _, a := range auditOf(t, dsn, table, ids[0]) {
+			if a.Outcome == "DELIVERED" {
+				got = append(got, a.RelayID)
+			}
+		}
+		if len(got) != 1 || got[0] != relay {
+			t.Fatalf("event %s came to the gateway from %s; the audit trail says delivered by %v", ids[0], relay, got)
+		}
+	}
+	t.Logf("%d relays, %d delivered: %s; 0 lost, 0 order violations, 0 duplicates", scaleRelays, len(by), perRelay(by))
+}
+
+func keys(m map[string][]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func perRelay(by map[string][]string) string {
+	var parts []string
+	for _, k := range keys(by) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, len(by[k])))
+	}
+	return strings.Join(parts, ", ")
+}
