@@ -294,7 +294,7 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 	gw := newScaleGateway(0)
 	srv := httptest.NewServer(gw)
 	t.Cleanup(func() { close(gw.quit); srv.Close() })
-	args := scaleRelayArgs(dsn, table, "2s")
+	args := scaleRelayArgs(dsn, table, "5s")
 
 	procs := map[string]*relayProc{}
 	started := 0
