@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
 // A successful delivery is recorded on its event row (migration 00006),
@@ -18,12 +19,10 @@ import (
 // of the attempts table and the row; an operator action moves the row's
 // delivery into the attempts table first (admin.go).
 
-// onRow reports whether outcome o is recorded on its event row rather than
-// as an attempt row (migration 00006): an attempted delivery without an
-// error text. A delivery whose outcome carries a text (a sink's note)
-// keeps its attempt row, which has a column for it.
+// onRow reports whether outcome o is recorded on its event row rather
+// than as an attempt row (backend.DeliveredOnRow).
 func onRow(o *store.Outcome) bool {
-	return o.Kind == store.Delivered && o.Attempted && o.Error == ""
+	return backend.DeliveredOnRow(o)
 }
 
 // onRowOutcomes are the outcomes of outs recorded on their rows, the first
