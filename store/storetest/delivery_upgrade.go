@@ -177,6 +177,25 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 		t.Errorf("delivered, requeued, delivered: %+v; want both deliveries in order", d)
 	}
 
+	// The overview's throughput counts the deliveries of both kinds: the
+	// old one and the first of the requeued event (attempt rows), the two
+	// on rows, and the fenced outcome (an attempt row, DELIVERED).
+	if aq, ok := s.(store.AdminQuerier); ok {
+		buckets, err := aq.AdminQueries().Throughput(ctx, time.Hour)
+		if err != nil {
+			t.Fatalf("throughput: %v", err)
+		}
+		n := 0
+		for _, b := range buckets {
+			if b.Outcome == store.Delivered {
+				n += int(b.Count)
+			}
+		}
+		if n != 5 {
+			t.Errorf("throughput counts %d deliveries in the last hour, want 5: %+v", n, buckets)
+		}
+	}
+
 	// Down: the deliveries on the rows go back to the attempts table.
 	if err := u.MigrateDownTo(ctx, u.Before); err != nil {
 		t.Fatalf("migrate down to %d: %v", u.Before, err)
