@@ -44,7 +44,7 @@ func onRowOutcomes(outs []store.Outcome) []*store.Outcome {
 }
 
 // deliveredSets are the assignments that record the deliveries outs on
-// their rows: the relay and the claim token, and per row (CASE id) the
+// their rows: the relay and the claim token, and per row (CASE) the
 // attempt number, the start and finish times (the database clock now when
 // zero, or UTC_TIMESTAMP(6) when now is "") and the trace id. Other rows
 // keep their values. The ids and CASE arms are integers and placeholders.
@@ -62,13 +62,34 @@ func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string)
 	b.WriteString("delivered_relay_id = CASE WHEN id IN (" + in + ") THEN ? ELSE delivered_relay_id END, ")
 	b.WriteString("delivered_token = CASE WHEN id IN (" + in + ") THEN ? ELSE delivered_token END")
 	args = append(args, store.StorableText(req.RelayID, store.MaxRelayIDRunes), req.Token)
+	// Each column's CASE has one arm per distinct value, over the ids
+	// that take it: a relay's batch shares its times and mostly its
+	// attempt number, and an IN list of constants is a binary search,
+	// where one arm per row would be tried one by one for every row.
 	perRow := func(col string, value func(o *store.Outcome) (string, any)) {
-		b.WriteString(", " + col + " = CASE id")
+		type arm struct {
+			expr string
+			arg  any
+			ids  []int64
+		}
+		var arms []*arm
+		byKey := map[string]*arm{}
 		for _, o := range outs {
 			expr, a := value(o)
-			fmt.Fprintf(&b, " WHEN %d THEN %s", o.ID, expr)
-			if strings.Contains(expr, "?") {
-				args = append(args, a)
+			key := expr + "\x00" + fmt.Sprint(a)
+			if x := byKey[key]; x != nil {
+				x.ids = append(x.ids, o.ID)
+				continue
+			}
+			x := &arm{expr: expr, arg: a, ids: []int64{o.ID}}
+			byKey[key] = x
+			arms = append(arms, x)
+		}
+		b.WriteString(", " + col + " = CASE")
+		for _, x := range arms {
+			b.WriteString(" WHEN id IN (" + idList(x.ids) + ") THEN " + x.expr)
+			if strings.Contains(x.expr, "?") {
+				args = append(args, x.arg)
 			}
 		}
 		b.WriteString(" ELSE " + col + " END")
