@@ -68,3 +68,37 @@ func TestUpgradeDeliveryOnRow(t *testing.T) {
 		MigrateDownTo: s.MigrateDownTo,
 	})
 }
+
+// TestDeliveryOnRowMigrationCutShort: migration 6 adds six columns and an
+// index, each step checking information_schema first, so a run cut short
+// after some of them (the version not recorded) is finished by running it
+// again.
+func TestDeliveryOnRowMigrationCutShort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	s := newStore(t, db, mysql.Config{Table: storetest.TableName("mycut")})
+	for _, q := range []string{
+		"ALTER TABLE `" + s.Table() + "` DROP INDEX `" + s.Table() + "_delivered_idx`",
+		"ALTER TABLE `" + s.Table() + "` DROP COLUMN delivered_trace_id, DROP COLUMN delivered_token",
+		"DELETE FROM `" + s.Tables().Migrations + "` WHERE version_id = 6",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	applied, err := s.MigrateUp(ctx)
+	if err != nil || len(applied) != 1 || applied[0] != 6 {
+		t.Fatalf("migrating again = %v, %v; want version 6 applied", applied, err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name LIKE 'delivered\_%')
+		+ (SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? AND index_name = ?)`,
+		s.Table(), s.Table(), s.Table()+"_delivered_idx").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 7 {
+		t.Fatalf("%d of the six delivered_* columns and the index after the second run, want 7", n)
+	}
+}

@@ -13,7 +13,7 @@
 -- rewriting a row, and existing PROCESSED rows keep their attempt rows.
 -- Timestamps are UTC text as in 00001. The overview's throughput graph
 -- counts the deliveries of the last minutes by delivered_finished_at,
--- through its own index.
+-- through its own partial index.
 --
 -- goose runs this file in a transaction: it must not contain PRAGMAs.
 
@@ -24,7 +24,10 @@ ALTER TABLE "{{.Outbox}}" ADD COLUMN delivered_started_at TEXT;
 ALTER TABLE "{{.Outbox}}" ADD COLUMN delivered_finished_at TEXT;
 ALTER TABLE "{{.Outbox}}" ADD COLUMN delivered_trace_id TEXT;
 ALTER TABLE "{{.Outbox}}" ADD COLUMN delivered_token TEXT;
-CREATE INDEX IF NOT EXISTS "{{.Outbox}}_delivered_idx" ON "{{.Outbox}}" (delivered_finished_at);
+-- Partial: an event enters it when delivered, not when enqueued (the
+-- graph's "delivered_finished_at > ?" implies the index's condition).
+CREATE INDEX IF NOT EXISTS "{{.Outbox}}_delivered_idx" ON "{{.Outbox}}" (delivered_finished_at)
+    WHERE delivered_finished_at IS NOT NULL;
 
 -- +goose Down
 -- The deliveries recorded on rows go back to the attempts table first.
