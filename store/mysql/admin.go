@@ -116,7 +116,7 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.attempts, id.String())
+	rows, err := s.db.QueryContext(ctx, s.q.attempts, id.String(), id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
 	}
@@ -186,6 +186,14 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		}
 		if err := ch.Check(a, status); err != nil {
 			return errAction{err}
+		}
+		// A delivery recorded on the row moves to the attempts table
+		// before the row can be delivered again.
+		if _, err := tx.ExecContext(ctx, s.q.moveDelivery, rowID); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q.clearDelivery, rowID); err != nil {
+			return fmt.Errorf("audit: %w", err)
 		}
 		nowText := formatTime(now.Time)
 		switch ch.To {

@@ -19,6 +19,9 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Text:    func(c string) string { return c },
 		TimeArg: func(t time.Time) any { return t.UTC() },
 		Minute:  func(c string) string { return "DATE_FORMAT(" + c + ", '%Y-%m-%d %H:%i:00')" },
+		// A delivery is recorded on the event row (migration 00006).
+		DeliveredOnRow: true,
+		Integer:        "SIGNED",
 		Upsert: "ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(6), host = VALUES(host), " +
 			"started_at = VALUES(started_at), in_flight = VALUES(in_flight)",
 	}, s.t)

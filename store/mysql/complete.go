@@ -104,11 +104,15 @@ var errSomeFenced = errors.New("some rows are no longer held under the token")
 // not change every row (some were fenced), it returns errSomeFenced and the
 // transaction is rolled back, for completeAny to sort the rows out.
 func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64, applied map[int64]bool) error {
-	q, err := s.q.byIDs("complete_delivered", ids)
+	sets, args := deliveredSets(req, onRowOutcomes(req.Outcomes), "")
+	if len(sets) > 0 {
+		sets = ", " + sets
+	}
+	q, err := s.q.render("complete_delivered", fragments{IDs: idList(ids), Sets: sets})
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, q, req.Token)
+	res, err := tx.ExecContext(ctx, q, append(args, req.Token)...)
 	if err != nil {
 		return err
 	}
@@ -118,7 +122,7 @@ func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.Com
 	for _, id := range ids {
 		applied[id] = true
 	}
-	return s.insertAttempts(ctx, tx, req, applied, time.Time{})
+	return s.insertAttempts(ctx, tx, req, applied, nil, time.Time{})
 }
 
 // completeAny handles any mix of outcomes and fenced rows.
@@ -158,7 +162,11 @@ func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteR
 			return err
 		}
 	}
-	if err := s.insertAttempts(ctx, tx, req, applied, now); err != nil {
+	replays, err := s.deliveredReplays(ctx, tx, req, applied)
+	if err != nil {
+		return err
+	}
+	if err := s.insertAttempts(ctx, tx, req, applied, replays, now); err != nil {
 		return err
 	}
 	var expired []int64
@@ -217,7 +225,7 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 	}
 	nowText := formatTime(now)
 	for _, kind := range kinds {
-		if err := s.updateKind(ctx, tx, req.Token, kind, byKind[kind], byID, nowText); err != nil {
+		if err := s.updateKind(ctx, tx, req, kind, byKind[kind], byID, nowText); err != nil {
 			return err
 		}
 	}
@@ -305,7 +313,7 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 // updateKind applies one kind of outcome to its rows, by primary key,
 // guarded by (status, token). Values that differ per row are CASE id
 // expressions.
-func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind store.OutcomeKind, ids []int64,
+func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, kind store.OutcomeKind, ids []int64,
 	byID map[int64]*store.Outcome, now string) error {
 	var (
 		sets []string
@@ -338,6 +346,15 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind s
 	case store.Delivered:
 		set("status = 'PROCESSED'")
 		set("processed_at = CAST(? AS DATETIME(6))", now)
+		var outs []*store.Outcome
+		for _, id := range ids {
+			if onRow(byID[id]) {
+				outs = append(outs, byID[id])
+			}
+		}
+		if sets, a := deliveredSets(req, outs, now); sets != "" {
+			set(sets, a...)
+		}
 	case store.Expired:
 		set("status = 'EXPIRED'")
 		set("processed_at = CAST(? AS DATETIME(6))", now)
@@ -368,7 +385,7 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind s
 	}
 	set("locked_until = NULL")
 	set("lock_token = NULL")
-	args = append(args, token)
+	args = append(args, req.Token)
 	q, err := s.q.render("complete_update", fragments{Sets: strings.Join(sets, ", "), IDs: idList(ids)})
 	if err != nil {
 		return err
@@ -377,10 +394,11 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, token string, kind s
 	return err
 }
 
-// insertAttempts writes one attempt row per attempted outcome; a fenced
-// one says that the lease was lost. Zero start or finish times get the
-// database clock (now, when the completion read it).
-func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied map[int64]bool, now time.Time) error {
+// insertAttempts writes one attempt row per attempted outcome that is not
+// recorded on its row (onRow: applied, or a replay of one applied before);
+// a fenced one says that the lease was lost. Zero start or finish times
+// get the database clock (now, when the completion read it).
+func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied, replays map[int64]bool, now time.Time) error {
 	at := func(t time.Time) (string, any) {
 		switch {
 		case !t.IsZero():
@@ -390,12 +408,21 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		}
 		return "UTC_TIMESTAMP(6)", nil
 	}
+	// The first outcome of each row is the one a completion applies; a
+	// second delivery of a row recorded on it writes nothing either (as
+	// the attempt row's key would have it).
+	first := make(map[int64]*store.Outcome, len(req.Outcomes))
+	for i := range req.Outcomes {
+		if o := &req.Outcomes[i]; first[o.ID] == nil {
+			first[o.ID] = o
+		}
+	}
 	var b strings.Builder
 	var args []any
 	n := 0
 	for i := range req.Outcomes {
 		o := &req.Outcomes[i]
-		if !o.Attempted {
+		if !o.Attempted || onRow(o) && (replays[o.ID] || applied[o.ID] && onRow(first[o.ID])) {
 			continue
 		}
 		var msg any

@@ -42,6 +42,7 @@ type queries struct {
 	operatorRequeueDead, operatorSetStatus    string
 	operatorAudit, operatorFirstFailed        string
 	operatorBlocked, operatorBlockedBefore    string
+	moveDelivery, clearDelivery               string
 
 	// The fixed heads of the producer's multi-row inserts (enqueue.go),
 	// whose VALUES lists are written per call from placeholders.
@@ -92,6 +93,8 @@ func buildQueries(t store.Tables) queries {
 		operatorFirstFailed:   render("operator_first_failed"),
 		operatorBlocked:       render("operator_blocked"),
 		operatorBlockedBefore: render("operator_blocked_before"),
+		moveDelivery:          render("move_delivery"),
+		clearDelivery:         render("clear_delivery"),
 		enqueueHead:           render("enqueue_head"),
 		lockAggregatesHead:    render("lock_aggregates_head"),
 	}
@@ -138,7 +141,7 @@ type idsParams struct {
 }
 
 // byIDs renders one of the statements over an id list: lock_claim,
-// complete_lock or expire_update.
+// complete_lock, delivered_replays or expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
 }

@@ -205,9 +205,16 @@ ORDER BY COUNT(*) DESC, aggregate_type, event_type LIMIT {{.OverdueGroups}}{{end
 
 {{define "select_matching"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE {{end}}
 
--- The attempts of event ?, in the order they finished.
+-- The audit trail of event ? (given twice), in the order the attempts
+-- finished: its rows in the attempts table and the delivery recorded on
+-- the event row (migration 00006).
 {{define "attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '')
-FROM `{{.Attempts}}` WHERE event_id = ? ORDER BY finished_at, started_at, attempt{{end}}
+FROM `{{.Attempts}}` WHERE event_id = ?
+UNION ALL
+SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
+    'DELIVERED', '', COALESCE(delivered_trace_id, '')
+FROM `{{.Outbox}}` WHERE event_id = ? AND delivered_relay_id IS NOT NULL
+ORDER BY 5, 4, 1{{end}}
 
 -- The dead letters, newest first, at most ?.
 {{define "dead_letters"}}SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
@@ -235,6 +242,19 @@ WHERE outbox_id = ? AND requeued_at IS NULL{{end}}
 -- operator_audit records an operator action as an attempt row.
 {{define "operator_audit"}}INSERT INTO `{{.Attempts}}` ({{.AttemptColumns}})
 VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?){{end}}
+
+-- move_delivery copies the delivery recorded on row ? into the attempts
+-- table (a step run again writes nothing twice), and clear_delivery
+-- clears it from row ?, before an operator action changes the row: a
+-- second delivery then overwrites nothing.
+{{define "move_delivery"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+SELECT event_id, COALESCE(delivered_token, UUID()), 'DELIVERED', id, COALESCE(delivered_attempt, 0), delivered_relay_id,
+    COALESCE(delivered_started_at, delivered_finished_at, UTC_TIMESTAMP(6)), COALESCE(delivered_finished_at, UTC_TIMESTAMP(6)), delivered_trace_id
+FROM `{{.Outbox}}` WHERE id = ? AND delivered_relay_id IS NOT NULL{{end}}
+
+{{define "clear_delivery"}}UPDATE `{{.Outbox}}` SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
+delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
+WHERE id = ? AND delivered_relay_id IS NOT NULL{{end}}
 
 -- The first FAILED event of aggregate (?, ?), and the BLOCKED events it
 -- does not hold back: all of them, or (operator_blocked_before) those
@@ -288,14 +308,21 @@ locked_until = CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND WHERE id IN ({{.I
 WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND available_at < CAST(CASE id{{.Cases}} END AS DATETIME(6)){{end}}
 
 -- complete_delivered marks the rows IDs PROCESSED if token ? still holds
--- them; complete_update applies the fixed assignments Sets to the rows IDs
--- token ? still holds.
+-- them, with the assignments Sets (", " and the delivery recorded on the
+-- rows, or nothing); complete_update applies the fixed assignments Sets to
+-- the rows IDs token ? still holds.
 {{define "complete_delivered"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PROCESSED',
-processed_at = UTC_TIMESTAMP(6), locked_until = NULL, lock_token = NULL
+processed_at = UTC_TIMESTAMP(6), locked_until = NULL, lock_token = NULL{{.Sets}}
 WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?{{end}}
 
 {{define "complete_update"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET {{.Sets}}
 WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?{{end}}
+
+-- delivered_replays reads which of the rows IDs are PROCESSED with their
+-- delivery recorded under token ?: a replayed DELIVERED outcome of those
+-- writes nothing.
+{{define "delivered_replays"}}SELECT id FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
+WHERE id IN ({{.IDs}}) AND status = 'PROCESSED' AND delivered_token = ?{{end}}
 
 -- dead_letter_insert copies the rows IDs to the dead letters, with the
 -- reason of each from Cases and the time ?.

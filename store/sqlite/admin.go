@@ -260,6 +260,14 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		if err := ch.Check(a, status); err != nil {
 			return errAction{err}
 		}
+		// A delivery recorded on the row moves to the attempts table
+		// before the row can be delivered again.
+		if _, err := c.ExecContext(ctx, s.q.moveDelivery, rowID); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		if _, err := c.ExecContext(ctx, s.q.clearDelivery, rowID); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
 		switch ch.To {
 		case outbox.StatusPending:
 			// A requeued event gets a fresh chance now. An EXPIRED event's

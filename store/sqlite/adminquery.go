@@ -23,6 +23,8 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Text:    func(c string) string { return c },
 		TimeArg: func(t time.Time) any { return formatTime(t) },
 		Minute:  func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
+		// A delivery is recorded on the event row (migration 00006).
+		DeliveredOnRow: true,
 		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow +
 			", host = excluded.host, started_at = excluded.started_at, in_flight = excluded.in_flight",
 	}, s.t)

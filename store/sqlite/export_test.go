@@ -11,3 +11,12 @@ func (s *Store) MigrateUpTo(ctx context.Context, version int64) error {
 	_, err = r.UpTo(ctx, version)
 	return err
 }
+
+// MigrateDownTo reverts the migrations down to version, for upgrade tests.
+func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
+	r, err := s.migrator()
+	if err != nil {
+		return err
+	}
+	return r.DownTo(ctx, version)
+}

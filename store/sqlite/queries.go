@@ -29,6 +29,7 @@ type queries struct {
 	operatorLock, operatorRequeue               string
 	operatorRequeueDead, operatorSetStatus      string
 	operatorUnblock                             string
+	moveDelivery, clearDelivery                 string
 	countMatching, selectMatching               string
 
 	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
@@ -91,6 +92,8 @@ func buildQueries(t store.Tables) queries {
 		operatorRequeueDead: render(t, `UPDATE "{{.DeadLetters}}" SET requeued_at = ? WHERE outbox_id = ? AND requeued_at IS NULL`),
 		operatorSetStatus:   render(t, `UPDATE "{{.Outbox}}" SET status = ? WHERE id = ?`),
 		operatorUnblock:     render(t, operatorUnblockSQL),
+		moveDelivery:        render(t, moveDeliverySQL),
+		clearDelivery:       render(t, clearDeliverySQL),
 		countMatching:       render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE `),
 		selectMatching:      render(t, `SELECT id, event_id FROM "{{.Outbox}}" WHERE `),
 		enqueueHead:         render(t, `INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired, expires_at, available_at) VALUES `),
@@ -99,9 +102,32 @@ func buildQueries(t store.Tables) queries {
 	}
 }
 
-// attemptsSQL lists the attempts of event ?, in the order they finished.
+// attemptsSQL lists the audit trail of event ?1, in the order the attempts
+// finished: its rows in the attempts table and the delivery recorded on
+// the event row (migration 00006).
 const attemptsSQL = `SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
-        FROM "{{.Attempts}}" WHERE event_id = ? ORDER BY finished_at, started_at, attempt`
+        FROM "{{.Attempts}}" WHERE event_id = ?1
+        UNION ALL
+        SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
+            'DELIVERED', '', COALESCE(delivered_trace_id, '')
+        FROM "{{.Outbox}}" WHERE event_id = ?1 AND delivered_relay_id IS NOT NULL
+        ORDER BY 5, 4, 1`
+
+// moveDeliverySQL copies the delivery recorded on row ?1, if any, into the
+// attempts table, and clearDeliverySQL clears it from the row, before an
+// operator action changes the row: a second delivery then overwrites
+// nothing.
+const moveDeliverySQL = `
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+SELECT event_id, COALESCE(delivered_token, lower(hex(randomblob(16)))), 'DELIVERED', id, COALESCE(delivered_attempt, 0),
+    delivered_relay_id, COALESCE(delivered_started_at, delivered_finished_at), delivered_finished_at, delivered_trace_id
+FROM "{{.Outbox}}" WHERE id = ?1 AND delivered_relay_id IS NOT NULL
+ON CONFLICT DO NOTHING`
+
+const clearDeliverySQL = `
+UPDATE "{{.Outbox}}" SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
+    delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
+WHERE id = ?1 AND delivered_relay_id IS NOT NULL`
 
 // deadLettersSQL lists the dead letters, newest first, at most ?.
 const deadLettersSQL = `SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,
@@ -234,12 +260,17 @@ RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, heade
     retry_count, created_at, expires_at, (expires_at IS NOT NULL AND expires_at <= ?1), aggregate_seq`
 
 // completeUpdateSQL is the guarded state change of completeSQL: ?1 is now,
-// ?2 the claim token, ?3 the outcomes as a JSON array of objects.
+// ?2 the claim token, ?3 the outcomes as a JSON array of objects, ?4 the
+// relay. A delivery marked d is recorded on the row (migration 00006):
+// the relay, the claim token, the attempt number, the times (now when
+// absent) and the trace id.
 const completeUpdateSQL = `
 WITH i AS MATERIALIZED (
     SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.kind') AS kind,
         json_extract(value, '$.err') AS err, json_extract(value, '$.retry') AS retry,
-        json_extract(value, '$.block') AS block
+        json_extract(value, '$.block') AS block, COALESCE(json_extract(value, '$.d'), 0) AS d,
+        json_extract(value, '$.attempt') AS attempt, COALESCE(json_extract(value, '$.started'), ?1) AS started,
+        COALESCE(json_extract(value, '$.finished'), ?1) AS finished, json_extract(value, '$.trace_id') AS trace_id
     FROM json_each(?3)
 )
 UPDATE "{{.Outbox}}" AS o SET
@@ -254,6 +285,12 @@ UPDATE "{{.Outbox}}" AS o SET
     available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
         THEN strftime({{.TS}}, ?1, i.retry) ELSE o.available_at END,
     last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN substr(i.err, 1, 2000) ELSE o.last_error END,
+    delivered_relay_id = CASE WHEN i.d THEN ?4 ELSE o.delivered_relay_id END,
+    delivered_attempt = CASE WHEN i.d THEN i.attempt ELSE o.delivered_attempt END,
+    delivered_started_at = CASE WHEN i.d THEN i.started ELSE o.delivered_started_at END,
+    delivered_finished_at = CASE WHEN i.d THEN i.finished ELSE o.delivered_finished_at END,
+    delivered_trace_id = CASE WHEN i.d THEN i.trace_id ELSE o.delivered_trace_id END,
+    delivered_token = CASE WHEN i.d THEN ?2 ELSE o.delivered_token END,
     locked_until = NULL,
     lock_token = NULL
 FROM i
@@ -288,13 +325,17 @@ WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDIN
   AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5))`
 
 // insertAttemptsSQL writes one attempt row per element of ?3 (claim token
-// ?1, relay ?2); a replay conflicts and writes nothing.
+// ?1, relay ?2); a replay conflicts and writes nothing, and so does the
+// replay of a delivery recorded on its row (marked replay: the row is
+// PROCESSED with its delivery under ?1).
 const insertAttemptsSQL = `
 INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
 SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
     json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
     json_extract(value, '$.error'), json_extract(value, '$.trace_id')
-FROM json_each(?3) WHERE true
+FROM json_each(?3)
+WHERE NOT (COALESCE(json_extract(value, '$.replay'), 0) AND EXISTS (SELECT 1 FROM "{{.Outbox}}" p
+    WHERE p.id = json_extract(value, '$.id') AND p.status = 'PROCESSED' AND p.delivered_token = ?1))
 ON CONFLICT DO NOTHING`
 
 // reapSelectSQL finds a page of PROCESSING rows whose lease ended (?1 now,

@@ -61,3 +61,36 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatalf("the first event after the upgrade got id %d, not above the purged row's %d: the AUTOINCREMENT counter was lost", first, purged)
 	}
 }
+
+// TestUpgradeDeliveryOnRow applies migration 6, which records a
+// successful delivery on the event row, to a populated version-5 table,
+// and reverts it.
+func TestUpgradeDeliveryOnRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	table := storetest.TableName("litedlv")
+	s, err := sqlite.Open(ctx, "sqlite://"+path, sqlite.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.MigrateUpTo(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(sqlite.DriverName, sqlite.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	storetest.RunDeliveryOnRowUpgrade(t, storetest.DeliveryUpgrade{
+		Harness: &storetest.Harness{Store: s, SQL: db, Table: table,
+			Begin: func(ctx context.Context) (storetest.Tx, error) {
+				tx, err := db.BeginTx(ctx, nil)
+				return sqlTx{tx, s}, err
+			}},
+		Q: `"`, Now: "strftime('%Y-%m-%d %H:%M:%f', 'now')", Before: 5,
+		MigrateUp:     func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
+		MigrateDownTo: s.MigrateDownTo,
+	})
+}

@@ -40,8 +40,12 @@ type Dialect struct {
 	Upsert string
 	// DeliveredOnRow: the backend records a successful delivery on the
 	// event row (delivered_finished_at) rather than as an attempt row, so
-	// the throughput counts those too.
+	// the throughput counts those too. Its statement then takes the
+	// interval twice (placeholders 1 and 2).
 	DeliveredOnRow bool
+	// Integer is the type a CAST makes a sum of counts an integer of
+	// ("" is BIGINT; MySQL's is SIGNED).
+	Integer string
 }
 
 // Queries implements store.AdminQueries on db.
@@ -61,7 +65,10 @@ var _ store.AdminQueries = (*Queries)(nil)
 // New returns the admin queries of the outbox tables t on db.
 func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
 	n := names{d: d, Q: d.Quote, Outbox: t.Outbox, Relays: backend.RelaysTable(t), Attempts: t.Attempts,
-		Now: d.Now, Upsert: d.Upsert, DeliveredOnRow: d.DeliveredOnRow}
+		Now: d.Now, Upsert: d.Upsert, DeliveredOnRow: d.DeliveredOnRow, Integer: d.Integer}
+	if n.Integer == "" {
+		n.Integer = "BIGINT"
+	}
 	return &Queries{db: db, d: d, n: n, sql: render(n)}
 }
 
@@ -270,7 +277,11 @@ func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]s
 
 // Throughput implements store.AdminQueries.
 func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
-	rows, err := q.db.QueryContext(ctx, q.sql.throughput, since.Microseconds())
+	args := []any{since.Microseconds()}
+	if q.d.DeliveredOnRow {
+		args = append(args, since.Microseconds())
+	}
+	rows, err := q.db.QueryContext(ctx, q.sql.throughput, args...)
 	if err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}

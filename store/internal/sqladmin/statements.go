@@ -41,11 +41,11 @@ var statements = sqltext.MustParse("sqladmin", `
 
 {{define "throughput"}}
 {{- if .DeliveredOnRow -}}
-SELECT m, outcome, CAST(sum(n) AS BIGINT) FROM (
+SELECT m, outcome, CAST(sum(n) AS {{.Integer}}) FROM (
 		SELECT {{.Minute "finished_at"}} AS m, outcome, count(*) AS n FROM {{.Q}}{{.Attempts}}{{.Q}}
 		WHERE finished_at > {{.Ago 1}} GROUP BY {{.Minute "finished_at"}}, outcome
 		UNION ALL SELECT {{.Minute "delivered_finished_at"}}, 'DELIVERED', count(*) FROM {{.Q}}{{.Outbox}}{{.Q}}
-		WHERE delivered_finished_at > {{.Ago 1}} GROUP BY {{.Minute "delivered_finished_at"}}) x GROUP BY m, outcome ORDER BY 1
+		WHERE delivered_finished_at > {{.Ago 2}} GROUP BY {{.Minute "delivered_finished_at"}}) x GROUP BY m, outcome ORDER BY 1
 {{- else -}}
 SELECT {{.Minute "finished_at"}}, outcome, count(*) FROM {{.Q}}{{.Attempts}}{{.Q}}
 		WHERE finished_at > {{.Ago 1}} GROUP BY {{.Minute "finished_at"}}, outcome ORDER BY 1
@@ -69,8 +69,9 @@ type names struct {
 	Q, Outbox, Relays, Attempts string
 	// Now and Upsert are the dialect's clock and heartbeat conflict clause.
 	Now, Upsert string
-	// DeliveredOnRow: see Dialect.
+	// DeliveredOnRow and Integer: see Dialect.
 	DeliveredOnRow bool
+	Integer        string
 	// Pre prefixes the summary columns with a table alias ("f.").
 	Pre string
 	// IDs is a list of placeholders.

@@ -31,8 +31,9 @@ func TestRenderQuotesTablesAndNumbersPlaceholders(t *testing.T) {
 			}
 		}
 	}
-	n.DeliveredOnRow = true
-	if got := render(n).throughput; !strings.Contains(got, `UNION ALL SELECT date_trunc('minute', delivered_finished_at), 'DELIVERED'`) {
+	n.DeliveredOnRow, n.Integer = true, "SIGNED"
+	if got := render(n).throughput; !strings.Contains(got, `UNION ALL SELECT date_trunc('minute', delivered_finished_at), 'DELIVERED'`) ||
+		!strings.Contains(got, "now() - $2") || !strings.Contains(got, "AS SIGNED)") {
 		t.Errorf("throughput with deliveries on the row: %s", got)
 	}
 	n.IDs = "$1, $2"
