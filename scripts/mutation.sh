@@ -93,8 +93,8 @@ for t in "${targets[@]}"; do
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
 		target mysql-claim store/mysql "$(all_but store/mysql claim sweep enqueue)" \
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestPlanClaim|TestReadWindow|TestJSONDepth|TestAggregateLock|TestPlainInsertWaitsForEnqueue|TestEnqueue|TestDeep|TestLockOrder|TestProcessingRowWithoutToken|TestProducersWhileTwoRelaysClaim|TestSweep)' 'TestConformance/Snapshot' ;;
-	sqlite) # relay.go (claim, complete, sweep), store.go (the clock, write transactions)
-		target sqlite store/sqlite "$(all_but store/sqlite relay store)" \
+	sqlite) # relay.go (claim, sweep), complete.go (the outcome write), store.go (the clock, write transactions)
+		target sqlite store/sqlite "$(all_but store/sqlite relay complete store)" \
 			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	*)
 		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite)" >&2
