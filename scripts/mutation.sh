@@ -87,8 +87,8 @@ for t in "${targets[@]}"; do
 	postgres) # enqueue.go (the per-aggregate lock), relay.go (claim, complete, sweep, conflict retries), queries.go
 		target postgres store/postgres '(admin|analyze|snapshot|context_headers|notify|store)\.go$' \
 			"./store/postgres" '^(TestConformance|TestRelayConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
-	mysql) # complete.go (fencing, the all-delivered path), time.go (the database clock), retry.go (conflict retries)
-		target mysql store/mysql "$(all_but store/mysql complete time retry)" \
+	mysql) # complete.go (fencing, the all-delivered path), delivered.go (the delivery on the row), time.go (the database clock), retry.go (conflict retries)
+		target mysql store/mysql "$(all_but store/mysql complete delivered time retry)" \
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
 		target mysql-claim store/mysql "$(all_but store/mysql claim sweep enqueue)" \
