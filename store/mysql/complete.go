@@ -348,7 +348,7 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRe
 		set("processed_at = CAST(? AS DATETIME(6))", now)
 		var outs []*store.Outcome
 		for _, id := range ids {
-			if onRow(byID[id]) {
+			if backend.DeliveredOnRow(byID[id]) {
 				outs = append(outs, byID[id])
 			}
 		}
@@ -395,7 +395,7 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRe
 }
 
 // insertAttempts writes one attempt row per attempted outcome that is not
-// recorded on its row (onRow: applied, or a replay of one applied before);
+// recorded on its row (backend.DeliveredOnRow: applied, or a replay of one applied before);
 // a fenced one says that the lease was lost. Zero start or finish times
 // get the database clock (now, when the completion read it).
 func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied, replays map[int64]bool, now time.Time) error {
@@ -422,7 +422,7 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 	n := 0
 	for i := range req.Outcomes {
 		o := &req.Outcomes[i]
-		if !o.Attempted || onRow(o) && (replays[o.ID] || applied[o.ID] && onRow(first[o.ID])) {
+		if !o.Attempted || backend.DeliveredOnRow(o) && (replays[o.ID] || applied[o.ID] && backend.DeliveredOnRow(first[o.ID])) {
 			continue
 		}
 		var msg any

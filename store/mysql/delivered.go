@@ -19,12 +19,6 @@ import (
 // of the attempts table and the row; an operator action moves the row's
 // delivery into the attempts table first (admin.go).
 
-// onRow reports whether outcome o is recorded on its event row rather
-// than as an attempt row (backend.DeliveredOnRow).
-func onRow(o *store.Outcome) bool {
-	return backend.DeliveredOnRow(o)
-}
-
 // onRowOutcomes are the outcomes of outs recorded on their rows, the first
 // of each row.
 func onRowOutcomes(outs []store.Outcome) []*store.Outcome {
@@ -36,7 +30,7 @@ func onRowOutcomes(outs []store.Outcome) []*store.Outcome {
 			continue
 		}
 		seen[o.ID] = true
-		if onRow(o) {
+		if backend.DeliveredOnRow(o) {
 			out = append(out, o)
 		}
 	}
@@ -122,7 +116,7 @@ func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string)
 func (s *Store) deliveredReplays(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied map[int64]bool) (map[int64]bool, error) {
 	var ids []int64
 	for i := range req.Outcomes {
-		if o := &req.Outcomes[i]; onRow(o) && !applied[o.ID] && !slices.Contains(ids, o.ID) {
+		if o := &req.Outcomes[i]; backend.DeliveredOnRow(o) && !applied[o.ID] && !slices.Contains(ids, o.ID) {
 			ids = append(ids, o.ID)
 		}
 	}

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/txoutbox/outbox/relay/relaytest"
@@ -9,13 +10,10 @@ import (
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
-// TestUpgradeFromVersion1 applies migration 2 to a populated version-1
-// table: rows in every state are kept and the unfinished ones numbered.
-func TestUpgradeFromVersion1(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := openDB(t)
-	table := storetest.TableName("myup")
+// storeAtVersion is a store on a table of its own migrated to version,
+// whose tables are dropped when the test ends.
+func storeAtVersion(t *testing.T, db *sql.DB, table string, version int64) *mysql.Store {
+	t.Helper()
 	t.Cleanup(func() {
 		if err := storetest.DropMySQLTables(context.Background(), db, table); err != nil {
 			t.Errorf("cleanup: %v", err)
@@ -25,9 +23,19 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MigrateUpTo(ctx, 1); err != nil {
+	if err := s.MigrateUpTo(context.Background(), version); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestUpgradeFromVersion1 applies migration 2 to a populated version-1
+// table: rows in every state are kept and the unfinished ones numbered.
+func TestUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	table := storetest.TableName("myup")
+	s := storeAtVersion(t, db, table, 1)
 	relaytest.RunUpgradeFromV1(t, relaytest.UpgradeHarness{
 		Store: s, DB: db, Table: table,
 		InsertV1: "INSERT INTO `" + table + "` (event_id, aggregate_type, aggregate_id, event_type, payload, headers, status, " +
@@ -42,21 +50,9 @@ func TestUpgradeFromVersion1(t *testing.T) {
 // and reverts it.
 func TestUpgradeDeliveryOnRow(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := openDB(t)
 	table := storetest.TableName("mydlv")
-	t.Cleanup(func() {
-		if err := storetest.DropMySQLTables(context.Background(), db, table); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	s, err := mysql.New(db, mysql.Config{Table: table, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.MigrateUpTo(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAtVersion(t, db, table, 5)
 	storetest.RunDeliveryOnRowUpgrade(t, storetest.DeliveryUpgrade{
 		Harness: &storetest.Harness{Store: s, SQL: db, Table: table,
 			Begin: func(ctx context.Context) (storetest.Tx, error) {
