@@ -97,6 +97,15 @@ func newRouter(invalid func(format string, args ...any) error, template string, 
 	return r, nil
 }
 
+// ProbeMessage is the message CheckRoutes routes through a template:
+// aggregateType (an override's own type, or "payment"), aggregate id "x",
+// event type "E". What a route gives other messages depends on their data;
+// a destination the broker refuses then fails that event alone, with a
+// [DestinationError].
+func ProbeMessage(aggregateType string) *outbox.Message {
+	return &outbox.Message{AggregateType: aggregateType, AggregateID: "x", EventType: "E"}
+}
+
 // CheckRoutes routes a message with plain field values (aggregate type
 // "payment", or an override's own type; aggregate id "x"; event type "E")
 // through the template and through every override, and returns a
@@ -106,8 +115,7 @@ func newRouter(invalid func(format string, args ...any) error, template string, 
 // a Kafka topic) is thus refused when the sink starts, not on every event.
 func (r *Router) CheckRoutes(sinkName string, check func(dest string) error) error {
 	try := func(template, aggType string) error {
-		m := outbox.Message{AggregateType: aggType, AggregateID: "x", EventType: "E"}
-		dest := r.Route(&m)
+		dest := r.Route(ProbeMessage(aggType))
 		if err := check(dest); err != nil {
 			return Invalid(sinkName, "route template %q gives destinations such as %q, which the broker refuses: %v", template, dest, err)
 		}

@@ -93,9 +93,8 @@ func FuzzURL(t *testing.T, p URLParser, scheme, rest, password string) {
 	}
 }
 
-// PlainMessage is a message whose routed fields are plain words, for
-// URLParser.Check: an accepted route must give such a message a
-// destination the broker takes.
-func PlainMessage() *outbox.Message {
-	return &outbox.Message{AggregateType: "payment", AggregateID: "tx1", EventType: "Approved"}
-}
+// PlainMessage is the message an accepted route must give a destination
+// the broker takes: the one the sink's own check at New routes
+// (sink.ProbeMessage). Longer field values can make a longer name that the
+// broker refuses; the sink then fails that event alone, at Publish.
+func PlainMessage() *outbox.Message { return sink.ProbeMessage("payment") }
