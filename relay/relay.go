@@ -154,8 +154,24 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 	p.start(ctx)
 	err := p.claimLoop(ctx, drain)
 	p.finish()
+	r.releaseLanes(ctx)
 	r.log.Info("relay stopped", "delivered", r.stats.delivered.Load())
 	return err
+}
+
+// releaseLanes gives the relay's lanes back once its last batch is
+// recorded, so that the other relays take them at once rather than when
+// their leases end.
+func (r *Relay) releaseLanes(ctx context.Context) {
+	lr, ok := r.cfg.Store.(store.LaneReleaser)
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StopTimeout)
+	defer cancel()
+	if err := lr.ReleaseLanes(rctx, r.cfg.RelayID); err != nil {
+		r.log.Warn("could not give the lanes back; the other relays take them when their leases end", "err", err)
+	}
 }
 
 // sleep waits for d, a Notify, or ctx.

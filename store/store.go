@@ -44,7 +44,8 @@ type Store interface {
 	ListEvents(ctx context.Context, f ListFilter) ([]Record, error)
 	// GetEvent returns one event by its id, or outbox.ErrNotFound.
 	GetEvent(ctx context.Context, id outbox.EventID) (Record, error)
-	// Attempts returns the audit trail of one event, oldest first.
+	// Attempts returns the audit trail of one event in attempt order,
+	// oldest first within an attempt.
 	Attempts(ctx context.Context, id outbox.EventID) ([]Attempt, error)
 	// DeadLetters returns dead-letter rows, newest first.
 	DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error)
@@ -382,4 +383,18 @@ func TraceIDOf(headers map[string]string) string {
 		return ""
 	}
 	return id
+}
+
+// LaneReleaser is implemented by the stores whose relays lease lanes (the
+// three backends): every aggregate belongs to one lane, and a relay holds a
+// fair share of the lanes, which it renews while it claims.
+type LaneReleaser interface {
+	// ReleaseLanes gives up every lane relayID holds through this store,
+	// so that the other relays take them at once rather than when their
+	// leases end. A relay calls it when it stops, after its last batch is
+	// recorded.
+	ReleaseLanes(ctx context.Context, relayID string) error
+	// HeldLanes returns the lanes relayID holds through this store, with
+	// their lease tokens.
+	HeldLanes(relayID string) map[int]int64
 }

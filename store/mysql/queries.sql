@@ -214,7 +214,7 @@ UNION ALL
 SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
     'DELIVERED', '', COALESCE(delivered_trace_id, '')
 FROM `{{.Outbox}}` WHERE event_id = ? AND delivered_relay_id IS NOT NULL
-ORDER BY 5, 4, 1{{end}}
+ORDER BY 1, 5, 4{{end}}
 
 -- The dead letters, newest first, at most ?.
 {{define "dead_letters"}}SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, retry_count,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -57,8 +58,50 @@ func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, erro
 	return st, nil
 }
 
-const recordColumns = `id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, status,
-    retry_count, created_at, processed_at, available_at, expires_at, locked_until, lock_token, last_error`
+// recordColumns are a record's columns, from recordFrom: a PENDING row that
+// a claim holds is PROCESSING, until the lease of its lane, under the
+// claim's token (c); a row PROCESSING under a lease of the schema before
+// lanes keeps its own.
+const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+    CASE WHEN c.token IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
+    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
+    COALESCE(c.until, o.locked_until), COALESCE(c.token, o.lock_token), o.last_error`
+
+// recordFrom joins each outbox row to the claim that holds it, if any.
+const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN LATERAL (
+    SELECT c.token, to_timestamp(l.lease_until_ms / 1000.0) AS until
+    FROM "{{.Outbox}}_claims" c LEFT JOIN "{{.Outbox}}_lanes" l ON l.lane = o.lane
+    WHERE o.status = 'PENDING' AND o.id = ANY(c.ids)
+    ORDER BY c.created_ms DESC LIMIT 1) c ON true`
+
+// listWhere writes f's conditions on the outbox row o, with the status a
+// claim gives the row, and returns them with their arguments. The rare
+// statuses read the indexes of their rows: FAILED and BLOCKED have hold 2,
+// EXPIRED and SKIPPED rows have a last_error.
+func listWhere(f store.ListFilter) (string, []any) {
+	status := f.Status
+	f.Status = ""
+	where, args := f.Where(placeholder)
+	var cond string
+	switch status {
+	case "":
+		return where, args
+	case outbox.StatusPending:
+		cond = "o.status = 'PENDING' AND c.token IS NULL"
+	case outbox.StatusProcessing:
+		cond = "(c.token IS NOT NULL OR o.status = 'PROCESSING')"
+	case outbox.StatusFailed, outbox.StatusBlocked:
+		cond = "o.hold = 2 AND o.status = '" + string(status) + "'"
+	case outbox.StatusExpired, outbox.StatusSkipped:
+		cond = "o.last_error IS NOT NULL AND o.status = '" + string(status) + "'"
+	default:
+		cond = "o.status = '" + string(status) + "'"
+	}
+	if where == "" {
+		return " WHERE " + cond, args
+	}
+	return where + " AND " + cond, args
+}
 
 func scanRecord(row pgx.Row) (store.Record, error) {
 	var (
@@ -100,9 +143,12 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
 	f = f.Normalize()
-	where, args := f.Where(placeholder)
+	if _, err := outbox.ParseStatus(string(f.Status)); f.Status != "" && err != nil {
+		return nil, err
+	}
+	where, args := listWhere(f)
 	args = append(args, f.Limit)
-	q := s.q.listEvents + where + " ORDER BY id DESC LIMIT " + placeholder(len(args))
+	q := s.q.listEvents + where + " ORDER BY o.id DESC LIMIT " + placeholder(len(args))
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -259,7 +305,24 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		err = s.pool.QueryRow(ctx, s.q.purge, after, req.BatchSize, names, req.OlderThan.Microseconds()).Scan(&p.Deleted, &p.Last, &p.Old)
 		return p, err
 	})
-	return total, s.wrap("purge", err)
+	if err != nil {
+		return total, s.wrap("purge", err)
+	}
+	// The deliveries' audit rows go with the events they record: both are
+	// past the retention together (a delivery's completed_at is its
+	// events' processed_at).
+	if slices.Contains(names, string(outbox.StatusProcessed)) {
+		for {
+			tag, err := s.pool.Exec(ctx, s.q.purgeDeliveries, req.OlderThan.Microseconds(), req.BatchSize)
+			if err != nil {
+				return total, s.wrap("purge deliveries", err)
+			}
+			if tag.RowsAffected() < int64(req.BatchSize) {
+				break
+			}
+		}
+	}
+	return total, nil
 }
 
 // requeueFilterSQL writes store.RequeueFilter for PostgreSQL.
@@ -302,6 +365,12 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 		return out, s.wrap("requeue matching", rows.Err())
 	}, s.Requeue)
 }
+
+// purgeDeliveriesSQL deletes a page ($2) of the deliveries table's rows
+// completed before $1 microseconds ago.
+const purgeDeliveriesSQL = `DELETE FROM "{{.Outbox}}_deliveries" WHERE id IN (
+    SELECT id FROM "{{.Outbox}}_deliveries" WHERE completed_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY id LIMIT $2)`
 
 // purgeSQL deletes one page of a purge: of the page ($2 rows after id $1),
 // the rows in a final status ($3) that finished before $4 microseconds ago,

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -15,9 +18,9 @@ import (
 
 // ClaimIDs keeps the claim's per-aggregate rules: it never claims an event
 // while an earlier unfinished one of its aggregate is neither in the call
-// nor in the relay's own claims, it stops an aggregate at a row another
-// transaction holds, a FAILED head holds its aggregate only under the
-// blocking policy, and ids without a visible row come back as missing.
+// nor in the relay's own claims, it claims nothing in a lane another relay
+// holds, a FAILED head holds its aggregate only under the blocking policy,
+// and ids without a visible row come back as missing.
 func TestClaimIDsKeepsAggregateOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -89,31 +92,47 @@ func TestClaimIDsKeepsAggregateOrder(t *testing.T) {
 		t.Errorf("with the first claim as its own: claimed %v, want %v", got(cl), a[2:])
 	}
 
-	// Another transaction holds b's first row: the run stops there.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %q WHERE id = $1 FOR UPDATE`, table), b[0]); err != nil {
+	// Another relay holds b's lane: nothing of b is claimed until it is
+	// free again.
+	lanes := fmt.Sprintf(`%q`, table+"_lanes")
+	if _, err := pool.Exec(ctx, `UPDATE `+lanes+` SET owner = 'other', token = 42,
+		lease_until_ms = (extract(epoch FROM now()) * 1000)::bigint + 3600000
+		WHERE lane = (SELECT lane FROM `+fmt.Sprintf("%q", table)+` WHERE id = $1)`, b[0]); err != nil {
 		t.Fatal(err)
 	}
 	if cl, _ := claim(req, b...); len(cl.Events) != 0 {
-		t.Errorf("claimed %v past a row another transaction locked", got(cl))
+		t.Errorf("claimed %v in a lane another relay holds", got(cl))
 	}
-	_ = tx.Rollback(ctx)
-	if cl, _ := claim(req, b...); !slices.Equal(got(cl), b) {
-		t.Errorf("after the lock: claimed %v, want %v", got(cl), b)
+	if _, err := pool.Exec(ctx, `UPDATE `+lanes+` SET owner = NULL, token = NULL, lease_until_ms = 0 WHERE owner = 'other'`); err != nil {
+		t.Fatal(err)
 	}
+	// The relay takes the lane at its next balance of leases.
+	wait.Until(t, 10*time.Second, "the relay to take the free lane and claim b", func() (bool, error) {
+		cl, _ := claim(req, b...)
+		if len(cl.Events) > 0 && !slices.Equal(got(cl), b) {
+			t.Fatalf("once the lane is free: claimed %v, want %v", got(cl), b)
+		}
+		return len(cl.Events) > 0, nil
+	})
 
 	// A FAILED head holds its aggregate only under the blocking policy.
-	if _, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %q SET status = 'FAILED' WHERE id = $1`, table), c[0]); err != nil {
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %q SET status = 'FAILED', hold = 2 WHERE id = $1`, table), c[0]); err != nil {
 		t.Fatal(err)
 	}
 	if cl, _ := claim(req, c[1]); len(cl.Events) != 0 {
 		t.Errorf("claimed %v behind a FAILED event under the blocking policy", got(cl))
 	}
+	// ... which moved the events waiting behind it to BLOCKED; under the
+	// continue policy the sweeper releases them, and they are claimed.
+	r, err := s.GetEvent(ctx, eventID(t, pool, table, c[1]))
+	if err != nil || r.Status != outbox.StatusBlocked {
+		t.Fatalf("the event behind the FAILED head is %s (%v), want BLOCKED", r.Status, err)
+	}
 	cont := req
 	cont.FailedBlocks = false
+	if _, err := s.Sweep(ctx, store.SweepRequest{FailedBlocks: false}); err != nil {
+		t.Fatal(err)
+	}
 	if cl, _ := claim(cont, c[1]); !slices.Equal(got(cl), c[1:2]) {
 		t.Errorf("continue policy: claimed %v, want %v", got(cl), c[1:2])
 	}
@@ -121,4 +140,14 @@ func TestClaimIDsKeepsAggregateOrder(t *testing.T) {
 	if cl, missing := claim(req, 1<<50); len(cl.Events) != 0 || !slices.Equal(missing, []int64{1 << 50}) {
 		t.Errorf("an id without a row: claimed %v, missing %v", got(cl), missing)
 	}
+}
+
+// eventID reads the event id of row id of table.
+func eventID(t *testing.T, pool *pgxpool.Pool, table string, id int64) outbox.EventID {
+	t.Helper()
+	var raw [16]byte
+	if err := pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT event_id FROM %q WHERE id = $1`, table), id).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	return outbox.EventID(raw)
 }

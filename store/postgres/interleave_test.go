@@ -16,12 +16,13 @@ import (
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
-// Deterministic interleavings of the reaper, Complete, Enqueue and Claim.
-// Each statement of the store is one SQL statement, so a step is held at a
-// chosen point by a second connection that holds a lock the statement
-// needs (an uncommitted audit row with the same key, or an uncommitted
-// event of the same aggregate), and a step is known to wait by asking
-// pg_stat_activity, never by sleeping.
+// Deterministic interleavings of the reaper, Complete, a lane's takeover,
+// Enqueue and Claim. Each statement of the store is one SQL statement, so a
+// step is held at a chosen point by a second connection that holds a lock
+// the statement needs (an uncommitted audit row with the same key, an
+// advisory lock a trigger waits for, or an uncommitted event of the same
+// aggregate), and a step is known to wait by asking pg_stat_activity,
+// never by sleeping.
 
 // interleaving is one table with stores whose connections carry their own
 // application_name, so that a test can see which of them waits on a lock.
@@ -74,9 +75,8 @@ func (il *interleaving) waitsOnLock(app, what string) {
 	})
 }
 
-// claimExpired enqueues one event, claims it with a short lease and waits
-// until the database's clock is past that lease.
-func (il *interleaving) claimExpired(agg string) *store.Claim {
+// claimOne enqueues one event and claims it as relay "paused" under lease.
+func (il *interleaving) claimOne(agg string, lease time.Duration) *store.Claim {
 	il.t.Helper()
 	ctx := context.Background()
 	tx, err := il.pool.Begin(ctx)
@@ -90,15 +90,30 @@ func (il *interleaving) claimExpired(agg string) *store.Claim {
 	if err := tx.Commit(ctx); err != nil {
 		il.t.Fatal(err)
 	}
-	c, err := il.main.Claim(ctx, store.ClaimRequest{RelayID: "paused", Limit: 10, Lease: 100 * time.Millisecond, FailedBlocks: true})
+	c, err := il.main.Claim(ctx, store.ClaimRequest{RelayID: "paused", Limit: 10, Lease: lease, FailedBlocks: true})
 	if err != nil || len(c.Events) != 1 {
 		il.t.Fatalf("claim: %v, %d events", err, len(c.Events))
 	}
-	wait.Until(il.t, 30*time.Second, "the lease to end on the database's clock", func() (bool, error) {
+	return c
+}
+
+// waitLeaseEnded waits until the lease of the lane of row id has ended on
+// the database's clock.
+func (il *interleaving) waitLeaseEnded(id int64) {
+	il.t.Helper()
+	wait.Until(il.t, 30*time.Second, "the lane's lease to end on the database's clock", func() (bool, error) {
 		var ended bool
-		err := il.pool.QueryRow(ctx, fmt.Sprintf(`SELECT locked_until < now() FROM %q WHERE id = $1`, il.table), c.Events[0].ID).Scan(&ended)
+		err := il.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT l.lease_until_ms < (extract(epoch FROM now()) * 1000)::bigint
+			FROM %q l JOIN %q o ON o.lane = l.lane WHERE o.id = $1`, il.table+"_lanes", il.table), id).Scan(&ended)
 		return ended, err
 	})
+}
+
+// claimExpired is claimOne under a short lease, once that lease has ended.
+func (il *interleaving) claimExpired(agg string) *store.Claim {
+	il.t.Helper()
+	c := il.claimOne(agg, 100*time.Millisecond)
+	il.waitLeaseEnded(c.Events[0].ID)
 	return c
 }
 
@@ -199,16 +214,18 @@ func delivered(c *store.Claim) store.CompleteRequest {
 	return store.CompleteRequest{Token: c.Token, RelayID: "paused", FailedBlocks: true, Outcomes: outs}
 }
 
-// The reaper has returned an expired lease to PENDING but not committed yet
-// when the paused relay's Complete arrives: Complete waits for the row,
-// then finds it no longer under its token and is fenced. The row stays
-// PENDING for the next claim, and the late attempt is still audited.
-func TestInterleavingCompleteWhileReaperHoldsTheRow(t *testing.T) {
+// The reaper has found the claim whose lane's lease ended and deleted it,
+// but not committed yet (it waits on its audit row), when the paused
+// relay's Complete arrives: Complete does not wait, finds the lane no
+// longer held under the claim's lease and is fenced; the late attempt is
+// audited. The reaper then ends the claim: the row is PENDING for the
+// next claim, with its LEASE_EXPIRED audit row.
+func TestInterleavingCompleteWhileReaperHoldsTheClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	il := newInterleaving(t)
 	reaper, reaperApp := il.storeAs("reaper")
-	completer, completerApp := il.storeAs("completer")
+	completer, _ := il.storeAs("completer")
 	c := il.claimExpired("reaped")
 	ev := c.Events[0]
 
@@ -221,18 +238,20 @@ func TestInterleavingCompleteWhileReaperHoldsTheRow(t *testing.T) {
 		}
 		swept <- res
 	}()
-	il.waitsOnLock(reaperApp, "the reaper to have written the row and wait on its audit row")
+	il.waitsOnLock(reaperApp, "the reaper to have taken the claim and wait on its audit row")
 
-	completed := goComplete(t, completer, delivered(c))
-	il.waitsOnLock(completerApp, "Complete to wait for the row the reaper holds")
-
+	completeCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := completer.Complete(completeCtx, delivered(c))
+	if err != nil {
+		t.Fatalf("Complete waited on the claim the reaper holds (or failed): %v", err)
+	}
+	if len(res.Applied) != 0 || len(res.Fenced) != 1 {
+		t.Fatalf("Complete after the lane's lease ended = %+v, want fenced", res)
+	}
 	release()
 	if res := <-swept; res.Reaped != 1 {
-		t.Fatalf("the reaper returned %d leases, want 1", res.Reaped)
-	}
-	res := <-completed
-	if len(res.Applied) != 0 || len(res.Fenced) != 1 {
-		t.Fatalf("Complete after the reaper took the row = %+v, want fenced", res)
+		t.Fatalf("the reaper ended %d claimed events, want 1", res.Reaped)
 	}
 	r, err := il.main.GetEvent(ctx, ev.EventID)
 	if err != nil {
@@ -241,8 +260,7 @@ func TestInterleavingCompleteWhileReaperHoldsTheRow(t *testing.T) {
 	if r.Status != outbox.StatusPending || r.RetryCount != 0 {
 		t.Fatalf("the row is %s/%d, want PENDING/0 for the next claim", r.Status, r.RetryCount)
 	}
-	got := fmt.Sprint(il.outcomesOf(ev.EventID))
-	if got != "[LEASE_EXPIRED DELIVERED]" && got != "[DELIVERED LEASE_EXPIRED]" {
+	if got := fmt.Sprint(il.outcomesOf(ev.EventID)); got != "[LEASE_EXPIRED DELIVERED]" && got != "[DELIVERED LEASE_EXPIRED]" {
 		t.Fatalf("audit trail %s, want the lease expiry and the late delivery", got)
 	}
 	again, err := il.main.Claim(ctx, store.ClaimRequest{RelayID: "next", Limit: 10, Lease: time.Minute, FailedBlocks: true})
@@ -252,33 +270,35 @@ func TestInterleavingCompleteWhileReaperHoldsTheRow(t *testing.T) {
 }
 
 // The paused relay's Complete has marked the row PROCESSED but not
-// committed yet when the reaper runs past the lease: the reaper skips the
-// locked row without waiting, and after the commit nothing is reaped.
-func TestInterleavingReaperWhileCompleteHoldsTheRow(t *testing.T) {
+// committed yet when the lane's lease ends and the reaper runs: the reaper
+// skips the claim Complete holds without waiting, and after the commit
+// there is no claim left to reap.
+func TestInterleavingReaperWhileCompleteHoldsTheClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	il := newInterleaving(t)
 	reaper, _ := il.storeAs("reaper")
 	completer, completerApp := il.storeAs("completer")
-	c := il.claimExpired("completed")
+	c := il.claimOne("completed", 2*time.Second)
 	ev := c.Events[0]
 
 	release := il.holdAfterRowWrite(completerApp)
 	completed := goComplete(t, completer, delivered(c))
 	il.waitsOnLock(completerApp, "Complete to have written the row and wait before its commit")
+	il.waitLeaseEnded(ev.ID)
 
 	sweepCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	res, err := reaper.Sweep(sweepCtx, store.SweepRequest{RelayID: "reaper", FailedBlocks: true})
 	if err != nil {
-		t.Fatalf("the reaper waited on the row Complete holds (or failed): %v", err)
+		t.Fatalf("the reaper waited on the claim Complete holds (or failed): %v", err)
 	}
 	if res.Reaped != 0 {
-		t.Fatalf("the reaper returned %d leases while Complete held the row, want 0", res.Reaped)
+		t.Fatalf("the reaper ended %d claimed events while Complete held the claim, want 0", res.Reaped)
 	}
 	release()
 	if res := <-completed; len(res.Applied) != 1 {
-		t.Fatalf("Complete = %+v, want applied", res)
+		t.Fatalf("Complete = %+v, want applied: it held the lane when its lease was still on", res)
 	}
 	if res, err := reaper.Sweep(ctx, store.SweepRequest{RelayID: "reaper", FailedBlocks: true}); err != nil || res.Reaped != 0 {
 		t.Fatalf("sweep after the commit: %+v, %v; want nothing reaped", res, err)
@@ -292,6 +312,59 @@ func TestInterleavingReaperWhileCompleteHoldsTheRow(t *testing.T) {
 	}
 	if got := fmt.Sprint(il.outcomesOf(ev.EventID)); got != "[DELIVERED]" {
 		t.Fatalf("audit trail %s, want only the delivery", got)
+	}
+}
+
+// The paused relay's Complete holds its lane (a share lock, taken while
+// the lease was on) when the lease ends and another relay balances: it
+// does not take the lane while the Complete is open, and once the
+// delivery is committed it takes the lane and finds nothing to send: the
+// event is delivered once.
+func TestInterleavingTakeoverWhileCompleteHoldsTheLane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	il := newInterleaving(t)
+	taker, _ := il.storeAs("taker")
+	completer, completerApp := il.storeAs("completer")
+	c := il.claimOne("taken", 2*time.Second)
+	ev := c.Events[0]
+
+	release := il.holdAfterRowWrite(completerApp)
+	completed := goComplete(t, completer, delivered(c))
+	il.waitsOnLock(completerApp, "Complete to have written the row and wait before its commit")
+	il.waitLeaseEnded(ev.ID)
+
+	var lane int
+	if err := il.pool.QueryRow(ctx, fmt.Sprintf(`SELECT lane FROM %q WHERE id = $1`, il.table), ev.ID).Scan(&lane); err != nil {
+		t.Fatal(err)
+	}
+	req := store.ClaimRequest{RelayID: "taker", Limit: 10, Lease: time.Minute, FailedBlocks: true}
+	claimCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got, err := taker.Claim(claimCtx, req)
+	if err != nil {
+		t.Fatalf("the other relay's claim waited on the lane Complete holds (or failed): %v", err)
+	}
+	if len(got.Events) != 0 {
+		t.Fatalf("the other relay claimed %v while the paused relay's Complete held the lane", got.Events)
+	}
+	if _, ok := taker.HeldLanes("taker")[lane]; ok {
+		t.Fatal("the other relay took the lane while a Complete held it")
+	}
+	release()
+	if res := <-completed; len(res.Applied) != 1 {
+		t.Fatalf("Complete = %+v, want applied", res)
+	}
+	wait.Until(t, 10*time.Second, "the other relay to take the lane", func() (bool, error) {
+		got, err := taker.Claim(ctx, req)
+		if err == nil && len(got.Events) != 0 {
+			t.Fatalf("the other relay claimed %v, which the paused relay delivered", got.Events)
+		}
+		_, ok := taker.HeldLanes("taker")[lane]
+		return ok, err
+	})
+	if got := fmt.Sprint(il.outcomesOf(ev.EventID)); got != "[DELIVERED]" {
+		t.Fatalf("audit trail %s, want one delivery", got)
 	}
 }
 

@@ -22,10 +22,11 @@ GROUP BY aggregate_type, event_type
 ORDER BY count(*) DESC, aggregate_type, event_type
 LIMIT ` + overdueGroups
 
-// overdueWhere is backend.OverdueWhere on the database clock, and
+// overdueWhere is backend.OverdueWhere on the database clock (every row
+// with a deadline has hold 1 or 2 until it ends, the deadline index), and
 // overdueGroups backend.MaxOverdueGroups: fixed fragments of the statement.
 var (
-	overdueWhere  = backend.OverdueWhere("now()")
+	overdueWhere  = "hold > 0 AND " + backend.OverdueWhere("now()")
 	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 

@@ -2,141 +2,18 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"sort"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/compensation"
 	"github.com/txoutbox/outbox/store/internal/pages"
 	"github.com/txoutbox/outbox/store/internal/retry"
 )
-
-// Claim implements store.Store.
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	token := uuid.NewString()
-	c := &store.Claim{Token: token}
-	claimSQL, err := s.claimSQL(req)
-	if err != nil {
-		return nil, s.wrap("claim", err)
-	}
-	err = retrySerialization(ctx, func() error {
-		c.Events = c.Events[:0]
-		own := req.Own
-		if own == nil {
-			own = []string{}
-		}
-		// A claim that will take a full batch from a backlog is planned
-		// afresh (SET LOCAL keeps the setting to its transaction): a plan
-		// cached while the table was nearly empty, with no ANALYZE since,
-		// runs tens of times slower on a backlog. Small claims, the steady
-		// state, keep PostgreSQL's cached plan, which saves the planning
-		// on every poll. After a full batch the next claim is planned afresh.
-		// Either way the claim is one round trip: the transaction's four
-		// statements travel as one pgx batch.
-		args := []any{token, req.Lease.Milliseconds(), req.FailedBlocks, own}
-		var (
-			rows pgx.Rows
-			br   pgx.BatchResults
-			err  error
-		)
-		if s.lastClaimFull.Load() {
-			b := &pgx.Batch{}
-			b.Queue("BEGIN")
-			b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
-			b.Queue(claimSQL, args...)
-			b.Queue("COMMIT")
-			br = s.pool.SendBatch(ctx, b)
-			defer br.Close()
-			for i := 0; i < 2; i++ {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			rows, err = br.Query()
-		} else {
-			rows, err = s.pool.Query(ctx, claimSQL, args...)
-		}
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				ev        store.Claimed
-				eventID   [16]byte
-				payload   []byte
-				headers   []byte
-				expiresAt *time.Time
-				seq       *int64
-			)
-			if err := rows.Scan(&ev.ID, &eventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
-				&payload, &headers, &ev.RetryCount, &ev.CreatedAt, &expiresAt, &ev.Expired,
-				&c.DBTime, &c.LockedUntil, &seq); err != nil {
-				return err
-			}
-			if seq != nil {
-				ev.AggregateSeq = *seq
-			}
-			ev.EventID = outbox.EventID(eventID)
-			ev.Payload = json.RawMessage(payload)
-			ev.Headers = backend.DecodeHeaders(headers)
-			ev.Attempt = ev.RetryCount + 1
-			if expiresAt != nil {
-				ev.ExpiresAt = *expiresAt
-			}
-			c.Events = append(c.Events, ev)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows.Close()
-		if br != nil {
-			if _, err := br.Exec(); err != nil { // COMMIT
-				return err
-			}
-			return br.Close()
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, s.wrap("claim", err)
-	}
-	s.lastClaimFull.Store(len(c.Events) >= req.Limit)
-	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
-	if len(c.Events) == 0 {
-		c.DBTime, c.LockedUntil = time.Time{}, time.Time{}
-	}
-	return c, nil
-}
-
-// claimSQL returns the claim statement for a batch size and its split
-// between id order and nearest deadline (store.ClaimRequest.FIFOSlots):
-// they are literals so that the planner sizes the window right, and the
-// rendered text is kept, since a relay asks for the same sizes every time.
-func (s *Store) claimSQL(req store.ClaimRequest) (string, error) {
-	fifo, edf := req.FIFOSlots()
-	key := [3]int{req.Limit, fifo, edf}
-	if q, ok := s.claimByLimit.Load(key); ok {
-		return q.(string), nil
-	}
-	q, err := s.q.claim.Render(claimParams{Tables: s.t, Limit: req.Limit, FIFO: fifo, EDF: edf})
-	if err != nil {
-		return "", err
-	}
-	s.claimByLimit.Store(key, q)
-	return q, nil
-}
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
@@ -193,6 +70,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		if err != nil {
 			return store.CompleteResult{}, s.wrap("complete", err)
 		}
+		s.claimer.Completed(req.RelayID, req.Token, ids)
 		return store.NewCompleteResult(req.Outcomes, applied), nil
 	}
 	err := retrySerialization(ctx, func() error {
@@ -214,6 +92,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
+	s.claimer.Completed(req.RelayID, req.Token, ids)
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
@@ -253,7 +132,25 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 		var args []any
 		switch step {
 		case pages.SweepReap:
-			query, args = s.q.reap, []any{req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes)}
+			// Claims whose lanes are gone, then rows PROCESSING under a
+			// lease of the schema before lanes.
+			relay := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
+			var n int64
+			err := retrySerialization(ctx, func() error {
+				var err error
+				n, err = s.execOrCount(ctx, s.q.reapClaims, req.Limit, relay)
+				return err
+			})
+			if err != nil {
+				return n, err
+			}
+			var legacy int64
+			err = retrySerialization(ctx, func() error {
+				var err error
+				legacy, err = s.execOrCount(ctx, s.q.reap, req.Limit, relay)
+				return err
+			})
+			return n + legacy, err
 		case pages.SweepExpire:
 			return s.expirePage(ctx, req)
 		case pages.SweepBlock:

@@ -2,8 +2,9 @@
 // schema migrations, Enqueue in a caller's pgx.Tx or *sql.Tx, and the
 // [store.Store] the relay uses.
 //
-// Claims use FOR NO KEY UPDATE SKIP LOCKED, so any number of relays can run
-// against one database; all lease and due-time arithmetic uses now().
+// Relays lease lanes (store/internal/lanes), so any number of them can run
+// against one database; all lease and due-time arithmetic uses the
+// database clock.
 package postgres
 
 import (
@@ -13,8 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +25,7 @@ import (
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
 //go:embed migrations/*.sql
@@ -70,16 +70,15 @@ type Store struct {
 	log     *slog.Logger
 	q       queries
 	notify  *notifier
-	// lastClaimFull: the last claim took a full batch (a backlog).
-	lastClaimFull atomic.Bool
-	claimByLimit  sync.Map // [batch size, FIFO slots, deadline slots] -> claim statement
-	analyze       analyzer
+	claimer *lanes.Claimer
+	analyze analyzer
 }
 
 var (
 	_ store.Store           = (*Store)(nil)
 	_ store.Listener        = (*Store)(nil)
 	_ store.EnqueueObserver = (*Store)(nil)
+	_ store.LaneReleaser    = (*Store)(nil)
 )
 
 // New returns a Store on pool. The pool stays the caller's: Close does not
@@ -100,6 +99,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg.NotifyDebounce = DefaultNotifyDebounce
 	}
 	s := &Store{pool: pool, cfg: cfg, t: t, log: log, q: buildQueries(t)}
+	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.PostgreSQL, t, s.leaseTx)
 	s.notify = &notifier{
 		channel:  t.Outbox,
 		debounce: cfg.NotifyDebounce,

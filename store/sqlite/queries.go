@@ -111,7 +111,7 @@ const attemptsSQL = `SELECT attempt, relay_id, claim_token, started_at, finished
         SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
             'DELIVERED', '', COALESCE(delivered_trace_id, '')
         FROM "{{.Outbox}}" WHERE event_id = ?1 AND delivered_relay_id IS NOT NULL
-        ORDER BY 5, 4, 1`
+        ORDER BY 1, 5, 4`
 
 // moveDeliverySQL copies the delivery recorded on row ?1, if any, into the
 // attempts table, and clearDeliverySQL clears it from the row, before an

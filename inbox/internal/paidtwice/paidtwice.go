@@ -6,16 +6,16 @@
 // The consumer must end with exactly one charge per event, and the inbox
 // must have counted every repeat it dropped.
 //
-// A kill is made "mid-batch" for sure: the test locks the outbox's audit
-// table (<table>_attempts, EXCLUSIVE). The relay still claims and
-// delivers, but it cannot record an outcome, since recording a batch
-// writes its audit rows in the same statement. Once some event the
-// consumer has charged is still PROCESSING (delivered, its outcome not
-// recorded), the test SIGKILLs the relay, ends the relay's database
-// sessions (a session waiting on the lock would otherwise still record
-// the outcome after the process died) and releases the lock. Each such
-// event is delivered again after its lease: a duplicate the inbox must
-// drop.
+// A kill is made "mid-batch" for sure: the test locks the outbox's table
+// of delivery records (<table>_deliveries, EXCLUSIVE). The relay still
+// claims and delivers, but it cannot record a delivery, since recording a
+// batch writes its delivery record in the same statement. Once some event
+// the consumer has charged is still PROCESSING (in a claim of the relay,
+// <table>_claims: delivered, its outcome not recorded), the test SIGKILLs
+// the relay, ends the relay's database sessions (a session waiting on the
+// lock would otherwise still record the outcome after the process died)
+// and releases the lock. Each such event is delivered again once the
+// lease of its lane has ended: a duplicate the inbox must drop.
 //
 // After the first kill, the lock is taken only once what the kills left
 // behind is settled: no claim of a killed relay is still PROCESSING, and
@@ -24,8 +24,7 @@
 // while the lock is held, and the test with nothing to wait for until its
 // context ended: a killed relay's claim that it never published (a batch
 // behind the one it was recording) goes back to PENDING only when the
-// reaper audits it, a write to the locked table, and it holds its
-// aggregates meanwhile; and a batch that only delivers events again holds
+// reaper ends the claim, and it holds its aggregates meanwhile; and a batch that only delivers events again holds
 // the batches behind it, yet gives no event the test has not seen.
 package paidtwice
 
@@ -173,7 +172,7 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 	}
 	var lock *sql.Tx
 	if lockFirst {
-		if lock, err = f.lockAttempts(ctx); err != nil {
+		if lock, err = f.lockDeliveries(ctx); err != nil {
 			t.Fatal(err)
 		}
 		defer lock.Rollback()
@@ -206,7 +205,7 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		case n == f.N:
 			return false
 		case n > start && left == 0:
-			if lock, err = f.lockAttempts(ctx); err != nil {
+			if lock, err = f.lockDeliveries(ctx); err != nil {
 				t.Fatal(err)
 			}
 			defer lock.Rollback()
@@ -222,7 +221,7 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("gave up waiting for a charged event still PROCESSING (kill %d): %v; does recording an outcome still write %s_attempts in the same statement?\n%s",
+			t.Fatalf("gave up waiting for a charged event still PROCESSING (kill %d): %v; does recording a delivery still write %s_deliveries in the same statement?\n%s",
 				f.Kills+1, ctx.Err(), f.Backlog.Table, relay.Log())
 		case <-tick.C:
 		}
@@ -261,11 +260,10 @@ func (f *Fixture) processed(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// noteKilledTokens adds the claim tokens of the rows still PROCESSING (the
-// killed relay's claims, and any earlier one not yet reaped) to
-// f.killedTokens.
+// noteKilledTokens adds the tokens of the claims in flight (the killed
+// relay's, and any earlier one not yet reaped) to f.killedTokens.
 func (f *Fixture) noteKilledTokens(ctx context.Context, tx *sql.Tx) error {
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT lock_token::text FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSING' AND lock_token IS NOT NULL`)
+	rows, err := tx.QueryContext(ctx, `SELECT token::text FROM "`+f.Backlog.Table+`_claims"`)
 	if err != nil {
 		return err
 	}
@@ -280,10 +278,10 @@ func (f *Fixture) noteKilledTokens(ctx context.Context, tx *sql.Tx) error {
 	return rows.Err()
 }
 
-// leftByKills counts the rows the kills left unsettled: PROCESSING under a
-// killed relay's claim, or charged by a kill's batch and not yet PROCESSED.
-// Until there are none, the audit table must not be locked (see the
-// package documentation).
+// leftByKills counts the rows the kills left unsettled: in a killed
+// relay's claim not yet reaped, or charged by a kill's batch and not yet
+// PROCESSED. Until there are none, the delivery records must not be
+// locked (see the package documentation).
 func (f *Fixture) leftByKills(ctx context.Context) (int, error) {
 	if len(f.killedTokens) == 0 && len(f.unrecorded) == 0 {
 		return 0, nil
@@ -293,35 +291,37 @@ func (f *Fixture) leftByKills(ctx context.Context) (int, error) {
 		ids = append(ids, id)
 	}
 	var n int
-	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`"
-		WHERE (status = 'PROCESSING' AND lock_token::text = ANY(string_to_array($1, ',')))
-		   OR (status <> 'PROCESSED' AND event_id::text = ANY(string_to_array($2, ',')))`,
+	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" o
+		WHERE (o.status = 'PENDING' AND EXISTS (SELECT 1 FROM "`+f.Backlog.Table+`_claims" c
+		          WHERE o.id = ANY(c.ids) AND c.token::text = ANY(string_to_array($1, ','))))
+		   OR (o.status <> 'PROCESSED' AND o.event_id::text = ANY(string_to_array($2, ',')))`,
 		strings.Join(f.killedTokens, ","), strings.Join(ids, ",")).Scan(&n)
 	return n, err
 }
 
-// lockAttempts begins a transaction that holds the outbox's audit table
-// in EXCLUSIVE mode: reads go on, writes wait.
-func (f *Fixture) lockAttempts(ctx context.Context) (*sql.Tx, error) {
+// lockDeliveries begins a transaction that holds the outbox's table of
+// delivery records in EXCLUSIVE mode: reads go on, writes wait.
+func (f *Fixture) lockDeliveries(ctx context.Context) (*sql.Tx, error) {
 	tx, err := f.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '30s'`); err == nil {
-		_, err = tx.ExecContext(ctx, `LOCK TABLE "`+f.Backlog.Table+`_attempts" IN EXCLUSIVE MODE`)
+		_, err = tx.ExecContext(ctx, `LOCK TABLE "`+f.Backlog.Table+`_deliveries" IN EXCLUSIVE MODE`)
 	}
 	if err != nil {
 		_ = tx.Rollback()
-		return nil, fmt.Errorf("lock the audit table: %w", err)
+		return nil, fmt.Errorf("lock the delivery records: %w", err)
 	}
 	return tx, nil
 }
 
-// chargedUnrecorded returns the events that are PROCESSING and charged,
-// and that no earlier kill left behind.
+// chargedUnrecorded returns the events that are PROCESSING (PENDING in a
+// claim in flight) and charged, and that no earlier kill left behind.
 func (f *Fixture) chargedUnrecorded(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT o.event_id::text FROM "`+f.Backlog.Table+`" o
-		WHERE o.status = 'PROCESSING' AND EXISTS (SELECT 1 FROM `+f.charges+` c WHERE c.event_id = o.event_id::text)`)
+		WHERE o.status = 'PENDING' AND EXISTS (SELECT 1 FROM "`+f.Backlog.Table+`_claims" cl WHERE o.id = ANY(cl.ids))
+		  AND EXISTS (SELECT 1 FROM `+f.charges+` c WHERE c.event_id = o.event_id::text)`)
 	if err != nil {
 		return nil, err
 	}

@@ -64,10 +64,11 @@ WHERE s.slot_name = $1`, h.slot).Scan(&walsenders); err != nil {
 		t.Errorf("%d events claimed by the poll; the stream should have had them all", src.ClaimedByPoll())
 	}
 	var audited int
-	// A delivery is audited on the event row (migration 7) or, from before
-	// it, as an attempt row.
+	// A delivery is audited in the deliveries table (migration 10), or,
+	// from before it, on the event row (migration 7) or as an attempt row.
 	if err := h.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT (SELECT count(*) FROM %q WHERE outcome = 'DELIVERED')
-    + (SELECT count(*) FROM %q WHERE delivered_relay_id IS NOT NULL)`, h.table+"_attempts", h.table)).Scan(&audited); err != nil {
+    + (SELECT count(*) FROM %q WHERE delivered_relay_id IS NOT NULL)
+    + (SELECT COALESCE(sum(delivered), 0) FROM %q)`, h.table+"_attempts", h.table, h.table+"_deliveries")).Scan(&audited); err != nil {
 		t.Fatal(err)
 	}
 	if audited != total {

@@ -1,0 +1,403 @@
+package lanes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+// Count is the number of lanes of an outbox: every aggregate belongs to
+// one lane, and at most Count relays share the work of one outbox.
+const Count = 64
+
+// heldLane is a lane a relay holds.
+type heldLane struct {
+	token  int64 // the lease's fencing token: random, new at each take
+	cursor int64 // PostgreSQL: the lane's cursor, in memory
+	stored int64 // ... and as last written to the lane's row
+	scan   int   // rows the next read takes from the cursor
+}
+
+// inflightClaim is a claim of the relay not yet completed.
+type inflightClaim struct {
+	at     time.Time       // local clock of the claim
+	byLane map[int][]int64 // its rows, per lane
+}
+
+// relayState is what one relay of this store holds: its lanes, the
+// horizon of its reads, and its claims in flight.
+type relayState struct {
+	mu       sync.Mutex
+	held     map[int]*heldLane
+	balanced time.Time // local clock of the last balance
+	stale    bool      // a claim found a lane gone: balance before the next
+	horizon  Horizon
+	inflight map[string]*inflightClaim
+	// stuck are the lanes the relay stopped renewing because a batch of
+	// theirs outlived its lease: it does not take them again while that
+	// batch is in flight (another relay delivers it meanwhile).
+	stuck map[int]bool
+}
+
+func newRelayState() *relayState {
+	return &relayState{held: map[int]*heldLane{}, inflight: map[string]*inflightClaim{}, stuck: map[int]bool{}}
+}
+
+// tokens returns the tokens of the held lanes.
+func (rs *relayState) tokens() map[int]int64 {
+	out := make(map[int]int64, len(rs.held))
+	for l, h := range rs.held {
+		out[l] = h.token
+	}
+	return out
+}
+
+// busyLanes returns the lanes with rows of the relay's claims in flight,
+// and those of them whose claim is older than lease.
+func (rs *relayState) busyLanes(now time.Time, lease time.Duration) (busy, overdue map[int]bool) {
+	busy, overdue = map[int]bool{}, map[int]bool{}
+	for _, c := range rs.inflight {
+		for l, ids := range c.byLane {
+			if len(ids) == 0 {
+				continue
+			}
+			busy[l] = true
+			if now.Sub(c.at) > lease {
+				overdue[l] = true
+			}
+		}
+	}
+	return busy, overdue
+}
+
+// balanceEvery is how often a relay renews and balances its lanes: a
+// quarter of the lease, at most every second.
+func balanceEvery(lease time.Duration) time.Duration {
+	return max(min(lease/4, time.Second), time.Millisecond)
+}
+
+// balanceDue reports whether the relay should renew and rebalance its
+// lanes before claiming: every balanceEvery, and whenever it holds none or
+// a claim found one gone.
+func (rs *relayState) balanceDue(now time.Time, lease time.Duration) bool {
+	return rs.stale || len(rs.held) == 0 || now.Sub(rs.balanced) >= balanceEvery(lease)
+}
+
+// LeaseTx runs f in one write transaction of the backend.
+type LeaseTx func(ctx context.Context, f func(q Querier) error) error
+
+// balance renews the relay's lanes and moves it towards its fair share,
+// in one transaction:
+//
+//   - The live relays are the members seen within three balance
+//     intervals; each should hold Count/live lanes, rounded down or up.
+//   - A lane is renewed unless a batch of it has outlived its lease (the
+//     relay is stuck on it): that lane is left to expire, and is not
+//     taken again by this relay while the batch is in flight.
+//   - Above the rounded-up share, a relay gives up lanes with nothing in
+//     flight, but only as many as the live relays below the rounded-down
+//     share are missing: a lane is never left free with nobody to take it.
+//   - It takes the lanes whose lease ended (their relay died or got stuck)
+//     whatever its share, so that they are delivered again at once, and
+//     lanes given up by others up to the rounded-up share.
+func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, lease time.Duration) error {
+	leaseMS := max(lease.Milliseconds(), 1)
+	liveMS := max(3*balanceEvery(lease).Milliseconds(), 1)
+	local := c.now()
+	busy, overdue := rs.busyLanes(local, lease)
+	for l := range rs.stuck {
+		if !busy[l] {
+			delete(rs.stuck, l)
+		}
+	}
+	var (
+		next    map[int]*heldLane
+		stuck   map[int]bool
+		ensured bool
+	)
+	err := c.leaseTx(ctx, func(q Querier) error {
+		next, stuck = map[int]*heldLane{}, maps.Clone(rs.stuck)
+		var now int64
+		if err := queryRow(ctx, q, c.d.NowMS, nil, &now); err != nil {
+			return err
+		}
+		if !c.ensured.Load() {
+			var n int
+			if err := queryRow(ctx, q, c.d.render(c.t, "count", names{}), nil, &n); err != nil {
+				return err
+			}
+			if n < Count {
+				if _, err := q.Exec(ctx, c.d.render(c.t, "ensure", names{Values: ensureValues()})); err != nil {
+					return err
+				}
+			}
+			ensured = true
+		}
+		if _, err := q.Exec(ctx, c.d.render(c.t, "member", names{}), relayID, now); err != nil {
+			return err
+		}
+		if _, err := q.Exec(ctx, c.d.render(c.t, "prune", names{}), now-100*max(leaseMS, liveMS)); err != nil {
+			return err
+		}
+		hunger, err := c.hunger(ctx, q, now, now-liveMS, relayID)
+		if err != nil {
+			return err
+		}
+
+		rows, err := q.Query(ctx, c.d.render(c.t, "mine", names{}), relayID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				lane   int
+				token  *int64
+				until  int64
+				cursor int64
+			)
+			if err := rows.Scan(&lane, &token, &until, &cursor); err != nil {
+				rows.Close()
+				return err
+			}
+			h := rs.held[lane]
+			if h == nil || token == nil || h.token != *token || until <= now {
+				continue
+			}
+			if overdue[lane] {
+				stuck[lane] = true
+				continue
+			}
+			kept := *h
+			kept.stored = max(kept.stored, cursor)
+			kept.cursor = max(kept.cursor, cursor)
+			next[lane] = &kept
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+
+		if surplus := len(next) - hunger.high; surplus > 0 && hunger.missing > 0 {
+			var release []int
+			for _, l := range slices.Backward(sortedLanes(next)) {
+				if len(release) == min(surplus, hunger.missing) {
+					break
+				}
+				if !busy[l] {
+					release = append(release, l)
+				}
+			}
+			if len(release) > 0 {
+				cursors := map[int]int64{}
+				for _, l := range release {
+					cursors[l] = next[l].cursor
+					delete(next, l)
+				}
+				if _, err := q.Exec(ctx, c.d.render(c.t, "release", names{Cursors: cursorCase(cursors), LaneList: laneList(release)}),
+					relayID); err != nil {
+					return err
+				}
+			}
+		}
+		if len(next) > 0 {
+			cursors := map[int]int64{}
+			for l, h := range next {
+				if h.cursor > h.stored {
+					cursors[l] = h.cursor
+				}
+			}
+			if _, err := q.Exec(ctx, c.d.render(c.t, "renew", names{Cursors: cursorCase(cursors), LaneList: laneList(sortedLanes(next))}),
+				now+leaseMS, relayID); err != nil {
+				return err
+			}
+			for _, h := range next {
+				h.stored = max(h.stored, h.cursor)
+			}
+		}
+		free, err := c.freeLanes(ctx, q, now, relayID, Count)
+		if err != nil {
+			return err
+		}
+		for _, f := range free {
+			if _, ok := next[f.lane]; ok || stuck[f.lane] {
+				continue
+			}
+			if f.released && len(next) >= hunger.high {
+				continue
+			}
+			token := newToken()
+			n, err := q.Exec(ctx, c.d.render(c.t, "take", names{}), relayID, token, now+leaseMS, f.lane, now, relayID)
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				next[f.lane] = &heldLane{token: token, cursor: f.cursor, stored: f.cursor}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("lane leases: %w", err)
+	}
+	if ensured {
+		c.ensured.Store(true)
+	}
+	// Lanes the relay no longer holds take their claims with them: those
+	// rows are another relay's now (or free), and its completions of them
+	// are fenced. A stuck lane keeps its claim, so that it is not taken
+	// again before that batch is recorded.
+	for l := range rs.held {
+		if next[l] == nil && !stuck[l] {
+			for _, cl := range rs.inflight {
+				delete(cl.byLane, l)
+			}
+		}
+	}
+	for l, h := range next {
+		if old := rs.held[l]; old != nil && old.token == h.token {
+			h.scan = old.scan
+		}
+	}
+	rs.held, rs.stuck = next, stuck
+	rs.balanced = c.now()
+	rs.stale = false
+	return nil
+}
+
+// hungerOf is what the live relays want.
+type hungerOf struct {
+	// high is the rounded-up share: a relay above it gives lanes up.
+	high int
+	// missing counts the lanes the live relays other than this one lack
+	// to reach the rounded-down share.
+	missing int
+}
+
+// hunger reads the live members (seen after liveSince) and the lanes each
+// holds under a lease that has not ended.
+func (c *Claimer) hunger(ctx context.Context, q Querier, now, liveSince int64, relayID string) (hungerOf, error) {
+	rows, err := q.Query(ctx, c.d.render(c.t, "holdings", names{}), now, liveSince)
+	if err != nil {
+		return hungerOf{}, err
+	}
+	defer rows.Close()
+	held := map[string]int{relayID: 0}
+	for rows.Next() {
+		var (
+			member string
+			n      int
+		)
+		if err := rows.Scan(&member, &n); err != nil {
+			return hungerOf{}, err
+		}
+		held[member] = n
+	}
+	if err := rows.Err(); err != nil {
+		return hungerOf{}, err
+	}
+	live := len(held)
+	low, high := Count/live, (Count+live-1)/live
+	h := hungerOf{high: high}
+	for m, n := range held {
+		if m != relayID && n < low {
+			h.missing += low - n
+		}
+	}
+	return h, nil
+}
+
+type freeLane struct {
+	lane     int
+	cursor   int64
+	released bool // given up by its relay, rather than ended or unknown
+}
+
+// freeLanes lists up to limit lanes nobody holds: given up, expired, or
+// held under a token of this relay it no longer knows (an earlier process
+// of the same relay id), skipping rows another balance has locked.
+func (c *Claimer) freeLanes(ctx context.Context, q Querier, now int64, relayID string, limit int) ([]freeLane, error) {
+	rows, err := q.Query(ctx, c.d.render(c.t, "free", names{Limit: limit}), now, relayID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []freeLane
+	for rows.Next() {
+		var (
+			f     freeLane
+			owner *string
+		)
+		if err := rows.Scan(&f.lane, &f.cursor, &owner); err != nil {
+			return nil, err
+		}
+		f.released = owner == nil
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// Release gives up every lane relayID holds in this store and removes it
+// from the members, so that the other relays take its lanes at once
+// rather than when its leases end. A relay calls it when it stops, after
+// its last batch is recorded.
+func (c *Claimer) Release(ctx context.Context, relayID string) error {
+	rs := c.state(relayID)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	err := c.leaseTx(ctx, func(q Querier) error {
+		if len(rs.held) > 0 {
+			cursors := map[int]int64{}
+			for l, h := range rs.held {
+				cursors[l] = h.cursor
+			}
+			if _, err := q.Exec(ctx, c.d.render(c.t, "release", names{Cursors: cursorCase(cursors), LaneList: laneList(sortedLanes(rs.held))}),
+				relayID); err != nil {
+				return err
+			}
+		}
+		_, err := q.Exec(ctx, c.d.render(c.t, "leave", names{}), relayID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release lanes: %w", err)
+	}
+	rs.held = map[int]*heldLane{}
+	rs.inflight = map[string]*inflightClaim{}
+	rs.stuck = map[int]bool{}
+	return nil
+}
+
+// Held returns the lanes relayID holds in this store, with their tokens.
+func (c *Claimer) Held(relayID string) map[int]int64 {
+	rs := c.state(relayID)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.tokens()
+}
+
+func sortedLanes[V any](m map[int]V) []int {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// Tables returns the names of the lane tables of t.
+func Tables(t store.Tables) (lanes, members string) { return LaneTable(t), MemberTable(t) }
+
+// newToken returns a fencing token: 63 random bits, never 0.
+func newToken() int64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(err) // crypto/rand never fails on the platforms Go supports
+		}
+		if t := int64(binary.LittleEndian.Uint64(b[:]) >> 1); t != 0 {
+			return t
+		}
+	}
+}

@@ -1,0 +1,470 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/lanes"
+)
+
+// Claim implements store.Store with the lanes' claim (store/internal/lanes):
+// it reads the relay's lanes without writing an event row, and records the
+// batch as one row of the claims table.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error) {
+	var c *store.Claim
+	err := retrySerialization(ctx, func() error {
+		var err error
+		c, err = s.claimer.Claim(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	return c, nil
+}
+
+// ReleaseLanes implements store.LaneReleaser.
+func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
+	return s.wrap("release lanes", s.claimer.Release(ctx, relayID))
+}
+
+// HeldLanes implements store.LaneReleaser.
+func (s *Store) HeldLanes(relayID string) map[int]int64 { return s.claimer.Held(relayID) }
+
+// leaseTx runs the lane statements in one transaction.
+func (s *Store) leaseTx(ctx context.Context, f func(q lanes.Querier) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return f(pgxQuerier{tx}) })
+}
+
+// pgxQuerier is a pgx transaction as the lanes' statements run in it.
+type pgxQuerier struct{ tx pgx.Tx }
+
+func (q pgxQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := q.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (q pgxQuerier) Query(ctx context.Context, query string, args ...any) (lanes.Rows, error) {
+	return q.tx.Query(ctx, query, args...)
+}
+
+// claimBackend is the PostgreSQL part of the lanes' claim.
+type claimBackend struct{ s *Store }
+
+// readClaimSQL reads a claim's rows in one statement, writing nothing:
+//
+//	s: per lane ($1, cursors $2, sizes $3), its unfinished rows of hold 0
+//	   from the cursor on, in id order (the lane index);
+//	p: the due PENDING rows of hold 1 of the lanes, in (available_at, id)
+//	   order, at most $4 (the due index), but for those the relay's claims
+//	   ($9) hold (busy);
+//	d: the due PENDING rows of hold 1 with the nearest deadlines, at most
+//	   $5 (the deadline index), but for busy ones;
+//	a: the aggregates of those rows, and n the length of their runs;
+//	h: per aggregate, its first n unfinished rows of hold 1 and 2 (the
+//	   held index); FAILED counts when $6;
+//	z: per aggregate of p and d (whose rows may lie past the end of their
+//	   lane's scan), its first n unfinished rows of hold 0 from its lane's
+//	   cursor on (the aggregate index);
+//
+// and, in the last row, the database clock and the snapshot's xmin, for
+// the lanes' horizon. $7 is the
+// batch size and $8 the relay's claims in flight (lanes.ReadQuery.RunLen).
+const readClaimSQL = `
+WITH l AS (
+    SELECT * FROM unnest($1::int[], $2::bigint[], $3::int[]) AS l(lane, cur, k)
+),
+s AS MATERIALIZED (
+    SELECT l.lane, e.id, e.aggregate_type, e.aggregate_id, e.status, e.available_at
+    FROM l CROSS JOIN LATERAL (
+        SELECT o.id, o.aggregate_type, o.aggregate_id, o.status, o.available_at FROM "{{.Outbox}}" o
+        WHERE o.lane = l.lane AND o.id >= l.cur AND o.hold = 0 AND o.status IN ('PENDING', 'PROCESSING')
+        ORDER BY o.lane, o.id LIMIT l.k
+    ) e
+),
+busy AS MATERIALIZED (
+    SELECT unnest(ids) AS id FROM "{{.Outbox}}_claims" WHERE relay_id = $9
+),
+p AS MATERIALIZED (
+    SELECT o.lane, o.id, o.aggregate_type, o.aggregate_id, o.status, o.available_at FROM "{{.Outbox}}" o
+    WHERE o.hold = 1 AND o.available_at <= now() AND o.status = 'PENDING' AND o.lane = ANY($1::int[])
+      AND o.id NOT IN (SELECT id FROM busy)
+    ORDER BY o.available_at, o.id LIMIT $4
+),
+d AS MATERIALIZED (
+    SELECT o.lane, o.id, o.aggregate_type, o.aggregate_id, o.status, o.available_at FROM "{{.Outbox}}" o
+    WHERE o.hold > 0 AND o.expires_at IS NOT NULL AND o.available_at <= now() AND o.status = 'PENDING'
+      AND o.lane = ANY($1::int[]) AND o.id NOT IN (SELECT id FROM busy)
+    ORDER BY o.expires_at, o.id LIMIT $5
+),
+a AS MATERIALIZED (
+    SELECT DISTINCT lane, aggregate_type, aggregate_id FROM (
+        SELECT lane, aggregate_type, aggregate_id FROM s
+        UNION ALL SELECT lane, aggregate_type, aggregate_id FROM p
+        UNION ALL SELECT lane, aggregate_type, aggregate_id FROM d) x
+),
+n AS (
+    SELECT GREATEST(1, ceil($7::numeric / GREATEST(count(*), 1)))::int * (1 + $8::int) AS n FROM a
+),
+h AS (
+    SELECT a.lane, e.id, a.aggregate_type, a.aggregate_id, e.status, e.available_at, e.hold
+    FROM a CROSS JOIN n CROSS JOIN LATERAL (
+        SELECT o.id, o.status, o.available_at, o.hold FROM "{{.Outbox}}" o
+        WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.hold > 0
+          AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED') AND (o.status <> 'FAILED' OR $6::bool)
+        ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n
+    ) e
+),
+z AS (
+    SELECT x.lane, e.id, x.aggregate_type, x.aggregate_id, e.status, e.available_at
+    FROM (SELECT DISTINCT pd.lane, pd.aggregate_type, pd.aggregate_id, l.cur
+          FROM (SELECT lane, aggregate_type, aggregate_id FROM p UNION SELECT lane, aggregate_type, aggregate_id FROM d) pd
+          JOIN l ON l.lane = pd.lane) x
+    CROSS JOIN n CROSS JOIN LATERAL (
+        SELECT o.id, o.status, o.available_at FROM "{{.Outbox}}" o
+        WHERE o.aggregate_type = x.aggregate_type AND o.aggregate_id = x.aggregate_id AND o.id >= x.cur
+          AND o.hold = 0 AND o.status IN ('PENDING', 'PROCESSING')
+        ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n
+    ) e
+)
+SELECT 0, lane, id, aggregate_type, aggregate_id, status, available_at, 0, 0::bigint, 0::bigint FROM s
+UNION ALL SELECT 1, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0, 0 FROM p
+UNION ALL SELECT 2, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0, 0 FROM d
+UNION ALL SELECT 3, lane, id, aggregate_type, aggregate_id, status, available_at, hold, (SELECT n FROM n), 0 FROM h
+UNION ALL SELECT 5, lane, id, aggregate_type, aggregate_id, status, available_at, 0, (SELECT n FROM n), 0 FROM z
+UNION ALL SELECT 4, 0, 0, '', '', '', now(), 0, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 0`
+
+// claimsSQL reads the relay's claims in flight, and in its last row the id
+// sequence's last value: read before the claim read's snapshot is taken,
+// for the lanes' horizon (lanes.Snapshot).
+const claimsSQL = `SELECT token::text, lanes::int[], lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE relay_id = $1
+UNION ALL SELECT NULL, NULL, NULL, ARRAY[COALESCE(pg_sequence_last_value(pg_get_serial_sequence('"{{.Outbox}}"', 'id')::regclass), 0)]`
+
+// ReadClaim implements lanes.Backend: the claim's rows and the relay's
+// claims, in one round trip.
+func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.ReadResult, error) {
+	if q.IDs != nil {
+		return b.readClaimIDs(ctx, q)
+	}
+	s := b.s
+	res := lanes.ReadResult{FirstOpen: map[int]int64{}, Scanned: map[int]int{}, ScanEnd: map[int]int64{}}
+	ls := make([]int32, len(q.Lanes))
+	curs := make([]int64, len(q.Lanes))
+	ks := make([]int32, len(q.Lanes))
+	scanLimit := map[int]int{}
+	for i, l := range q.Lanes {
+		ls[i], curs[i], ks[i] = int32(l.Lane), l.Cursor, int32(l.Scan)
+		scanLimit[l.Lane] = l.Scan
+	}
+	// One round trip, in one implicit transaction: the claims and the
+	// sequence's last value, then a transaction id for the read (after
+	// that value: see lanes.Horizon), then the read.
+	batch := &pgx.Batch{}
+	batch.Queue(s.q.claims, q.RelayID)
+	batch.Queue(`SELECT pg_current_xact_id()::text::bigint`)
+	batch.Queue(s.q.readClaim, ls, curs, ks, q.Limit, q.Deadline, q.FailedBlocks, q.Limit, q.OwnClaims, q.RelayID)
+	br := s.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	claims, lastID, err := scanClaims(br)
+	if err != nil {
+		return res, err
+	}
+	res.Claims = claims
+	var xid int64
+	if err := br.QueryRow().Scan(&xid); err != nil {
+		return res, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	var (
+		scanned []lanes.Row // part 0
+		held    = map[lanes.Key][]lanes.Row{}
+		probed  = map[lanes.Key][]lanes.Row{} // part 5, for the aggregates of parts 1 and 2
+		runLen  int
+	)
+	for rows.Next() {
+		var (
+			part, lane, hold int32
+			r                lanes.Row
+			status           string
+			xmin, spare      int64
+		)
+		if err := rows.Scan(&part, &lane, &r.ID, &r.Agg.Type, &r.Agg.ID, &status, &r.AvailableAt, &hold, &xmin, &spare); err != nil {
+			return res, err
+		}
+		r.Lane, r.Status, r.Hold = int(lane), outbox.Status(status), int(hold)
+		switch part {
+		case 0:
+			r.Part = lanes.PartFIFO
+			scanned = append(scanned, r)
+			res.Scanned[r.Lane]++
+			res.ScanEnd[r.Lane] = max(res.ScanEnd[r.Lane], r.ID)
+			if first, ok := res.FirstOpen[r.Lane]; !ok || r.ID < first {
+				res.FirstOpen[r.Lane] = r.ID
+			}
+		case 1:
+			r.Part = lanes.PartFIFO
+			res.Rows = append(res.Rows, r)
+		case 2:
+			r.Part = lanes.PartDeadline
+			res.Rows = append(res.Rows, r)
+		case 3:
+			r.Part = lanes.PartRun
+			runLen = int(xmin)
+			held[r.Agg] = append(held[r.Agg], r)
+		case 5:
+			r.Part = lanes.PartRun
+			runLen = int(xmin)
+			probed[r.Agg] = append(probed[r.Agg], r)
+		case 4:
+			res.Now = r.AvailableAt
+			res.Snapshot = &lanes.Snapshot{LastID: lastID, Xid: uint64(xid), Xmin: uint64(xmin)}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	res.Rows = append(res.Rows, scanned...)
+	aggs, timed := map[lanes.Key]bool{}, map[lanes.Key]bool{}
+	for _, r := range res.Rows {
+		aggs[r.Agg] = true
+		if r.Part != lanes.PartFIFO || r.Hold != 0 {
+			timed[r.Agg] = true
+		}
+	}
+	res.Rows = append(res.Rows, runsOf(runRead{scanned: scanned, held: held, probed: probed, timed: timed, runLen: runLen,
+		maxLen: q.RunLen(len(aggs)), limit: scanLimit, got: res.Scanned})...)
+	return res, nil
+}
+
+// scanClaims reads the first result of br (claimsSQL): the relay's claims
+// and the sequence's last value.
+func scanClaims(br pgx.BatchResults) (claims []lanes.ClaimRow, lastID int64, err error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []lanes.ClaimRow
+	for rows.Next() {
+		var (
+			c      lanes.ClaimRow
+			token  *string
+			ls     []int32
+			tokens []int64
+		)
+		if err := rows.Scan(&token, &ls, &tokens, &c.IDs); err != nil {
+			return nil, 0, err
+		}
+		if token == nil {
+			if len(c.IDs) == 1 {
+				lastID = c.IDs[0]
+			}
+			continue
+		}
+		c.Token = *token
+		c.Lanes = make(map[int]int64, len(ls))
+		for i, l := range ls {
+			if i < len(tokens) {
+				c.Lanes[int(l)] = tokens[i]
+			}
+		}
+		out = append(out, c)
+	}
+	return out, lastID, rows.Err()
+}
+
+// runRead is what runsOf builds the runs from.
+type runRead struct {
+	scanned []lanes.Row               // the lanes' rows of hold 0 from their cursors (part 0)
+	held    map[lanes.Key][]lanes.Row // per aggregate, its first runLen rows of hold 1 and 2 (part 3)
+	probed  map[lanes.Key][]lanes.Row // per aggregate of timed, its first runLen rows of hold 0 (part 5)
+	timed   map[lanes.Key]bool        // the aggregates read by due time or deadline: probed
+	runLen  int                       // the statement's n
+	maxLen  int                       // the aggregate's share of the batch
+	limit   map[int]int               // per lane, the rows its scan could return
+	got     map[int]int               // ... and returned
+}
+
+// runsOf builds each aggregate's run from the rows a read found: its rows
+// of hold 0 (scanned with its lane, or probed for itself) and its first
+// rows of hold 1 and 2, merged in id order and cut where a list may be
+// missing rows (its lane's scan was full, or a list reached runLen), so
+// that a run is always a prefix of the aggregate's unfinished rows; and at
+// most maxLen rows, the aggregate's share of the batch, so that a batch
+// takes the oldest events of every aggregate rather than the longest runs
+// of a few.
+func runsOf(rr runRead) []lanes.Row {
+	const none = int64(1<<63 - 1)
+	maxID := func(rs []lanes.Row) int64 {
+		return slices.MaxFunc(rs, func(a, b lanes.Row) int { return cmp.Compare(a.ID, b.ID) }).ID
+	}
+	scanEnd := map[int]int64{} // lane -> its last scanned id, when the scan was full
+	byAgg := map[lanes.Key][]lanes.Row{}
+	laneOf := map[lanes.Key]int{}
+	for _, r := range rr.scanned {
+		if rr.got[r.Lane] >= rr.limit[r.Lane] {
+			scanEnd[r.Lane] = max(scanEnd[r.Lane], r.ID)
+		}
+		if rr.timed[r.Agg] {
+			continue // probed for itself
+		}
+		r.Part = lanes.PartRun
+		byAgg[r.Agg] = append(byAgg[r.Agg], r)
+		laneOf[r.Agg] = r.Lane
+	}
+	for k, rs := range rr.held {
+		byAgg[k] = append(byAgg[k], rs...)
+		laneOf[k] = rs[0].Lane
+	}
+	for k, rs := range rr.probed {
+		byAgg[k] = append(byAgg[k], rs...)
+	}
+	var out []lanes.Row
+	for k, rs := range byAgg {
+		bound := none
+		if rr.timed[k] {
+			if p := rr.probed[k]; rr.runLen > 0 && len(p) >= rr.runLen {
+				bound = maxID(p)
+			}
+		} else if end, ok := scanEnd[laneOf[k]]; ok {
+			bound = end
+		}
+		if h := rr.held[k]; rr.runLen > 0 && len(h) >= rr.runLen {
+			bound = min(bound, maxID(h))
+		}
+		slices.SortFunc(rs, func(a, b lanes.Row) int { return cmp.Compare(a.ID, b.ID) })
+		for i, r := range rs {
+			if r.ID > bound || i >= rr.maxLen {
+				break
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// commitClaimSQL records a claim in one statement: f checks that every
+// lane of the claim ($3, with tokens $4) is still held with at least $5
+// ms of lease left; only then does it defer ($6 to $7) and block ($8) the
+// plan's rows, read the claimed rows ($9) that are still PENDING, and
+// insert the claim's row ($1, relay $2).
+const commitClaimSQL = `
+WITH f AS MATERIALIZED (
+    SELECT count(*) = cardinality($3::int[]) AS ok, min(l.lease_until_ms) AS until
+    FROM "{{.Outbox}}_lanes" l JOIN unnest($3::int[], $4::bigint[]) AS f(lane, token) ON l.lane = f.lane AND l.token = f.token
+    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint + $5::bigint
+),
+dfr AS (
+    UPDATE "{{.Outbox}}" o SET available_at = GREATEST(o.available_at, x.at), hold = 1
+    FROM unnest($6::bigint[], $7::timestamptz[]) AS x(id, at), f
+    WHERE f.ok AND o.id = x.id AND o.status = 'PENDING'
+),
+blk AS (
+    UPDATE "{{.Outbox}}" o SET status = 'BLOCKED', hold = 2 FROM f
+    WHERE f.ok AND o.id = ANY($8::bigint[]) AND o.status = 'PENDING'
+),
+e AS MATERIALIZED (
+    SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+        o.retry_count, o.created_at, o.expires_at, (o.expires_at IS NOT NULL AND o.expires_at <= now()) AS expired,
+        o.aggregate_seq
+    FROM unnest($9::bigint[]) AS i(id) JOIN "{{.Outbox}}" o ON o.id = i.id, f
+    WHERE f.ok AND o.status = 'PENDING'
+),
+ins AS (
+    INSERT INTO "{{.Outbox}}_claims" (token, relay_id, lanes, lane_tokens, ids, created_ms)
+    SELECT $1::uuid, $2, $3::smallint[], $4::bigint[], ARRAY(SELECT id FROM e ORDER BY id),
+        (extract(epoch FROM now()) * 1000)::bigint
+    FROM f WHERE f.ok AND EXISTS (SELECT 1 FROM e)
+)
+SELECT f.ok, COALESCE(f.until, 0), now(), e.id, e.event_id, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, e.headers,
+    e.retry_count, e.created_at, e.expires_at, e.expired, e.aggregate_seq
+FROM f LEFT JOIN e ON true`
+
+// CommitClaim implements lanes.Backend.
+func (b claimBackend) CommitClaim(ctx context.Context, c lanes.CommitRequest) (lanes.CommitResult, error) {
+	s := b.s
+	var res lanes.CommitResult
+	fenceLanes := make([]int32, 0, len(c.Fence))
+	fenceTokens := make([]int64, 0, len(c.Fence))
+	for _, l := range slices.Sorted(maps.Keys(c.Fence)) {
+		fenceLanes = append(fenceLanes, int32(l))
+		fenceTokens = append(fenceTokens, c.Fence[l])
+	}
+	deferIDs := make([]int64, 0, len(c.Defer))
+	deferAt := make([]time.Time, 0, len(c.Defer))
+	for _, id := range slices.Sorted(maps.Keys(c.Defer)) {
+		deferIDs = append(deferIDs, id)
+		deferAt = append(deferAt, c.Defer[id])
+	}
+	block := c.Block
+	if block == nil {
+		block = []int64{}
+	}
+	ids := c.IDs
+	if ids == nil {
+		ids = []int64{}
+	}
+	rows, err := s.pool.Query(ctx, s.q.commitClaim, c.Token, store.StorableText(c.RelayID, store.MaxRelayIDRunes),
+		fenceLanes, fenceTokens, c.MinLeaseMS, deferIDs, deferAt, block, ids)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			untilMS   int64
+			id        *int64
+			eventID   *[16]byte
+			aggType   *string
+			aggID     *string
+			evType    *string
+			payload   []byte
+			headers   []byte
+			retries   *int
+			created   *time.Time
+			expiresAt *time.Time
+			expired   *bool
+			seq       *int64
+		)
+		if err := rows.Scan(&res.OK, &untilMS, &res.DBTime, &id, &eventID, &aggType, &aggID, &evType, &payload, &headers,
+			&retries, &created, &expiresAt, &expired, &seq); err != nil {
+			return res, err
+		}
+		res.LeaseUntil = time.UnixMilli(untilMS).UTC()
+		if id == nil {
+			continue
+		}
+		ev := store.Claimed{RetryCount: *retries, Expired: *expired}
+		ev.ID, ev.EventID = *id, outbox.EventID(*eventID)
+		ev.AggregateType, ev.AggregateID, ev.EventType = *aggType, *aggID, *evType
+		ev.Payload = json.RawMessage(payload)
+		ev.Headers = backend.DecodeHeaders(headers)
+		ev.Attempt = ev.RetryCount + 1
+		ev.CreatedAt = *created
+		if expiresAt != nil {
+			ev.ExpiresAt = *expiresAt
+		}
+		if seq != nil {
+			ev.AggregateSeq = *seq
+		}
+		res.Events = append(res.Events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	slices.SortFunc(res.Events, func(a, b store.Claimed) int { return cmp.Compare(a.ID, b.ID) })
+	return res, nil
+}
