@@ -133,6 +133,13 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 			r.breaker.refreshLoop(bgCtx)
 		}()
 	}
+	if lh, ok := r.cfg.Store.(store.LaneHolder); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.laneLoop(bgCtx, lh)
+		}()
+	}
 	if l, ok := r.cfg.Store.(store.Listener); ok && !r.cfg.NoListen {
 		wg.Add(1)
 		go func() {
@@ -159,11 +166,38 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 	return err
 }
 
+// laneLoop renews and balances the relay's lanes every
+// store.LaneBalanceInterval until ctx ends, whether or not the relay
+// claims: a relay whose batches are all in flight (a slow destination)
+// keeps its lanes and hands some to relays that join. A failure is
+// logged once until a balance succeeds again.
+func (r *Relay) laneLoop(ctx context.Context, lh store.LaneHolder) {
+	t := time.NewTicker(store.LaneBalanceInterval(r.cfg.Lease))
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := lh.BalanceLanes(ctx, r.cfg.RelayID, r.cfg.Lease)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			r.log.Warn("could not renew the lane leases; retrying", "err", err)
+		case err == nil && failing:
+			failing = false
+			r.log.Info("lane leases renewed again")
+		}
+	}
+}
+
 // releaseLanes gives the relay's lanes back once its last batch is
 // recorded, so that the other relays take them at once rather than when
 // their leases end.
 func (r *Relay) releaseLanes(ctx context.Context) {
-	lr, ok := r.cfg.Store.(store.LaneReleaser)
+	lr, ok := r.cfg.Store.(store.LaneHolder)
 	if !ok {
 		return
 	}

@@ -385,10 +385,17 @@ func TraceIDOf(headers map[string]string) string {
 	return id
 }
 
-// LaneReleaser is implemented by the stores whose relays lease lanes (the
+// LaneHolder is implemented by the stores whose relays lease lanes (the
 // three backends): every aggregate belongs to one lane, and a relay holds a
-// fair share of the lanes, which it renews while it claims.
-type LaneReleaser interface {
+// fair share of the lanes under a lease, which it renews while it runs.
+type LaneHolder interface {
+	// BalanceLanes renews the lanes relayID holds through this store and
+	// moves it towards its fair share: it gives up lanes others lack and
+	// takes free ones. Claim does it too when it is due; a relay also
+	// calls it on its own every quarter of the lease (at most every
+	// second), so that a relay whose batches are all in flight still
+	// renews its lanes and hands some to relays that join.
+	BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error
 	// ReleaseLanes gives up every lane relayID holds through this store,
 	// so that the other relays take them at once rather than when their
 	// leases end. A relay calls it when it stops, after its last batch is
@@ -397,4 +404,10 @@ type LaneReleaser interface {
 	// HeldLanes returns the lanes relayID holds through this store, with
 	// their lease tokens.
 	HeldLanes(relayID string) map[int]int64
+}
+
+// LaneBalanceInterval is how often a relay renews and balances its lanes
+// for a lease: a quarter of it, at most every second.
+func LaneBalanceInterval(lease time.Duration) time.Duration {
+	return max(min(lease/4, time.Second), time.Millisecond)
 }

@@ -32,12 +32,17 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 	return c, nil
 }
 
-// ReleaseLanes implements store.LaneReleaser.
+// BalanceLanes implements store.LaneHolder.
+func (s *Store) BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error {
+	return s.wrap("balance lanes", retrySerialization(ctx, func() error { return s.claimer.Balance(ctx, relayID, lease) }))
+}
+
+// ReleaseLanes implements store.LaneHolder.
 func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 	return s.wrap("release lanes", s.claimer.Release(ctx, relayID))
 }
 
-// HeldLanes implements store.LaneReleaser.
+// HeldLanes implements store.LaneHolder.
 func (s *Store) HeldLanes(relayID string) map[int]int64 { return s.claimer.Held(relayID) }
 
 // leaseTx runs the lane statements in one transaction.

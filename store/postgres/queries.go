@@ -293,10 +293,11 @@ att AS (
 SELECT count(*) FROM u`
 
 // reapClaimsSQL ends the claims whose lanes are all gone (their relay's
-// lease ended, or another relay took them): each of their rows still
-// PENDING is audited LEASE_EXPIRED under the claim's token, and the claim's
-// row is deleted. Their events are PENDING again as they were; the lanes'
-// new holders deliver them.
+// lease ended, or another relay took them): each of their rows (those the
+// claim's relay did not complete) is audited LEASE_EXPIRED under the
+// claim's token, whatever became of it since (the lane's new holder may
+// have delivered it already), and the claim's row is deleted. Their
+// events are PENDING as they were; the lanes' new holders deliver them.
 const reapClaimsSQL = `
 WITH dead AS (
     SELECT c.token, c.ids FROM "{{.Outbox}}_claims" c
@@ -313,7 +314,6 @@ del AS (
 r AS MATERIALIZED (
     SELECT dead.token, o.id, o.event_id, o.retry_count
     FROM dead CROSS JOIN LATERAL unnest(dead.ids) AS x(id) JOIN "{{.Outbox}}" o ON o.id = x.id
-    WHERE o.status = 'PENDING'
 ),
 att AS (
     INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)

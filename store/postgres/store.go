@@ -78,7 +78,7 @@ var (
 	_ store.Store           = (*Store)(nil)
 	_ store.Listener        = (*Store)(nil)
 	_ store.EnqueueObserver = (*Store)(nil)
-	_ store.LaneReleaser    = (*Store)(nil)
+	_ store.LaneHolder      = (*Store)(nil)
 )
 
 // New returns a Store on pool. The pool stays the caller's: Close does not

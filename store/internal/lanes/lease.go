@@ -77,11 +77,8 @@ func (rs *relayState) busyLanes(now time.Time, lease time.Duration) (busy, overd
 	return busy, overdue
 }
 
-// balanceEvery is how often a relay renews and balances its lanes: a
-// quarter of the lease, at most every second.
-func balanceEvery(lease time.Duration) time.Duration {
-	return max(min(lease/4, time.Second), time.Millisecond)
-}
+// balanceEvery is how often a relay renews and balances its lanes.
+func balanceEvery(lease time.Duration) time.Duration { return store.LaneBalanceInterval(lease) }
 
 // balanceDue reports whether the relay should renew and rebalance its
 // lanes before claiming: every balanceEvery, and whenever it holds none or
@@ -341,6 +338,17 @@ func (c *Claimer) freeLanes(ctx context.Context, q Querier, now int64, relayID s
 		out = append(out, f)
 	}
 	return out, rows.Err()
+}
+
+// Balance renews and balances relayID's lanes now (see balance).
+func (c *Claimer) Balance(ctx context.Context, relayID string, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("lane leases: the lease must be positive, got %s", lease)
+	}
+	rs := c.state(relayID)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return c.balance(ctx, rs, relayID, lease)
 }
 
 // Release gives up every lane relayID holds in this store and removes it
