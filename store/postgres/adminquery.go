@@ -26,7 +26,9 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Minute:  func(c string) string { return "date_trunc('minute', " + c + ")" },
 		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), host = excluded.host, " +
 			"started_at = excluded.started_at, in_flight = excluded.in_flight",
-		// Migration 7.
-		DeliveredOnRow: true,
+		// Migration 10.
+		Claimed:    `EXISTS (SELECT 1 FROM "` + s.t.Outbox + `_claims" c WHERE %[1]s = ANY(c.ids))`,
+		Held:       "hold = 2 AND ",
+		Deliveries: s.t.Outbox + "_deliveries",
 	}, s.t)
 }

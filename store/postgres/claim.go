@@ -67,23 +67,24 @@ type claimBackend struct{ s *Store }
 
 // readClaimSQL reads a claim's rows in one statement, writing nothing:
 //
-//	s: per lane ($1, cursors $2, sizes $3), its unfinished rows of hold 0
-//	   from the cursor on, in id order (the lane index);
-//	p: the due PENDING rows of hold 1 of the lanes, in (available_at, id)
-//	   order, at most $4 (the due index), but for those the relay's claims
-//	   ($9) hold (busy);
-//	d: the due PENDING rows of hold 1 with the nearest deadlines, at most
-//	   $5 (the deadline index), but for busy ones;
-//	a: the aggregates of those rows, and n the length of their runs;
-//	h: per aggregate, its first n unfinished rows of hold 1 and 2 (the
-//	   held index); FAILED counts when $6;
-//	z: per aggregate of p and d (whose rows may lie past the end of their
-//	   lane's scan), its first n unfinished rows of hold 0 from its lane's
-//	   cursor on (the aggregate index);
+//	s:   per lane ($1, cursors $2, sizes $3), its unfinished rows of hold 0
+//	     from the cursor on, in id order (the lane index);
+//	busy: the ids of the relay's claims ($9);
+//	p:   the due PENDING rows of hold 1 of the lanes, in (available_at, id)
+//	     order, at most $4 (the due index), but for busy ones;
+//	d:   the due PENDING rows of hold 1 with the nearest deadlines, at most
+//	     $5 (the deadline index), but for busy ones;
+//	win: the window: the first $4 of s (PENDING, not busy) and p in
+//	     (available_at, id) order; a its aggregates and those of d, and n
+//	     the length of their runs ($7 the batch size, $8 the relay's claims
+//	     in flight: lanes.ReadQuery.RunLen);
+//	r:   per aggregate, its run: its first n unfinished rows, those of hold
+//	     1 and 2 (the held index; FAILED counts when $6) and those of hold 0
+//	     from its lane's cursor on (the aggregate index), merged in id
+//	     order;
 //
 // and, in the last row, the database clock and the snapshot's xmin, for
-// the lanes' horizon. $7 is the
-// batch size and $8 the relay's claims in flight (lanes.ReadQuery.RunLen).
+// the lanes' horizon.
 const readClaimSQL = `
 WITH l AS (
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::int[]) AS l(lane, cur, k)
@@ -111,42 +112,43 @@ d AS MATERIALIZED (
       AND o.lane = ANY($1::int[]) AND o.id NOT IN (SELECT id FROM busy)
     ORDER BY o.expires_at, o.id LIMIT $5
 ),
+win AS MATERIALIZED (
+    SELECT lane, id, aggregate_type, aggregate_id, available_at FROM (
+        SELECT lane, id, aggregate_type, aggregate_id, available_at FROM s
+        WHERE status = 'PENDING' AND id NOT IN (SELECT id FROM busy)
+        UNION ALL SELECT lane, id, aggregate_type, aggregate_id, available_at FROM p) x
+    ORDER BY available_at, id LIMIT $4
+),
 a AS MATERIALIZED (
-    SELECT DISTINCT lane, aggregate_type, aggregate_id FROM (
-        SELECT lane, aggregate_type, aggregate_id FROM s
-        UNION ALL SELECT lane, aggregate_type, aggregate_id FROM p
+    SELECT DISTINCT x.lane, x.aggregate_type, x.aggregate_id, l.cur FROM (
+        SELECT lane, aggregate_type, aggregate_id FROM win
         UNION ALL SELECT lane, aggregate_type, aggregate_id FROM d) x
+    JOIN l ON l.lane = x.lane
 ),
 n AS (
     SELECT GREATEST(1, ceil($7::numeric / GREATEST(count(*), 1)))::int * (1 + $8::int) AS n FROM a
 ),
-h AS (
+r AS (
     SELECT a.lane, e.id, a.aggregate_type, a.aggregate_id, e.status, e.available_at, e.hold
     FROM a CROSS JOIN n CROSS JOIN LATERAL (
-        SELECT o.id, o.status, o.available_at, o.hold FROM "{{.Outbox}}" o
-        WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.hold > 0
-          AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED') AND (o.status <> 'FAILED' OR $6::bool)
-        ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n
-    ) e
-),
-z AS (
-    SELECT x.lane, e.id, x.aggregate_type, x.aggregate_id, e.status, e.available_at
-    FROM (SELECT DISTINCT pd.lane, pd.aggregate_type, pd.aggregate_id, l.cur
-          FROM (SELECT lane, aggregate_type, aggregate_id FROM p UNION SELECT lane, aggregate_type, aggregate_id FROM d) pd
-          JOIN l ON l.lane = pd.lane) x
-    CROSS JOIN n CROSS JOIN LATERAL (
-        SELECT o.id, o.status, o.available_at FROM "{{.Outbox}}" o
-        WHERE o.aggregate_type = x.aggregate_type AND o.aggregate_id = x.aggregate_id AND o.id >= x.cur
-          AND o.hold = 0 AND o.status IN ('PENDING', 'PROCESSING')
-        ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n
+        SELECT * FROM (
+            (SELECT o.id, o.status, o.available_at, o.hold FROM "{{.Outbox}}" o
+             WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.hold > 0
+               AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED') AND (o.status <> 'FAILED' OR $6::bool)
+             ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n)
+            UNION ALL
+            (SELECT o.id, o.status, o.available_at, o.hold FROM "{{.Outbox}}" o
+             WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.id >= a.cur
+               AND o.hold = 0 AND o.status IN ('PENDING', 'PROCESSING')
+             ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n)
+        ) x ORDER BY id LIMIT n.n
     ) e
 )
-SELECT 0, lane, id, aggregate_type, aggregate_id, status, available_at, 0, 0::bigint, 0::bigint FROM s
-UNION ALL SELECT 1, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0, 0 FROM p
-UNION ALL SELECT 2, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0, 0 FROM d
-UNION ALL SELECT 3, lane, id, aggregate_type, aggregate_id, status, available_at, hold, (SELECT n FROM n), 0 FROM h
-UNION ALL SELECT 5, lane, id, aggregate_type, aggregate_id, status, available_at, 0, (SELECT n FROM n), 0 FROM z
-UNION ALL SELECT 4, 0, 0, '', '', '', now(), 0, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 0`
+SELECT 0, lane, id, aggregate_type, aggregate_id, status, available_at, 0, 0::bigint FROM s
+UNION ALL SELECT 1, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0 FROM p
+UNION ALL SELECT 2, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0 FROM d
+UNION ALL SELECT 3, lane, id, aggregate_type, aggregate_id, status, available_at, hold, 0 FROM r
+UNION ALL SELECT 4, 0, 0, '', '', '', now(), 0, pg_snapshot_xmin(pg_current_snapshot())::text::bigint`
 
 // claimsSQL reads the relay's claims in flight, and in its last row the id
 // sequence's last value: read before the claim read's snapshot is taken,
@@ -165,10 +167,8 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 	ls := make([]int32, len(q.Lanes))
 	curs := make([]int64, len(q.Lanes))
 	ks := make([]int32, len(q.Lanes))
-	scanLimit := map[int]int{}
 	for i, l := range q.Lanes {
 		ls[i], curs[i], ks[i] = int32(l.Lane), l.Cursor, int32(l.Scan)
-		scanLimit[l.Lane] = l.Scan
 	}
 	// One round trip, in one implicit transaction: the claims and the
 	// sequence's last value, then a transaction id for the read (after
@@ -193,27 +193,20 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 		return res, err
 	}
 	defer rows.Close()
-	var (
-		scanned []lanes.Row // part 0
-		held    = map[lanes.Key][]lanes.Row{}
-		probed  = map[lanes.Key][]lanes.Row{} // part 5, for the aggregates of parts 1 and 2
-		runLen  int
-	)
 	for rows.Next() {
 		var (
 			part, lane, hold int32
 			r                lanes.Row
 			status           string
-			xmin, spare      int64
+			xmin             int64
 		)
-		if err := rows.Scan(&part, &lane, &r.ID, &r.Agg.Type, &r.Agg.ID, &status, &r.AvailableAt, &hold, &xmin, &spare); err != nil {
+		if err := rows.Scan(&part, &lane, &r.ID, &r.Agg.Type, &r.Agg.ID, &status, &r.AvailableAt, &hold, &xmin); err != nil {
 			return res, err
 		}
 		r.Lane, r.Status, r.Hold = int(lane), outbox.Status(status), int(hold)
 		switch part {
 		case 0:
 			r.Part = lanes.PartFIFO
-			scanned = append(scanned, r)
 			res.Scanned[r.Lane]++
 			res.ScanEnd[r.Lane] = max(res.ScanEnd[r.Lane], r.ID)
 			if first, ok := res.FirstOpen[r.Lane]; !ok || r.ID < first {
@@ -221,37 +214,18 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 			}
 		case 1:
 			r.Part = lanes.PartFIFO
-			res.Rows = append(res.Rows, r)
 		case 2:
 			r.Part = lanes.PartDeadline
-			res.Rows = append(res.Rows, r)
 		case 3:
 			r.Part = lanes.PartRun
-			runLen = int(xmin)
-			held[r.Agg] = append(held[r.Agg], r)
-		case 5:
-			r.Part = lanes.PartRun
-			runLen = int(xmin)
-			probed[r.Agg] = append(probed[r.Agg], r)
 		case 4:
 			res.Now = r.AvailableAt
 			res.Snapshot = &lanes.Snapshot{LastID: lastID, Xid: uint64(xid), Xmin: uint64(xmin)}
+			continue
 		}
+		res.Rows = append(res.Rows, r)
 	}
-	if err := rows.Err(); err != nil {
-		return res, err
-	}
-	res.Rows = append(res.Rows, scanned...)
-	aggs, timed := map[lanes.Key]bool{}, map[lanes.Key]bool{}
-	for _, r := range res.Rows {
-		aggs[r.Agg] = true
-		if r.Part != lanes.PartFIFO || r.Hold != 0 {
-			timed[r.Agg] = true
-		}
-	}
-	res.Rows = append(res.Rows, runsOf(runRead{scanned: scanned, held: held, probed: probed, timed: timed, runLen: runLen,
-		maxLen: q.RunLen(len(aggs)), limit: scanLimit, got: res.Scanned})...)
-	return res, nil
+	return res, rows.Err()
 }
 
 // scanClaims reads the first result of br (claimsSQL): the relay's claims
@@ -289,76 +263,6 @@ func scanClaims(br pgx.BatchResults) (claims []lanes.ClaimRow, lastID int64, err
 		out = append(out, c)
 	}
 	return out, lastID, rows.Err()
-}
-
-// runRead is what runsOf builds the runs from.
-type runRead struct {
-	scanned []lanes.Row               // the lanes' rows of hold 0 from their cursors (part 0)
-	held    map[lanes.Key][]lanes.Row // per aggregate, its first runLen rows of hold 1 and 2 (part 3)
-	probed  map[lanes.Key][]lanes.Row // per aggregate of timed, its first runLen rows of hold 0 (part 5)
-	timed   map[lanes.Key]bool        // the aggregates read by due time or deadline: probed
-	runLen  int                       // the statement's n
-	maxLen  int                       // the aggregate's share of the batch
-	limit   map[int]int               // per lane, the rows its scan could return
-	got     map[int]int               // ... and returned
-}
-
-// runsOf builds each aggregate's run from the rows a read found: its rows
-// of hold 0 (scanned with its lane, or probed for itself) and its first
-// rows of hold 1 and 2, merged in id order and cut where a list may be
-// missing rows (its lane's scan was full, or a list reached runLen), so
-// that a run is always a prefix of the aggregate's unfinished rows; and at
-// most maxLen rows, the aggregate's share of the batch, so that a batch
-// takes the oldest events of every aggregate rather than the longest runs
-// of a few.
-func runsOf(rr runRead) []lanes.Row {
-	const none = int64(1<<63 - 1)
-	maxID := func(rs []lanes.Row) int64 {
-		return slices.MaxFunc(rs, func(a, b lanes.Row) int { return cmp.Compare(a.ID, b.ID) }).ID
-	}
-	scanEnd := map[int]int64{} // lane -> its last scanned id, when the scan was full
-	byAgg := map[lanes.Key][]lanes.Row{}
-	laneOf := map[lanes.Key]int{}
-	for _, r := range rr.scanned {
-		if rr.got[r.Lane] >= rr.limit[r.Lane] {
-			scanEnd[r.Lane] = max(scanEnd[r.Lane], r.ID)
-		}
-		if rr.timed[r.Agg] {
-			continue // probed for itself
-		}
-		r.Part = lanes.PartRun
-		byAgg[r.Agg] = append(byAgg[r.Agg], r)
-		laneOf[r.Agg] = r.Lane
-	}
-	for k, rs := range rr.held {
-		byAgg[k] = append(byAgg[k], rs...)
-		laneOf[k] = rs[0].Lane
-	}
-	for k, rs := range rr.probed {
-		byAgg[k] = append(byAgg[k], rs...)
-	}
-	var out []lanes.Row
-	for k, rs := range byAgg {
-		bound := none
-		if rr.timed[k] {
-			if p := rr.probed[k]; rr.runLen > 0 && len(p) >= rr.runLen {
-				bound = maxID(p)
-			}
-		} else if end, ok := scanEnd[laneOf[k]]; ok {
-			bound = end
-		}
-		if h := rr.held[k]; rr.runLen > 0 && len(h) >= rr.runLen {
-			bound = min(bound, maxID(h))
-		}
-		slices.SortFunc(rs, func(a, b lanes.Row) int { return cmp.Compare(a.ID, b.ID) })
-		for i, r := range rs {
-			if r.ID > bound || i >= rr.maxLen {
-				break
-			}
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // commitClaimSQL records a claim in one statement: f checks that every

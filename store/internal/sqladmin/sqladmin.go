@@ -46,6 +46,18 @@ type Dialect struct {
 	// Integer is the type a CAST makes a sum of counts an integer of
 	// ("" is BIGINT; MySQL's is SIGNED).
 	Integer string
+	// Claimed is a condition, with %[1]s for a row's id column, that holds
+	// when a claim in flight holds the row (the claims table of the
+	// lanes): a PENDING row it holds reads PROCESSING. Empty: the status
+	// column says PROCESSING itself.
+	Claimed string
+	// Held is written before a condition on the FAILED or BLOCKED status,
+	// to read an index of those rows ("hold = 2 AND " on PostgreSQL).
+	Held string
+	// Deliveries, when set, is the table of delivery records per batch
+	// (PostgreSQL): the throughput counts its deliveries rather than the
+	// rows' (DeliveredOnRow is then off).
+	Deliveries string
 }
 
 // Queries implements store.AdminQueries on db.
@@ -65,7 +77,8 @@ var _ store.AdminQueries = (*Queries)(nil)
 // New returns the admin queries of the outbox tables t on db.
 func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
 	n := names{d: d, Q: d.Quote, Outbox: t.Outbox, Relays: backend.RelaysTable(t), Attempts: t.Attempts,
-		Now: d.Now, Upsert: d.Upsert, DeliveredOnRow: d.DeliveredOnRow, Integer: d.Integer}
+		Now: d.Now, Upsert: d.Upsert, DeliveredOnRow: d.DeliveredOnRow, Integer: d.Integer, Held: d.Held,
+		Deliveries: d.Deliveries}
 	if n.Integer == "" {
 		n.Integer = "BIGINT"
 	}
@@ -107,11 +120,7 @@ func (q *Queries) where(a *args, f store.EventQuery, prefix string) []string {
 	var w []string
 	col := func(c string) string { return prefix + c }
 	if len(f.Statuses) > 0 {
-		marks := make([]string, len(f.Statuses))
-		for i, s := range f.Statuses {
-			marks[i] = a.add(string(s))
-		}
-		w = append(w, col("status")+" IN ("+strings.Join(marks, ", ")+")")
+		w = append(w, q.statusIn(a, f.Statuses, prefix))
 	}
 	if f.AggregateType != "" {
 		w = append(w, col("aggregate_type")+" = "+a.add(f.AggregateType))
@@ -135,6 +144,32 @@ func (q *Queries) where(a *args, f store.EventQuery, prefix string) []string {
 		w = append(w, col("id")+" < "+a.add(f.BeforeID))
 	}
 	return w
+}
+
+// statusIn is the condition that a row's status (PROCESSING when a claim
+// holds a PENDING row) is one of ss.
+func (q *Queries) statusIn(a *args, ss []outbox.Status, prefix string) string {
+	status := prefix + "status"
+	if q.d.Claimed == "" {
+		marks := make([]string, len(ss))
+		for i, s := range ss {
+			marks[i] = a.add(string(s))
+		}
+		return status + " IN (" + strings.Join(marks, ", ") + ")"
+	}
+	claimed := fmt.Sprintf(q.d.Claimed, prefix+"id")
+	var any []string
+	for _, s := range ss {
+		switch s {
+		case outbox.StatusPending:
+			any = append(any, "("+status+" = 'PENDING' AND NOT "+claimed+")")
+		case outbox.StatusProcessing:
+			any = append(any, "("+status+" = 'PROCESSING' OR ("+status+" = 'PENDING' AND "+claimed+"))")
+		default:
+			any = append(any, status+" = "+a.add(string(s)))
+		}
+	}
+	return "(" + strings.Join(any, " OR ") + ")"
 }
 
 func whereSQL(conds []string) string {
@@ -278,7 +313,7 @@ func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]s
 // Throughput implements store.AdminQueries.
 func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
 	args := []any{since.Microseconds()}
-	if q.d.DeliveredOnRow {
+	if q.d.DeliveredOnRow || q.d.Deliveries != "" {
 		args = append(args, since.Microseconds())
 	}
 	rows, err := q.db.QueryContext(ctx, q.sql.throughput, args...)

@@ -1,6 +1,10 @@
 package sqladmin
 
-import "github.com/txoutbox/outbox/internal/sqltext"
+import (
+	"fmt"
+
+	"github.com/txoutbox/outbox/internal/sqltext"
+)
 
 // statements are the admin queries, in the template syntax of the
 // backends' queries and migrations: {{.Q}} is the dialect's identifier
@@ -10,29 +14,29 @@ import "github.com/txoutbox/outbox/internal/sqltext"
 // fragments. Every value is a bind parameter. The statements whose WHERE
 // comes from a filter are heads here; the filter's conditions follow them.
 var statements = sqltext.MustParse("sqladmin", `
-{{define "summary"}}{{.Pre}}id, {{.Text (print .Pre "event_id")}}, {{.Pre}}aggregate_type, {{.Pre}}aggregate_id, {{.Pre}}event_type, {{.Pre}}status,
+{{define "summary"}}{{.Pre}}id, {{.Text (print .Pre "event_id")}}, {{.Pre}}aggregate_type, {{.Pre}}aggregate_id, {{.Pre}}event_type, {{.Status .Pre}},
 		{{.Pre}}retry_count, {{.Pre}}created_at, {{.Pre}}processed_at, {{.Pre}}available_at, {{.Pre}}expires_at, {{.Pre}}last_error{{end}}
 
 {{define "events"}}SELECT {{template "summary" .}} FROM {{.Q}}{{.Outbox}}{{.Q}}{{end}}
 
-{{define "match"}}SELECT id, {{.Text "event_id"}}, status, expires_at FROM {{.Q}}{{.Outbox}}{{.Q}}{{end}}
+{{define "match"}}SELECT id, {{.Text "event_id"}}, {{.Status ""}}, expires_at FROM {{.Q}}{{.Outbox}}{{.Q}}{{end}}
 
 {{define "blocked_behind"}}SELECT count(*), SUM(CASE WHEN b.expires_at <= {{.Now}} THEN 1 ELSE 0 END)
-		FROM {{.Q}}{{.Outbox}}{{.Q}} b WHERE b.status = 'BLOCKED' AND EXISTS (SELECT 1 FROM {{.Q}}{{.Outbox}}{{.Q}} h
+		FROM {{.Q}}{{.Outbox}}{{.Q}} b WHERE {{.Held}}b.status = 'BLOCKED' AND EXISTS (SELECT 1 FROM {{.Q}}{{.Outbox}}{{.Q}} h
 			WHERE h.id IN ({{.IDs}}) AND h.aggregate_type = b.aggregate_type
 			  AND h.aggregate_id = b.aggregate_id AND h.id < b.id){{end}}
 
-{{define "failed"}}{{template "events" .}} WHERE status = 'FAILED' ORDER BY id LIMIT {{.P 1}}{{end}}
+{{define "failed"}}{{template "events" .}} WHERE {{.Held}}status = 'FAILED' ORDER BY id LIMIT {{.P 1}}{{end}}
 
 {{define "chain_heads"}}SELECT {{template "summary" .Prefixed "f."}} FROM {{.Q}}{{.Outbox}}{{.Q}} f
-		WHERE f.status = 'FAILED'
-		  AND EXISTS (SELECT 1 FROM {{.Q}}{{.Outbox}}{{.Q}} b WHERE b.status = 'BLOCKED' AND b.aggregate_type = f.aggregate_type
+		WHERE {{.Held}}f.status = 'FAILED'
+		  AND EXISTS (SELECT 1 FROM {{.Q}}{{.Outbox}}{{.Q}} b WHERE {{.Held}}b.status = 'BLOCKED' AND b.aggregate_type = f.aggregate_type
 					  AND b.aggregate_id = f.aggregate_id AND b.id > f.id)
-		  AND NOT EXISTS (SELECT 1 FROM {{.Q}}{{.Outbox}}{{.Q}} e WHERE e.status = 'FAILED' AND e.aggregate_type = f.aggregate_type
+		  AND NOT EXISTS (SELECT 1 FROM {{.Q}}{{.Outbox}}{{.Q}} e WHERE {{.Held}}e.status = 'FAILED' AND e.aggregate_type = f.aggregate_type
 					  AND e.aggregate_id = f.aggregate_id AND e.id < f.id)
 		ORDER BY f.id LIMIT {{.P 1}}{{end}}
 
-{{define "chain_where"}} FROM {{.Q}}{{.Outbox}}{{.Q}} WHERE status = 'BLOCKED' AND aggregate_type = {{.P 1}}
+{{define "chain_where"}} FROM {{.Q}}{{.Outbox}}{{.Q}} WHERE {{.Held}}status = 'BLOCKED' AND aggregate_type = {{.P 1}}
 		AND aggregate_id = {{.P 2}} AND id > {{.P 3}}{{end}}
 
 {{define "chain_count"}}SELECT count(*){{template "chain_where" .}}{{end}}
@@ -40,7 +44,13 @@ var statements = sqltext.MustParse("sqladmin", `
 {{define "chain_events"}}SELECT {{template "summary" .}}{{template "chain_where" .}} ORDER BY id LIMIT {{.P 4}}{{end}}
 
 {{define "throughput"}}
-{{- if .DeliveredOnRow -}}
+{{- if .Deliveries -}}
+SELECT m, outcome, CAST(sum(n) AS {{.Integer}}) FROM (
+		SELECT {{.Minute "finished_at"}} AS m, outcome, count(*) AS n FROM {{.Q}}{{.Attempts}}{{.Q}}
+		WHERE finished_at > {{.Ago 1}} GROUP BY {{.Minute "finished_at"}}, outcome
+		UNION ALL SELECT {{.Minute "finished_at"}}, 'DELIVERED', sum(delivered) FROM {{.Q}}{{.Deliveries}}{{.Q}}
+		WHERE completed_at > {{.Ago 2}} GROUP BY {{.Minute "finished_at"}}) x GROUP BY m, outcome ORDER BY 1
+{{- else if .DeliveredOnRow -}}
 SELECT m, outcome, CAST(sum(n) AS {{.Integer}}) FROM (
 		SELECT {{.Minute "finished_at"}} AS m, outcome, count(*) AS n FROM {{.Q}}{{.Attempts}}{{.Q}}
 		WHERE finished_at > {{.Ago 1}} GROUP BY {{.Minute "finished_at"}}, outcome
@@ -69,9 +79,10 @@ type names struct {
 	Q, Outbox, Relays, Attempts string
 	// Now and Upsert are the dialect's clock and heartbeat conflict clause.
 	Now, Upsert string
-	// DeliveredOnRow and Integer: see Dialect.
+	// DeliveredOnRow, Integer, Held and Deliveries: see Dialect.
 	DeliveredOnRow bool
-	Integer        string
+	Integer, Held  string
+	Deliveries     string
 	// Pre prefixes the summary columns with a table alias ("f.").
 	Pre string
 	// IDs is a list of placeholders.
@@ -80,6 +91,16 @@ type names struct {
 
 // P renders the n-th placeholder.
 func (n names) P(i int) string { return n.d.Mark(i) }
+
+// Status renders the status of a row (with the column prefix pre): the
+// status column, or PROCESSING for a PENDING row a claim holds.
+func (n names) Status(pre string) string {
+	if n.d.Claimed == "" {
+		return pre + "status"
+	}
+	return "CASE WHEN " + pre + "status = 'PENDING' AND " + fmt.Sprintf(n.d.Claimed, pre+"id") +
+		" THEN 'PROCESSING' ELSE " + pre + "status END"
+}
 
 // Ago renders the database clock minus the microseconds in placeholder i.
 func (n names) Ago(i int) string { return n.d.Ago(n.d.Mark(i)) }
