@@ -7,9 +7,12 @@ import (
 	"github.com/txoutbox/outbox"
 )
 
-// Validate checks that r asks for at least one event under a positive
-// lease; it returns outbox.ErrInvalidConfig otherwise.
+// Validate checks that r names its relay and asks for at least one event
+// under a positive lease; it returns outbox.ErrInvalidConfig otherwise.
 func (r ClaimRequest) Validate() error {
+	if r.RelayID == "" {
+		return fmt.Errorf("%w: a claim needs a relay id: it names the relay that holds the lanes it claims in", outbox.ErrInvalidConfig)
+	}
 	if r.Limit <= 0 {
 		return fmt.Errorf("%w: claim limit must be positive, got %d", outbox.ErrInvalidConfig, r.Limit)
 	}

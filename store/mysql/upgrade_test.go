@@ -59,7 +59,7 @@ func TestUpgradeDeliveryOnRow(t *testing.T) {
 				tx, err := db.BeginTx(ctx, nil)
 				return myTx{tx, s}, err
 			}},
-		Q: "`", Now: "UTC_TIMESTAMP(6)", Before: 5,
+		Q: "`", Now: "UTC_TIMESTAMP(6)", Soon: "UTC_TIMESTAMP(6) + INTERVAL 1 SECOND", Before: 5,
 		MigrateUp:     func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
 		MigrateDownTo: s.MigrateDownTo,
 	})

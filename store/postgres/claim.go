@@ -45,8 +45,9 @@ func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 // HeldLanes implements store.LaneHolder.
 func (s *Store) HeldLanes(relayID string) map[int]int64 { return s.claimer.Held(relayID) }
 
-// leaseTx runs the lane statements in one transaction.
-func (s *Store) leaseTx(ctx context.Context, f func(q lanes.Querier) error) error {
+// leaseTx runs the lane statements in one transaction. It never yields:
+// PostgreSQL's writers do not queue for one lock.
+func (s *Store) leaseTx(ctx context.Context, _ bool, f func(q lanes.Querier) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return f(pgxQuerier{tx}) })
 }
 

@@ -12,3 +12,13 @@ func (s *Store) MigrateUpTo(ctx context.Context, version int64) error {
 	_, err = r.UpTo(ctx, version)
 	return err
 }
+
+// MigrateDownTo reverts the migrations down to version, for upgrade tests.
+func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
+	r, done, err := s.migrator()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return r.DownTo(ctx, version)
+}

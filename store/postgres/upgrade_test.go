@@ -39,3 +39,37 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		MigrateUp: func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
 	})
 }
+
+// TestUpgradeToLanes applies migration 10 (lanes) to a populated version-9
+// table, delivers what it holds with relays of the new version, and
+// reverts it.
+func TestUpgradeToLanes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	table := storetest.TableName("pglanesup")
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	s, err := postgres.New(pool, postgres.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MigrateUpTo(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	storetest.RunLanesUpgrade(t, storetest.LanesUpgrade{
+		Harness: &storetest.Harness{Store: s, SQL: db, Table: table, Bind: storetest.DollarPlaceholders,
+			Begin: func(ctx context.Context) (storetest.Tx, error) {
+				tx, err := pool.Begin(ctx)
+				return pgTx{tx, s}, err
+			}},
+		Q: `"`, Now: "now()", Soon: "now() + interval '1 second'", Before: 9,
+		MigrateUp:     func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
+		MigrateDownTo: s.MigrateDownTo,
+	})
+}

@@ -72,8 +72,44 @@ func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, erro
 	return st, nil
 }
 
-const recordColumns = `id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, status,
-    retry_count, created_at, processed_at, available_at, expires_at, locked_until, lock_token, last_error`
+// recordColumns are a record's columns, from recordFrom: a PENDING row that
+// a claim holds (cl) is PROCESSING, until the lease of its lane, under the
+// claim's token; a row PROCESSING under a lease of the schema before lanes
+// keeps its own.
+const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+    CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
+    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
+    COALESCE(o.locked_until, CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN
+        (SELECT strftime({{.TS}}, l.lease_until_ms / 1000.0, 'unixepoch') FROM "{{.Outbox}}_lanes" l WHERE l.lane = o.lane) END),
+    COALESCE(o.lock_token, CASE WHEN o.status = 'PENDING' THEN cl.token END), o.last_error`
+
+// recordFrom joins each outbox row to the claim that holds it, if any.
+const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN (
+    SELECT j.value AS cid, min(bc.token) AS token FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j GROUP BY j.value
+) cl ON cl.cid = o.id`
+
+// listWhere writes f's conditions, with the status a claim gives a row.
+func listWhere(f store.ListFilter) (string, []any) {
+	status := f.Status
+	f.Status = ""
+	where, args := f.Where(nil)
+	var cond string
+	switch status {
+	case "":
+		return where, args
+	case outbox.StatusPending:
+		cond = "o.status = 'PENDING' AND cl.cid IS NULL"
+	case outbox.StatusProcessing:
+		cond = "(o.status = 'PROCESSING' OR (o.status = 'PENDING' AND cl.cid IS NOT NULL))"
+	default:
+		cond = "o.status = ?"
+		args = append(args, string(status))
+	}
+	if where == "" {
+		return " WHERE " + cond, args
+	}
+	return where + " AND " + cond, args
+}
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -119,9 +155,12 @@ func scanRecord(row scanner) (store.Record, error) {
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
 	f = f.Normalize()
-	where, args := f.Where(nil)
+	if _, err := outbox.ParseStatus(string(f.Status)); f.Status != "" && err != nil {
+		return nil, err
+	}
+	where, args := listWhere(f)
 	args = append(args, f.Limit)
-	q := s.q.listEvents + where + " ORDER BY id DESC LIMIT ?"
+	q := s.q.listEvents + where + " ORDER BY o.id DESC LIMIT ?"
 	var out []store.Record
 	err := retryBusy(ctx, func() error {
 		out = nil

@@ -184,14 +184,14 @@ func TestSweepUnblocksWhenFailedDoesNotBlock(t *testing.T) {
 	if err != nil || res.Unblocked != 1 || res.Blocked != 0 {
 		t.Fatalf("sweep = %+v, %v", res, err)
 	}
-	c, err := e.store.Claim(ctx, store.ClaimRequest{Limit: 10, Lease: time.Minute, FailedBlocks: false})
+	c, err := e.store.Claim(ctx, store.ClaimRequest{RelayID: "test-relay", Limit: 10, Lease: time.Minute, FailedBlocks: false})
 	if err != nil || !sameIDs(eventIDs(c), ids[1:]) {
 		t.Fatalf("claim = %v, %v; want A2", c, err)
 	}
 	// Completing a FAILED outcome without blocking leaves followers PENDING.
 	e2 := newEnv(t, sqlite.Config{})
 	ids2 := e2.enqueue(t, ev("A", 1), ev("A", 2))
-	c2, err := e2.store.Claim(ctx, store.ClaimRequest{Limit: 1, Lease: time.Minute})
+	c2, err := e2.store.Claim(ctx, store.ClaimRequest{RelayID: "test-relay", Limit: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,8 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		Minute:  func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
 		// A delivery is recorded on the event row (migration 00006).
 		DeliveredOnRow: true,
+		// Migration 00007.
+		Claimed: `EXISTS (SELECT 1 FROM "` + s.t.Outbox + `_claims" bc, json_each(bc.ids) j WHERE j.value = %[1]s)`,
 		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow +
 			", host = excluded.host, started_at = excluded.started_at, in_flight = excluded.in_flight",
 	}, s.t)

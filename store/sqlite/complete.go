@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/txoutbox/outbox"
@@ -90,8 +93,13 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	applied := make(map[int64]bool, n)
 	err = s.writeTx(ctx, func(conn *sql.Conn, now string) error {
 		clear(applied)
+		fence, err := s.claimFence(ctx, conn, req.Token)
+		if err != nil {
+			return err
+		}
 		var rowsChanged []appliedRow
-		rows, err := conn.QueryContext(ctx, s.q.completeUpdate, now, req.Token, string(itemsJSON), req.RelayID)
+		rows, err := conn.QueryContext(ctx, s.q.completeUpdate, now, req.Token, string(itemsJSON), req.RelayID,
+			fence.idsJSON, fence.lanesJSON)
 		if err != nil {
 			return err
 		}
@@ -207,6 +215,9 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 				return err
 			}
 		}
+		if err := s.dropFromClaim(ctx, conn, req.Token, fence, req.Outcomes); err != nil {
+			return err
+		}
 		// Compensating events of the rows this completion moved to
 		// EXPIRED, in the same transaction.
 		var expiredIDs []int64
@@ -231,5 +242,72 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
+	ids := make([]int64, len(req.Outcomes))
+	for i, o := range req.Outcomes {
+		ids[i] = o.ID
+	}
+	s.claimer.Completed(req.RelayID, req.Token, ids)
 	return store.NewCompleteResult(req.Outcomes, applied), nil
+}
+
+// claimFence is what a completion may change: the rows of its claim
+// (idsJSON) in the lanes still held under the tokens the claim was made
+// under (lanesJSON). Without the claim's row, nothing.
+type claimFence struct {
+	idsJSON, lanesJSON string
+	ids                []int64
+	live               bool // some lane is still held: the claim's row is kept up to date
+}
+
+// claimFence reads the fence of claim token.
+func (s *Store) claimFence(ctx context.Context, c *sql.Conn, token string) (claimFence, error) {
+	f := claimFence{idsJSON: "[]", lanesJSON: "[]"}
+	var ls, ts, ids string
+	err := c.QueryRowContext(ctx, s.q.claimRow, token).Scan(&ls, &ts, &ids)
+	if errors.Is(err, sql.ErrNoRows) {
+		return f, nil
+	}
+	if err != nil {
+		return f, err
+	}
+	m, err := laneTokens(ls, ts)
+	if err != nil {
+		return f, err
+	}
+	held, _, err := s.heldLanesOf(ctx, c, m, 0)
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal([]byte(ids), &f.ids); err != nil {
+		return f, fmt.Errorf("claim %s: ids: %w", token, err)
+	}
+	if len(held) == 0 {
+		return f, nil
+	}
+	lanesJSON, err := json.Marshal(slices.Sorted(maps.Keys(held)))
+	if err != nil {
+		return f, err
+	}
+	f.idsJSON, f.lanesJSON, f.live = ids, string(lanesJSON), true
+	return f, nil
+}
+
+// dropFromClaim takes the rows of outs out of claim token's row, and
+// deletes the row when none is left. A claim whose lanes are all gone is
+// left to the sweeper, which audits its rows.
+func (s *Store) dropFromClaim(ctx context.Context, c *sql.Conn, token string, f claimFence, outs []store.Outcome) error {
+	if !f.live {
+		return nil
+	}
+	done := make(map[int64]bool, len(outs))
+	for _, o := range outs {
+		done[o.ID] = true
+	}
+	left := slices.DeleteFunc(slices.Clone(f.ids), func(id int64) bool { return done[id] })
+	if len(left) == 0 {
+		_, err := c.ExecContext(ctx, s.q.claimDelete, token)
+		return err
+	}
+	_, err := c.ExecContext(ctx, s.q.claimIDs, token, int64sJSON(left))
+	return err
 }

@@ -12,9 +12,11 @@ import (
 // transaction that already excludes every other writer. "now" is always a
 // parameter: the database clock read once at the start of the transaction.
 type queries struct {
-	due, claimRuns, claimUpdate, lockedUntil          string
-	claimWindow                                       string
+	claimRead, claimsOf, laneLeases                   string
+	claimEvents, insertClaim                          string
 	claimDefer, claimBlock                            string
+	claimRow, claimIDs, claimDelete, deadClaimRows    string
+	allClaims                                         string
 	completeUpdate, deadLetter, blockAfter, deferFrom string
 	insertAttempts                                    string
 	reapSelect, reapUpdate, audit                     string
@@ -58,13 +60,18 @@ func render(t store.Tables, sql string) string {
 
 func buildQueries(t store.Tables) queries {
 	return queries{
-		due:             render(t, dueSQL),
-		claimRuns:       render(t, claimRunsSQL),
-		claimWindow:     render(t, claimWindowSQL),
+		claimRead:       render(t, claimReadSQL),
+		claimsOf:        render(t, claimsOfSQL),
+		laneLeases:      render(t, laneLeasesSQL),
+		claimEvents:     render(t, claimEventsSQL),
+		insertClaim:     render(t, insertClaimSQL),
 		claimDefer:      render(t, claimDeferSQL),
 		claimBlock:      render(t, claimBlockSQL),
-		claimUpdate:     render(t, claimUpdateSQL),
-		lockedUntil:     render(t, `SELECT strftime({{.TS}}, ?, ?)`),
+		claimRow:        render(t, `SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = ?`),
+		claimIDs:        render(t, `UPDATE "{{.Outbox}}_claims" SET ids = ?2 WHERE token = ?1`),
+		claimDelete:     render(t, `DELETE FROM "{{.Outbox}}_claims" WHERE token = ?`),
+		allClaims:       render(t, `SELECT token, lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" ORDER BY created_ms LIMIT ?`),
+		deadClaimRows:   render(t, `SELECT id, event_id, retry_count FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?))`),
 		completeUpdate:  render(t, completeUpdateSQL),
 		deadLetter:      render(t, deadLetterSQL),
 		blockAfter:      render(t, blockAfterSQL),
@@ -78,16 +85,16 @@ func buildQueries(t store.Tables) queries {
 		block:           render(t, blockSQL),
 		unblock:         render(t, unblockSQL),
 		countMovable:    render(t, countMovableSQL),
-		stats:           render(t, `SELECT status, count(*) FROM "{{.Outbox}}" GROUP BY status`),
+		stats:           render(t, statsSQL),
 		oldestPending:   render(t, `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
 		blockedAg:       render(t, blockedAggregatesSQL),
 		deadLetterCount: render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
 
-		listEvents:          render(t, `SELECT `+recordColumns+` FROM "{{.Outbox}}"`),
-		getEvent:            render(t, `SELECT `+recordColumns+` FROM "{{.Outbox}}" WHERE event_id = ?`),
+		listEvents:          render(t, `SELECT `+recordColumns+recordFrom),
+		getEvent:            render(t, `SELECT `+recordColumns+recordFrom+` WHERE o.event_id = ?`),
 		attempts:            render(t, attemptsSQL),
 		deadLetters:         render(t, deadLettersSQL),
-		operatorLock:        render(t, `SELECT id, status, retry_count, aggregate_type, aggregate_id, event_id FROM "{{.Outbox}}" WHERE event_id = ?`),
+		operatorLock:        render(t, operatorLockSQL),
 		operatorRequeue:     render(t, operatorRequeueSQL),
 		operatorRequeueDead: render(t, `UPDATE "{{.DeadLetters}}" SET requeued_at = ? WHERE outbox_id = ? AND requeued_at IS NULL`),
 		operatorSetStatus:   render(t, `UPDATE "{{.Outbox}}" SET status = ? WHERE id = ?`),
@@ -101,6 +108,17 @@ func buildQueries(t store.Tables) queries {
 		countUnfinished:     render(t, `SELECT count(*) FROM "{{.Outbox}}" WHERE status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`),
 	}
 }
+
+// statsSQL counts the rows by status, a PENDING row that a claim holds as
+// PROCESSING.
+const statsSQL = `
+SELECT CASE WHEN o.status = 'PENDING' AND o.id IN (` + busySQL + `) THEN 'PROCESSING' ELSE o.status END, count(*)
+FROM "{{.Outbox}}" o GROUP BY 1`
+
+// operatorLockSQL reads the row of event ? for an operator action, with
+// its status (PROCESSING while a claim holds it).
+const operatorLockSQL = `SELECT id, CASE WHEN status = 'PENDING' AND id IN (` + busySQL + `) THEN 'PROCESSING' ELSE status END,
+        retry_count, aggregate_type, aggregate_id, event_id FROM "{{.Outbox}}" WHERE event_id = ?`
 
 // attemptsSQL lists the audit trail of event ?1, in the order the attempts
 // finished: its rows in the attempts table and the delivery recorded on
@@ -149,95 +167,12 @@ const operatorUnblockSQL = `UPDATE "{{.Outbox}}" SET status = 'PENDING'
               AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" f WHERE f.status = 'FAILED'
                   AND f.aggregate_type = ?1 AND f.aggregate_id = ?2 AND f.id < "{{.Outbox}}".id)`
 
-// dueSQL is the claim's cheap pre-check, run outside the write transaction:
-// when nothing is due, an idle relay's poll does not take the write lock
-// that producers need.
-const dueSQL = `SELECT EXISTS (SELECT 1 FROM "{{.Outbox}}" WHERE status = 'PENDING' AND available_at <= strftime({{.TS}}, 'now'))`
-
-// claimRunsSQL reads what a claim decides on; it is the read part of
-// claimSQL of the PostgreSQL backend (?1 now, ?2 the limit, ?3 FailedBlocks,
-// ?4 the FIFO slots, ?5 the deadline slots: store.ClaimRequest.FIFOSlots).
-//
-//	w:   the aggregates with due work: those of the first ?2 due PENDING rows
-//	     in (available_at, id) order (f) and of the ?5 due PENDING rows with
-//	     the nearest deadlines (e), with the oldest available_at of each and
-//	     its prio: 0 when it has one of the first ?4 rows of f or a row of
-//	     e, else 1. At most ?2 aggregates have prio 0, so each gets its head
-//	     claimed; the prio 1 ones fill what is left.
-//	per: a fair share of ?2 per aggregate, at least 1.
-//	b:   per aggregate, the id of its per-th unfinished row (FAILED counts
-//	     when ?3), NULL if it has fewer.
-//	the result: each aggregate's first unfinished rows in id order, at most
-//	     its fair share, with whether each is PENDING and due. The first is
-//	     the aggregate's head.
-//
-// Claim then takes, in Go and in the same write transaction, the runs from
-// each head while rows are PENDING and due, heads first (ordered by pos,
-// prio, first_due, id), up to ?2; pushes the rows behind a head in backoff to the
-// head's available_at, and marks the rows behind a FAILED head BLOCKED.
-const claimRunsSQL = `
-WITH f AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, available_at, row_number() OVER (ORDER BY available_at, id) AS rn FROM (
-        SELECT id, aggregate_type, aggregate_id, available_at FROM "{{.Outbox}}"
-        WHERE status = 'PENDING' AND available_at <= ?1
-        ORDER BY available_at, id
-        LIMIT ?2
-    )
-),
-e AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, available_at FROM "{{.Outbox}}" INDEXED BY "{{.Outbox}}_expiry_idx"
-    WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
-    ORDER BY expires_at, id
-    LIMIT ?5
-),
-w AS MATERIALIZED (
-    SELECT aggregate_type, aggregate_id, min(available_at) AS first_due, min(prio) AS prio FROM (
-        SELECT aggregate_type, aggregate_id, available_at, CASE WHEN rn <= ?4 THEN 0 ELSE 1 END AS prio FROM f
-        UNION ALL
-        SELECT aggregate_type, aggregate_id, available_at, 0 FROM e
-    ) GROUP BY aggregate_type, aggregate_id
-),
-per AS MATERIALIZED (
-    SELECT max(1, CASE WHEN count(*) = 0 THEN ?2 ELSE (?2 + count(*) - 1) / count(*) END) AS n FROM w
-),
-b AS MATERIALIZED (
-    SELECT w.aggregate_type, w.aggregate_id, w.first_due, w.prio,
-        (SELECT o.id FROM "{{.Outbox}}" o
-          WHERE o.aggregate_type = w.aggregate_type AND o.aggregate_id = w.aggregate_id
-            AND o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
-          ORDER BY o.id LIMIT 1 OFFSET (SELECT n - 1 FROM per)) AS last_id
-    FROM w
-)
-SELECT b.aggregate_type, b.aggregate_id, b.first_due, b.prio, o.id, o.status, o.available_at,
-    (o.status = 'PENDING' AND o.available_at <= ?1) AS ok
-FROM b JOIN "{{.Outbox}}" o ON o.aggregate_type = b.aggregate_type AND o.aggregate_id = b.aggregate_id
-WHERE o.` + unfinished + ` AND (o.status <> 'FAILED' OR ?3)
-  AND (b.last_id IS NULL OR o.id <= b.last_id)
-ORDER BY b.aggregate_type, b.aggregate_id, o.id`
-
 // waitingWithDeadline repeats the WHERE clause of the expiry index, which
 // the claim's deadline part reads in (expires_at, id) order (see
 // unfinished). The part names the index (INDEXED BY): without statistics
 // SQLite would rather read every due row through the pending index and
 // sort them, the whole backlog on every claim.
 const waitingWithDeadline = `status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL`
-
-// claimWindowSQL lists the window's rows (?1 now, ?2 the limit, ?3 the
-// deadline slots: f and e of claimRunsSQL), so that a claim can clear from
-// it the rows it cannot take.
-const claimWindowSQL = `
-SELECT id, aggregate_type, aggregate_id FROM (
-    SELECT id, aggregate_type, aggregate_id FROM "{{.Outbox}}"
-    WHERE status = 'PENDING' AND available_at <= ?1
-    ORDER BY available_at, id
-    LIMIT ?2)
-UNION
-SELECT id, aggregate_type, aggregate_id FROM (
-    SELECT id, aggregate_type, aggregate_id FROM "{{.Outbox}}" INDEXED BY "{{.Outbox}}_expiry_idx"
-    WHERE ` + waitingWithDeadline + ` AND status = 'PENDING' AND available_at <= ?1
-    ORDER BY expires_at, id
-    LIMIT ?3)
-ORDER BY id`
 
 // claimDeferSQL gives the PENDING rows of ?1 (JSON ids, rows behind a head
 // in backoff) the head's available_at ?2, so that they leave the window.
@@ -251,17 +186,10 @@ const claimBlockSQL = `
 UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PENDING'`
 
-// claimUpdateSQL moves the chosen rows (?4, a JSON array of ids) to
-// PROCESSING under the claim token ?2 until ?3; ?1 is now.
-const claimUpdateSQL = `
-UPDATE "{{.Outbox}}" SET status = 'PROCESSING', lock_token = ?2, locked_until = ?3
-WHERE id IN (SELECT value FROM json_each(?4)) AND status = 'PENDING'
-RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
-    retry_count, created_at, expires_at, (expires_at IS NOT NULL AND expires_at <= ?1), aggregate_seq`
-
 // completeUpdateSQL is the guarded state change of completeSQL: ?1 is now,
 // ?2 the claim token, ?3 the outcomes as a JSON array of objects, ?4 the
-// relay. A delivery marked d is recorded on the row (migration 00006):
+// relay; the fence: a row changes only while PENDING, in the claim (?5,
+// its ids) and in a lane still held under the claim's token (?6). A delivery marked d is recorded on the row (migration 00006):
 // the relay, the claim token, the attempt number, the times (now when
 // absent) and the trace id.
 const completeUpdateSQL = `
@@ -294,7 +222,8 @@ UPDATE "{{.Outbox}}" AS o SET
     locked_until = NULL,
     lock_token = NULL
 FROM i
-WHERE o.id = i.id AND o.status = 'PROCESSING' AND o.lock_token = ?2
+WHERE o.id = i.id AND o.status = 'PENDING' AND o.id IN (SELECT value FROM json_each(?5))
+  AND o.lane IN (SELECT value FROM json_each(?6))
 RETURNING id, aggregate_type, aggregate_id, status, available_at`
 
 // deadLetterSQL records a newly FAILED row (?1) with its reason ?2 at ?3.
@@ -302,6 +231,9 @@ const deadLetterSQL = `
 INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason, failed_at)
 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, ?2, ?3
 FROM "{{.Outbox}}" WHERE id = ?1`
+
+// busySQL lists the rows the claims in flight hold (PROCESSING).
+const busySQL = `SELECT j.value FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j`
 
 // unfinished repeats the WHERE clause of the aggregate index: SQLite uses a
 // partial index only when the query names its condition, and does not infer
@@ -315,14 +247,14 @@ const unfinished = `status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`
 const blockAfterSQL = `
 UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
 WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
-  AND id NOT IN (SELECT value FROM json_each(?4))`
+  AND id NOT IN (SELECT value FROM json_each(?4)) AND id NOT IN (` + busySQL + `)`
 
 // deferSQL pushes back the PENDING rows after a retried row ?3 of aggregate
 // (?1, ?2) to its new available_at ?4; ?5 as in blockAfterSQL.
 const deferSQL = `
 UPDATE "{{.Outbox}}" SET available_at = ?4
 WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
-  AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5))`
+  AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5)) AND id NOT IN (` + busySQL + `)`
 
 // insertAttemptsSQL writes one attempt row per element of ?3 (claim token
 // ?1, relay ?2); a replay conflicts and writes nothing, and so does the
@@ -364,6 +296,7 @@ UPDATE "{{.Outbox}}" SET status = 'EXPIRED', processed_at = ?1,
 WHERE id IN (
     SELECT id FROM "{{.Outbox}}"
     WHERE status IN ('PENDING', 'BLOCKED') AND expires_at IS NOT NULL AND expires_at <= ?1
+      AND id NOT IN (` + busySQL + `)
     ORDER BY expires_at LIMIT ?2)
 RETURNING id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired, last_error`
 
@@ -376,7 +309,7 @@ WHERE id IN (
     JOIN (SELECT aggregate_type, aggregate_id, min(id) AS id FROM "{{.Outbox}}" WHERE status = 'FAILED'
           GROUP BY aggregate_type, aggregate_id) f
       ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
-    WHERE o.status = 'PENDING' AND o.` + unfinished + ` AND o.id > f.id
+    WHERE o.status = 'PENDING' AND o.` + unfinished + ` AND o.id > f.id AND o.id NOT IN (` + busySQL + `)
     ORDER BY o.id LIMIT ?1)`
 
 // unblockSQL returns a page (?1) of BLOCKED events with no FAILED event

@@ -13,13 +13,15 @@ import (
 var _ store.Snapshotter = (*Store)(nil)
 
 // snapshotSQL reads the cheap figures in one statement (?1 is now): each
-// count names one unfinished status and reads its partial index.
+// count names one unfinished status and reads its partial index; a
+// PENDING row that a claim holds counts as PROCESSING.
 const snapshotSQL = `
-SELECT (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING'),
-       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PROCESSING'),
+SELECT (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND id NOT IN (` + busySQL + `)),
+       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PROCESSING')
+         + (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND id IN (` + busySQL + `)),
        (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'BLOCKED'),
        (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'FAILED'),
-       (SELECT min(available_at) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND available_at <= ?1),
+       (SELECT min(available_at) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND available_at <= ?1 AND id NOT IN (` + busySQL + `)),
        (SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL)`
 
 const finalCountsSQL = `SELECT status, count(*) FROM "{{.Outbox}}" WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`

@@ -21,6 +21,7 @@ import (
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/lanes"
 	"github.com/txoutbox/outbox/store/internal/retry"
 )
 
@@ -59,6 +60,8 @@ type Store struct {
 	t     store.Tables
 	log   *slog.Logger
 	q     queries
+	// claimer claims in lanes (store/internal/lanes).
+	claimer *lanes.Claimer
 
 	gateOnce sync.Once
 	gate     chan struct{}
@@ -89,7 +92,9 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.Table, cfg.Limits = t.Outbox, limits
-	return &Store{db: db, cfg: cfg, t: t, log: log, q: buildQueries(t)}, nil
+	s := &Store{db: db, cfg: cfg, t: t, log: log, q: buildQueries(t)}
+	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.SQLite, t, s.leaseTx)
+	return s, nil
 }
 
 // DSN returns the modernc.org/sqlite data source name the store uses for a

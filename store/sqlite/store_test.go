@@ -200,7 +200,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if _, err := s.Stats(ctx, true); err == nil || !strings.Contains(err.Error(), "run `outbox migrate` first") {
 		t.Errorf("stats before migrate: %v; want advice to run `outbox migrate`", err)
 	}
-	if _, err := s.Claim(ctx, store.ClaimRequest{Limit: 1, Lease: 60e9}); err == nil || !strings.Contains(err.Error(), "outbox migrate") {
+	if _, err := s.Claim(ctx, store.ClaimRequest{RelayID: "r", Limit: 1, Lease: 60e9}); err == nil || !strings.Contains(err.Error(), "outbox migrate") {
 		t.Errorf("claim before migrate: %v; want advice to run `outbox migrate`", err)
 	}
 	cur, latest, err := s.MigrationVersion(ctx)

@@ -89,7 +89,40 @@ func TestUpgradeDeliveryOnRow(t *testing.T) {
 				tx, err := db.BeginTx(ctx, nil)
 				return sqlTx{tx, s}, err
 			}},
-		Q: `"`, Now: "strftime('%Y-%m-%d %H:%M:%f', 'now')", Before: 5,
+		Q: `"`, Now: "strftime('%Y-%m-%d %H:%M:%f', 'now')", Soon: "strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 second')", Before: 5,
+		MigrateUp:     func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
+		MigrateDownTo: s.MigrateDownTo,
+	})
+}
+
+// TestUpgradeToLanes applies migration 7 (lanes) to a populated version-6
+// table, delivers what it holds with relays of the new version, and
+// reverts it.
+func TestUpgradeToLanes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	table := storetest.TableName("litelanesup")
+	s, err := sqlite.Open(ctx, "sqlite://"+path, sqlite.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.MigrateUpTo(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(sqlite.DriverName, sqlite.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	storetest.RunLanesUpgrade(t, storetest.LanesUpgrade{
+		Harness: &storetest.Harness{Store: s, SQL: db, Table: table,
+			Begin: func(ctx context.Context) (storetest.Tx, error) {
+				tx, err := db.BeginTx(ctx, nil)
+				return sqlTx{tx, s}, err
+			}},
+		Q: `"`, Now: "strftime('%Y-%m-%d %H:%M:%f', 'now')", Soon: "strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 second')", Before: 6,
 		MigrateUp:     func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
 		MigrateDownTo: s.MigrateDownTo,
 	})

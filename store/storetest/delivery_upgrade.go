@@ -19,8 +19,9 @@ type DeliveryUpgrade struct {
 	Harness *Harness
 	// Q is the identifier quote around the table names.
 	Q string
-	// Now is the SQL expression of the database clock in the stored form.
-	Now string
+	// Now is the SQL expression of the database clock in the stored form;
+	// Soon is that clock one second later.
+	Now, Soon string
 	// Before is the version before the migration.
 	Before int64
 	// MigrateUp applies the remaining migrations; MigrateDownTo reverts
@@ -30,17 +31,23 @@ type DeliveryUpgrade struct {
 }
 
 // RunDeliveryOnRowUpgrade upgrades a populated table to the migration that
-// records deliveries on the event row and back: every row keeps its state,
-// a delivery from before the upgrade (an attempt row) shows once in the
-// audit trail, a claim taken before the upgrade is completed after it, a
-// new delivery writes no attempt row and shows once (a replay of its
-// outcome too), a wrong token changes nothing, an operator requeue keeps
-// the first delivery beside the second, and the downgrade moves the
-// deliveries recorded on rows back into the attempts table.
+// records deliveries on the event row, and the later ones (lanes), and
+// back: every row keeps its state, a delivery from before the upgrade (an
+// attempt row) shows once in the audit trail, a row claimed before the
+// upgrade stays PROCESSING (its relay's late outcome is fenced: relays
+// stop for an upgrade) until the sweeper returns it when its lease ends,
+// then is delivered once; a new delivery writes no attempt row and shows
+// once (a replay of its outcome too), a wrong token changes nothing, an
+// operator requeue keeps the first delivery beside the second, and the
+// downgrade moves the deliveries recorded on rows back into the attempts
+// table.
 func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 	t.Helper()
 	ctx := context.Background()
-	const wrongToken = "00000000-0000-4000-8000-0000000000ff"
+	const (
+		wrongToken  = "00000000-0000-4000-8000-0000000000ff"
+		legacyToken = "00000000-0000-4000-8000-0000000000aa"
+	)
 	h := u.Harness
 	s := h.Store
 	bind := func(q string) string {
@@ -67,8 +74,8 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 	}
 	attemptRows := func(id outbox.EventID) int {
 		t.Helper()
-		return count(`SELECT count(*) FROM `+attemptsT+` WHERE event_id = ? AND outcome = 'DELIVERED' AND claim_token <> ?`,
-			id.String(), wrongToken)
+		return count(`SELECT count(*) FROM `+attemptsT+` WHERE event_id = ? AND outcome = 'DELIVERED' AND claim_token NOT IN (?, ?)`,
+			id.String(), wrongToken, legacyToken)
 	}
 	claimOne := func(lease time.Duration) *store.Claim {
 		t.Helper()
@@ -104,11 +111,13 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 		return out
 	}
 
-	// Before the upgrade: an event claimed under a live lease, then one
-	// event per other state, set with plain SQL as the old version left
-	// them (an old delivery is an attempt row).
+	// Before the upgrade: an event claimed by a relay of the old version
+	// (PROCESSING under its token, with a lease that ends in a second),
+	// then one event per other state, set with plain SQL as the old
+	// version left them (an old delivery is an attempt row).
 	inFlight := Enqueue(t, h, PaymentEvent("dup-flight", 1))[0]
-	flight := claimOne(time.Hour)
+	exec(`UPDATE `+outboxT+` SET status = 'PROCESSING', lock_token = ?, locked_until = `+u.Soon+` WHERE event_id = ?`,
+		legacyToken, inFlight.String())
 	old := Enqueue(t, h, PaymentEvent("dup-old", 1))[0]
 	pending := Enqueue(t, h, PaymentEvent("dup-pending", 1))[0]
 	failed := Enqueue(t, h, PaymentEvent("dup-failed", 1))[0]
@@ -135,8 +144,28 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 		t.Errorf("the delivery from before the upgrade: %+v; want it once", d)
 	}
 
-	// A wrong token changes nothing; the claim from before the upgrade
-	// completes, on the row; its replay writes nothing.
+	// The row claimed before the upgrade is not claimed again while its
+	// lease lasts; the old relay's outcome, arriving late, is fenced.
+	legacy := &store.Claim{Events: []store.Claimed{{Message: outbox.Message{ID: idOf(t, h, outboxT, inFlight, bind), EventID: inFlight, Attempt: 1}}},
+		DBTime: time.Now()}
+	if res := complete(legacy, legacyToken, ""); len(res.Applied) != 0 {
+		t.Errorf("an outcome under a claim of the previous version applied %v", res.Applied)
+	}
+	if r, err := s.GetEvent(ctx, inFlight); err != nil || r.Status != outbox.StatusProcessing {
+		t.Errorf("after the old claim's outcome: %v, %v; want PROCESSING until its lease ends", r.Status, err)
+	}
+	// Once the lease ended the sweeper returns it, and it is delivered.
+	waitFor(t, 30*time.Second, "the sweeper returns the row claimed before the upgrade", func() (bool, error) {
+		res, err := s.Sweep(ctx, store.SweepRequest{RelayID: "relay-up", FailedBlocks: true})
+		return res.Reaped == 1, err
+	})
+	flight := claimOne(time.Hour)
+	if flight.Events[0].EventID != inFlight {
+		t.Fatalf("claimed %s first, want %s, returned by the sweeper", flight.Events[0].EventID, inFlight)
+	}
+
+	// A wrong token changes nothing; the claim completes, on the row; its
+	// replay writes nothing.
 	if res := complete(flight, wrongToken, ""); len(res.Applied) != 0 {
 		t.Errorf("a wrong token applied %v", res.Applied)
 	}
@@ -148,7 +177,7 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 	}
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	if res := complete(flight, flight.Token, trace); len(res.Applied) != 1 {
-		t.Fatalf("completing the claim from before the upgrade applied %v", res.Applied)
+		t.Fatalf("completing the claim applied %v", res.Applied)
 	}
 	complete(flight, flight.Token, trace) // the replay after an ambiguous commit
 	d := deliveries(inFlight)
@@ -179,7 +208,7 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 
 	// The overview's throughput counts the deliveries of both kinds: the
 	// old one and the first of the requeued event (attempt rows), the two
-	// on rows, and the fenced outcome (an attempt row, DELIVERED).
+	// on rows, and the two fenced outcomes (attempt rows, DELIVERED).
 	if aq, ok := s.(store.AdminQuerier); ok {
 		buckets, err := aq.AdminQueries().Throughput(ctx, time.Hour)
 		if err != nil {
@@ -191,8 +220,8 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 				n += int(b.Count)
 			}
 		}
-		if n != 5 {
-			t.Errorf("throughput counts %d deliveries in the last hour, want 5: %+v", n, buckets)
+		if n != 6 {
+			t.Errorf("throughput counts %d deliveries in the last hour, want 6: %+v", n, buckets)
 		}
 	}
 
@@ -210,5 +239,34 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 	}
 	if d := deliveries(inFlight); len(d) != 1 || d[0].ClaimToken != flight.Token {
 		t.Errorf("down and up again: %+v; want the delivery once", d)
+	}
+}
+
+// idOf reads the outbox id of event id.
+func idOf(t *testing.T, h *Harness, outboxT string, id outbox.EventID, bind func(string) string) int64 {
+	t.Helper()
+	var n int64
+	if err := h.SQL.QueryRowContext(context.Background(), bind(`SELECT id FROM `+outboxT+` WHERE event_id = ?`), id.String()).Scan(&n); err != nil {
+		t.Fatalf("id of %s: %v", id, err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds, failing the test at the deadline.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

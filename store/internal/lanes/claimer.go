@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -189,7 +190,9 @@ func (c *Claimer) claim(ctx context.Context, req store.ClaimRequest, ids []int64
 	claim := &store.Claim{Token: uuid.NewString()}
 	for attempt := 0; attempt < 2; attempt++ {
 		if rs.balanceDue(c.now(), req.Lease) {
-			if err := c.balance(ctx, rs, req.RelayID, req.Lease); err != nil {
+			// A busy database (ErrBusy) leaves the relay its lanes: it
+			// claims from those, or claims nothing if it has none.
+			if err := c.balance(ctx, rs, req.RelayID, req.Lease); err != nil && !errors.Is(err, ErrBusy) {
 				return nil, err
 			}
 		}

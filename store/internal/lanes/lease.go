@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -87,8 +88,17 @@ func (rs *relayState) balanceDue(now time.Time, lease time.Duration) bool {
 	return rs.stale || len(rs.held) == 0 || now.Sub(rs.balanced) >= balanceEvery(lease)
 }
 
-// LeaseTx runs f in one write transaction of the backend.
-type LeaseTx func(ctx context.Context, f func(q Querier) error) error
+// LeaseTx runs f in one write transaction of the backend. With yield, a
+// backend whose writers queue for one lock (SQLite) may give up at once
+// with ErrBusy when another transaction holds it, rather than wait: a
+// relay balancing its lanes keeps those it holds and tries again at its
+// next claim, so an application's long write transaction does not stall
+// it. Release does not yield.
+type LeaseTx func(ctx context.Context, yield bool, f func(q Querier) error) error
+
+// ErrBusy is returned by a yielding LeaseTx that did not get the write
+// lock in time.
+var ErrBusy = errors.New("lane leases: the database's write lock is held by another transaction")
 
 // balance renews the relay's lanes and moves it towards its fair share,
 // in one transaction:
@@ -119,7 +129,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 		stuck   map[int]bool
 		ensured bool
 	)
-	err := c.leaseTx(ctx, func(q Querier) error {
+	err := c.leaseTx(ctx, true, func(q Querier) error {
 		next, stuck = map[int]*heldLane{}, maps.Clone(rs.stuck)
 		var now int64
 		if err := queryRow(ctx, q, c.d.NowMS, nil, &now); err != nil {
@@ -240,6 +250,9 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 		}
 		return nil
 	})
+	if errors.Is(err, ErrBusy) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("lane leases: %w", err)
 	}
@@ -348,7 +361,12 @@ func (c *Claimer) Balance(ctx context.Context, relayID string, lease time.Durati
 	rs := c.state(relayID)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return c.balance(ctx, rs, relayID, lease)
+	if err := c.balance(ctx, rs, relayID, lease); err != nil && !errors.Is(err, ErrBusy) {
+		return err
+	}
+	// Busy: the lanes held are kept; their leases are renewed at the next
+	// balance, and a claim's commit checks them (MinLease) meanwhile.
+	return nil
 }
 
 // Release gives up every lane relayID holds in this store and removes it
@@ -359,7 +377,7 @@ func (c *Claimer) Release(ctx context.Context, relayID string) error {
 	rs := c.state(relayID)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	err := c.leaseTx(ctx, func(q Querier) error {
+	err := c.leaseTx(ctx, false, func(q Querier) error {
 		if len(rs.held) > 0 {
 			cursors := map[int]int64{}
 			for l, h := range rs.held {
