@@ -179,13 +179,21 @@ func New(cfg Config) (*Metrics, error) {
 		Help: "1 for each running relay, labelled with its id and version.",
 	}, []string{"relay_id", "version"})
 	info.WithLabelValues(cfg.RelayID, cfg.Version).Set(1)
+	collectors := []prometheus.Collector{info}
+	if lh, ok := cfg.Store.(store.LaneHolder); ok {
+		relayID := cfg.RelayID
+		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "outbox_relay_lanes",
+			Help: "Lanes this relay holds (of 64 per outbox): its share of the outbox's aggregates.",
+		}, func() float64 { return float64(len(lh.HeldLanes(relayID))) }))
+	}
 	m.gauges = newGauges(cfg, m.storeErrors)
 	m.circuit = newCircuitGauge()
 	for _, op := range []string{relay.OpClaim, relay.OpComplete, relay.OpSweep, relay.OpPurge, relay.OpCount, OpSnapshot} {
 		m.storeErrors.WithLabelValues(op) // present from the start, at 0
 	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.leaseLost, m.storeErrors, m.publishDuration,
-		m.deliveryLag, m.deadlineMargin, m.claimDuration, m.completeDuration, info, m.gauges, m.circuit} {
+	for _, c := range append(collectors, m.deliveries, m.leaseLost, m.storeErrors, m.publishDuration,
+		m.deliveryLag, m.deadlineMargin, m.claimDuration, m.completeDuration, m.gauges, m.circuit) {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}

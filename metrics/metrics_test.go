@@ -222,6 +222,17 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 				t.Errorf("relay info = %v", got)
 			}
 			checkMargins(t, reg)
+			// The relay gave its lanes up when it stopped; the relay id
+			// balancing again, alone on the outbox, holds all 64.
+			if got := mustSample(t, reg, "outbox_relay_lanes"); got != 0 {
+				t.Errorf("lanes after the relay stopped = %v, want 0", got)
+			}
+			if err := b.store.(store.LaneHolder).BalanceLanes(context.Background(), "relay-a", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustSample(t, reg, "outbox_relay_lanes"); got != 64 {
+				t.Errorf("lanes of the only relay = %v, want 64", got)
+			}
 
 			// The gauges, from one snapshot.
 			ctx, cancel := context.WithCancel(context.Background())

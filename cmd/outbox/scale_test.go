@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -170,24 +171,41 @@ func (g *scaleGateway) snapshot() ([]receipt, []span, map[string][]string) {
 }
 
 // checkNoOverlap fails the test if two relays had first deliveries of
-// one aggregate at the gateway at the same time. A relay claims an
-// aggregate only once the previous holder recorded its outcome (or its
-// lease ended), and that is after the previous holder's answer was
-// flushed. A repeat is left out: a relay whose lease ended while it was
-// still sending (descheduled on a loaded machine, say) can repeat an event
-// the next holder already sent, and that repeat may overlap the next
-// holder's requests; at least once allows it, and the count of
-// duplicates bounds it.
-func checkNoOverlap(t *testing.T, spans []span) {
+// one aggregate at the gateway at the same time, or of one lane (laneOf
+// maps an aggregate to its lane): a relay delivers only from the lanes it
+// leases, and gives a lane up (or lets its lease end) only after the
+// outcomes of its batches from it are recorded, which is after their
+// answers were flushed. A repeat is left out: a relay whose lease ended
+// while it was still sending (descheduled on a loaded machine, say) can
+// repeat an event the next holder already sent, and that repeat may
+// overlap the next holder's requests; at least once allows it, and the
+// count of duplicates bounds it.
+func checkNoOverlap(t *testing.T, spans []span, laneOf map[int]int) {
 	t.Helper()
-	per := map[int][]span{}
+	byAgg, byLane := map[int][]span{}, map[int][]span{}
 	for _, s := range spans {
-		if !s.repeat {
-			per[s.agg] = append(per[s.agg], s)
+		if s.repeat {
+			continue
 		}
+		byAgg[s.agg] = append(byAgg[s.agg], s)
+		lane, ok := laneOf[s.agg]
+		if !ok {
+			t.Fatalf("aggregate tx-%d has no lane in the aggregates table", s.agg)
+		}
+		byLane[lane] = append(byLane[lane], s)
 	}
+	bad := overlaps(t, byAgg, "aggregate tx-%d") + overlaps(t, byLane, "lane %d")
+	if bad > 0 {
+		t.Fatalf("%d overlapping pairs of requests of one aggregate or one lane from different relays", bad)
+	}
+}
+
+// overlaps reports, per key, the pairs of spans from different relays
+// that were at the gateway at the same time, and counts them.
+func overlaps(t *testing.T, per map[int][]span, what string) int {
+	t.Helper()
 	bad := 0
-	for agg, ss := range per {
+	for key, ss := range per {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].from.Before(ss[j].from) })
 		for i := range ss {
 			for j := i + 1; j < len(ss) && ss[j].from.Before(ss[i].to); j++ {
@@ -195,16 +213,42 @@ func checkNoOverlap(t *testing.T, spans []span) {
 					continue
 				}
 				if bad++; bad <= 5 {
-					t.Errorf("aggregate tx-%d: %s (seq %d, %s..%s) and %s (seq %d, from %s) overlap at the gateway",
-						agg, ss[i].relay, ss[i].seq, ss[i].from.Format("15:04:05.000000"), ss[i].to.Format("15:04:05.000000"),
-						ss[j].relay, ss[j].seq, ss[j].from.Format("15:04:05.000000"))
+					t.Errorf(what+": %s (tx-%d seq %d, %s..%s) and %s (tx-%d seq %d, from %s) overlap at the gateway",
+						key, ss[i].relay, ss[i].agg, ss[i].seq, ss[i].from.Format("15:04:05.000000"), ss[i].to.Format("15:04:05.000000"),
+						ss[j].relay, ss[j].agg, ss[j].seq, ss[j].from.Format("15:04:05.000000"))
 				}
 			}
 		}
 	}
-	if bad > 0 {
-		t.Fatalf("%d overlapping pairs of requests of one aggregate from different relays", bad)
+	return bad
+}
+
+// lanesOf reads the lane of each aggregate tx-N of the table from its
+// aggregates table.
+func lanesOf(t *testing.T, bc backendCase, dsn, table string) map[int]int {
+	t.Helper()
+	db := openSQL(t, bc.name, dsn)
+	rows, err := db.QueryContext(context.Background(), "SELECT aggregate_id, lane FROM "+table+"_aggregates WHERE aggregate_type = 'payment'")
+	if err != nil {
+		t.Fatalf("lanes of the aggregates: %v", err)
 	}
+	defer rows.Close()
+	out := map[int]int{}
+	for rows.Next() {
+		var id string
+		var lane, n int
+		if err := rows.Scan(&id, &lane); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Sscanf(id, "tx-%d", &n); err != nil {
+			t.Fatalf("aggregate id %q: %v", id, err)
+		}
+		out[n] = lane
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // relayProc is one relay process of the scale test.
@@ -272,7 +316,8 @@ func auditOf(t *testing.T, dsn, table, id string) []struct {
 // TestScaleEightRelays runs eight relay processes on one outbox: once
 // with relays SIGKILLed and added while they drain a backlog, once with no
 // kills. Both check, from the gateway: nothing lost, order per aggregate,
-// and that no two relays had requests of one aggregate in flight at once;
+// and that no two relays had requests of one aggregate, or of one lane,
+// in flight at once;
 // and that the work was shared. Duplicates: none without kills, at most
 // what the killed relays had in flight with them.
 func TestScaleEightRelays(t *testing.T) {
@@ -384,7 +429,7 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 	if dups > bound {
 		t.Fatalf("%d duplicates after %d kills with %d batches of %d in flight: more than the work in flight", dups, len(kills), scaleInFlight, scaleBatch)
 	}
-	checkNoOverlap(t, spans)
+	checkNoOverlap(t, spans, lanesOf(t, bc, dsn, table))
 	if len(by) < 2 {
 		t.Fatalf("only %d relay delivered: %v", len(by), keys(by))
 	}
@@ -441,7 +486,7 @@ func scaleNoKills(t *testing.T, bc backendCase) {
 	if dups := checkDelivered(t, rs, total, scaleAggs); dups != 0 {
 		t.Fatalf("%d duplicates with no kill", dups)
 	}
-	checkNoOverlap(t, spans)
+	checkNoOverlap(t, spans, lanesOf(t, bc, dsn, table))
 	if len(by) < 2 {
 		t.Fatalf("only %d relay delivered: %v", len(by), keys(by))
 	}
