@@ -174,11 +174,13 @@ func (o *Outbox) Pending(ctx context.Context) (int64, error) {
 	return o.store.CountMovable(ctx, true)
 }
 
-// Reset empties the outbox, dead-letter and attempts tables.
+// Reset empties the outbox, dead-letter, attempts and delivery tables
+// (the outbox's truncate trigger resets the lanes and their claims).
 func (o *Outbox) Reset(ctx context.Context) error {
 	t := o.store.Tables()
-	_, err := o.pool.Exec(ctx, fmt.Sprintf(`TRUNCATE %s, %s, %s RESTART IDENTITY`,
-		pgx.Identifier{t.Outbox}.Sanitize(), pgx.Identifier{t.DeadLetters}.Sanitize(), pgx.Identifier{t.Attempts}.Sanitize()))
+	_, err := o.pool.Exec(ctx, fmt.Sprintf(`TRUNCATE %s, %s, %s, %s RESTART IDENTITY`,
+		pgx.Identifier{t.Outbox}.Sanitize(), pgx.Identifier{t.DeadLetters}.Sanitize(), pgx.Identifier{t.Attempts}.Sanitize(),
+		pgx.Identifier{t.Outbox + "_deliveries"}.Sanitize()))
 	return err
 }
 

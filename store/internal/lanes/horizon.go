@@ -29,6 +29,7 @@ type Horizon struct {
 	pending []horizonStep
 	settled int64
 	known   bool
+	last    int64 // the highest LastID observed
 }
 
 type horizonStep struct {
@@ -39,6 +40,12 @@ type horizonStep struct {
 // Observe takes one read's snapshot and returns the settled bound: every
 // id at most that is settled. ok is false until a bound is known.
 func (h *Horizon) Observe(s Snapshot) (settled int64, ok bool) {
+	if s.LastID < h.last {
+		// The sequence went back (TRUNCATE ... RESTART IDENTITY): what
+		// was settled names ids that are drawn again.
+		h.Reset()
+	}
+	h.last = s.LastID
 	i := 0
 	for ; i < len(h.pending) && h.pending[i].xid < s.Xmin; i++ {
 		if !h.known || h.pending[i].last > h.settled {

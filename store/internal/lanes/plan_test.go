@@ -142,4 +142,13 @@ func TestHorizonSettlesAfterTheTransactionsEnd(t *testing.T) {
 	if !ok || settled != 80 {
 		t.Fatalf("settled = %d, %v; want 80", settled, ok)
 	}
+	// The sequence restarted (TRUNCATE ... RESTART IDENTITY): nothing is
+	// settled until transactions after the restart have ended.
+	if settled, ok := h.Observe(Snapshot{LastID: 3, Xid: 150, Xmin: 141}); ok {
+		t.Fatalf("after the sequence went back: settled = %d; want nothing known", settled)
+	}
+	settled, ok = h.Observe(Snapshot{LastID: 5, Xid: 160, Xmin: 151})
+	if !ok || settled != 3 {
+		t.Fatalf("settled = %d, %v; want 3", settled, ok)
+	}
 }
