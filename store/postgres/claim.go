@@ -84,8 +84,13 @@ type claimBackend struct{ s *Store }
 //	     from its lane's cursor on (the aggregate index), merged in id
 //	     order;
 //
-// and, in the last row, the database clock and the snapshot's xmin, for
-// the lanes' horizon.
+// It returns the window's rows that are in no run (part 0), the deadline
+// rows (2), the runs (3; 1 in the ninth column for a row also in the
+// window, which stands for its part-0 row), per lane what s read (5: the first id, in the eighth column the
+// number of rows, in the ninth the last id; for the cursors and the next
+// read's size), and, in the last row (4), the database clock and the
+// snapshot's xmin, for the lanes' horizon. The rows s read beyond the
+// window are not returned: the planner needs only the window.
 const readClaimSQL = `
 WITH l AS (
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::int[]) AS l(lane, cur, k)
@@ -129,7 +134,7 @@ a AS MATERIALIZED (
 n AS (
     SELECT GREATEST(1, ceil($7::numeric / GREATEST(count(*), 1)))::int * (1 + $8::int) AS n FROM a
 ),
-r AS (
+r AS MATERIALIZED (
     SELECT a.lane, e.id, a.aggregate_type, a.aggregate_id, e.status, e.available_at, e.hold
     FROM a CROSS JOIN n CROSS JOIN LATERAL (
         SELECT * FROM (
@@ -145,10 +150,12 @@ r AS (
         ) x ORDER BY id LIMIT n.n
     ) e
 )
-SELECT 0, lane, id, aggregate_type, aggregate_id, status, available_at, 0, 0::bigint FROM s
-UNION ALL SELECT 1, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0 FROM p
+SELECT 0, lane, id, aggregate_type, aggregate_id, 'PENDING', available_at, 0, 0::bigint FROM win
+WHERE id NOT IN (SELECT id FROM r)
 UNION ALL SELECT 2, lane, id, aggregate_type, aggregate_id, status, available_at, 1, 0 FROM d
-UNION ALL SELECT 3, lane, id, aggregate_type, aggregate_id, status, available_at, hold, 0 FROM r
+UNION ALL SELECT 3, lane, id, aggregate_type, aggregate_id, status, available_at, hold,
+    CASE WHEN id IN (SELECT id FROM win) THEN 1 ELSE 0 END FROM r
+UNION ALL SELECT 5, lane, min(id), '', '', '', now(), count(*)::int, max(id) FROM s GROUP BY lane
 UNION ALL SELECT 4, 0, 0, '', '', '', now(), 0, pg_snapshot_xmin(pg_current_snapshot())::text::bigint`
 
 // claimsSQL reads the relay's claims in flight, and in its last row the id
@@ -208,17 +215,18 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 		switch part {
 		case 0:
 			r.Part = lanes.PartFIFO
-			res.Scanned[r.Lane]++
-			res.ScanEnd[r.Lane] = max(res.ScanEnd[r.Lane], r.ID)
-			if first, ok := res.FirstOpen[r.Lane]; !ok || r.ID < first {
-				res.FirstOpen[r.Lane] = r.ID
-			}
-		case 1:
-			r.Part = lanes.PartFIFO
+		case 5:
+			res.FirstOpen[r.Lane], res.Scanned[r.Lane], res.ScanEnd[r.Lane] = r.ID, int(hold), xmin
+			continue
 		case 2:
 			r.Part = lanes.PartDeadline
 		case 3:
 			r.Part = lanes.PartRun
+			if xmin == 1 { // in the window too
+				w := r
+				w.Part = lanes.PartFIFO
+				res.Rows = append(res.Rows, w)
+			}
 		case 4:
 			res.Now = r.AvailableAt
 			res.Snapshot = &lanes.Snapshot{LastID: lastID, Xid: uint64(xid), Xmin: uint64(xmin)}

@@ -15,7 +15,7 @@ import (
 // rendered once when the store is built; every value is a bind parameter.
 type queries struct {
 	readClaim, readClaimIDs, claims, commitClaim  string
-	complete, completeExpiring                    string
+	complete, completeExpiring, completeDelivered string
 	reap, reapClaims, expire, block, unblock      string
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
@@ -49,29 +49,30 @@ func placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 func buildQueries(t store.Tables) queries {
 	return queries{
-		readClaim:        render(t, readClaimSQL),
-		readClaimIDs:     render(t, readClaimIDsSQL),
-		claims:           render(t, claimsSQL),
-		commitClaim:      render(t, commitClaimSQL),
-		reapClaims:       render(t, reapClaimsSQL),
-		complete:         render(t, completeSQL),
-		completeExpiring: render(t, strings.TrimSuffix(completeSQL, "\nSELECT id FROM u")+completeExpiringTail),
-		reap:             render(t, reapSQL),
-		expire:           render(t, expireSQL),
-		block:            render(t, blockSQL),
-		unblock:          render(t, unblockSQL),
-		countMovable:     render(t, countMovableSQL),
-		stats:            render(t, statsSQL),
-		oldestPending:    render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
-		blockedAg:        render(t, blockedAggregatesSQL),
-		deadLetterCount:  render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
-		purge:            render(t, purgeSQL),
-		purgeDeliveries:  render(t, purgeDeliveriesSQL),
-		attempts:         render(t, attemptsSQL),
-		moveDelivery:     render(t, moveDeliverySQL),
-		overdue:          render(t, overdueSQL),
-		missingIDs:       render(t, missingIDsSQL),
-		snapshot:         snapshotDialect(t, render(t, blockedAggregatesSQL)),
+		readClaim:         render(t, readClaimSQL),
+		readClaimIDs:      render(t, readClaimIDsSQL),
+		claims:            render(t, claimsSQL),
+		commitClaim:       render(t, commitClaimSQL),
+		reapClaims:        render(t, reapClaimsSQL),
+		complete:          render(t, completeSQL),
+		completeDelivered: render(t, completeDeliveredSQL),
+		completeExpiring:  render(t, strings.TrimSuffix(completeSQL, "\nSELECT id FROM u")+completeExpiringTail),
+		reap:              render(t, reapSQL),
+		expire:            render(t, expireSQL),
+		block:             render(t, blockSQL),
+		unblock:           render(t, unblockSQL),
+		countMovable:      render(t, countMovableSQL),
+		stats:             render(t, statsSQL),
+		oldestPending:     render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
+		blockedAg:         render(t, blockedAggregatesSQL),
+		deadLetterCount:   render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
+		purge:             render(t, purgeSQL),
+		purgeDeliveries:   render(t, purgeDeliveriesSQL),
+		attempts:          render(t, attemptsSQL),
+		moveDelivery:      render(t, moveDeliverySQL),
+		overdue:           render(t, overdueSQL),
+		missingIDs:        render(t, missingIDsSQL),
+		snapshot:          snapshotDialect(t, render(t, blockedAggregatesSQL)),
 
 		listEvents:          render(t, `SELECT `+recordColumns+recordFrom),
 		getEvent:            render(t, `SELECT `+recordColumns+recordFrom+` WHERE o.event_id = $1::uuid`),
@@ -250,11 +251,62 @@ dlv AS (
     GROUP BY u.started_at, u.finished_at
 ),
 cd AS (
-    DELETE FROM "{{.Outbox}}_claims" WHERE token = $1::uuid AND ids <@ $4::bigint[] AND EXISTS (SELECT 1 FROM v)
+    DELETE FROM "{{.Outbox}}_claims" WHERE token = $1::uuid AND (ids = $15::bigint[] OR ids <@ $4::bigint[]) AND EXISTS (SELECT 1 FROM v)
 ),
 cu AS (
     UPDATE "{{.Outbox}}_claims" SET ids = ARRAY(SELECT x FROM unnest(ids) AS x WHERE x <> ALL($4::bigint[]) ORDER BY x)
-    WHERE token = $1::uuid AND NOT (ids <@ $4::bigint[]) AND EXISTS (SELECT 1 FROM v)
+    WHERE token = $1::uuid AND NOT (ids = $15::bigint[] OR ids <@ $4::bigint[]) AND EXISTS (SELECT 1 FROM v)
+)
+SELECT id FROM u`
+
+// completeDeliveredSQL is completeSQL for the common batch: every outcome
+// DELIVERED, attempted, without error or trace id, sent in one call
+// ($4 started, $5 finished). $3 are the rows, $6 their event ids and $7
+// their attempt numbers; $8 the rows sorted (the claim's ids when the
+// batch is whole: the claim's row is then deleted without comparing
+// element by element). The fence, the audit of a fenced or replayed
+// outcome and the claim's bookkeeping are those of completeSQL.
+const completeDeliveredSQL = `
+WITH c AS MATERIALIZED (
+    SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = $1::uuid
+),
+v AS MATERIALIZED (
+    SELECT l.lane FROM c CROSS JOIN LATERAL unnest(c.lanes, c.lane_tokens) AS f(lane, token)
+    JOIN "{{.Outbox}}_lanes" l ON l.lane = f.lane AND l.token = f.token
+    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint
+    ORDER BY l.lane
+    FOR SHARE OF l
+),
+mine AS MATERIALIZED (
+    SELECT unnest(ids) AS id FROM c WHERE EXISTS (SELECT 1 FROM v)
+),
+u AS (
+    UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now()
+    FROM unnest($3::bigint[]) AS i(id)
+    WHERE o.id = i.id AND o.status = 'PENDING'
+      AND (i.id IN (SELECT id FROM mine)) IS TRUE AND o.lane = ANY(ARRAY(SELECT lane FROM v))
+    RETURNING o.id, o.lane
+),
+att AS (
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
+    SELECT i.event_id, $1::uuid, 'DELIVERED', i.id, i.attempt, $2, $4, $5,
+        'lease lost before the mark: the row was not changed'
+    FROM unnest($3::bigint[], $6::uuid[], $7::int[]) AS i(id, event_id, attempt)
+    WHERE i.id NOT IN (SELECT id FROM u) AND NOT EXISTS (
+        SELECT 1 FROM "{{.Outbox}}_deliveries" d JOIN "{{.Outbox}}" p ON p.id = i.id
+        WHERE d.token = $1::uuid AND p.status = 'PROCESSED' AND p.processed_at = d.completed_at)
+    ON CONFLICT DO NOTHING
+),
+dlv AS (
+    INSERT INTO "{{.Outbox}}_deliveries" (token, relay_id, completed_at, started_at, finished_at, lanes, delivered)
+    SELECT $1::uuid, $2, now(), $4, $5, array_agg(DISTINCT lane), count(*) FROM u HAVING count(*) > 0
+),
+cd AS (
+    DELETE FROM "{{.Outbox}}_claims" WHERE token = $1::uuid AND (ids = $8::bigint[] OR ids <@ $3::bigint[]) AND EXISTS (SELECT 1 FROM v)
+),
+cu AS (
+    UPDATE "{{.Outbox}}_claims" SET ids = ARRAY(SELECT x FROM unnest(ids) AS x WHERE x <> ALL($3::bigint[]) ORDER BY x)
+    WHERE token = $1::uuid AND NOT (ids = $8::bigint[] OR ids <@ $3::bigint[]) AND EXISTS (SELECT 1 FROM v)
 )
 SELECT id FROM u`
 

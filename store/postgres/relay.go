@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,8 +48,18 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	}
 	relayID := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
 	applied := make(map[int64]bool, n)
+	sorted := slices.Compact(slices.Sorted(slices.Values(ids)))
+	if allDeliveredAlike(req.Outcomes) {
+		o := req.Outcomes[0]
+		args := []any{req.Token, relayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, sorted}
+		if err := s.completeRows(ctx, s.q.completeDelivered, args, applied); err != nil {
+			return store.CompleteResult{}, s.wrap("complete", refusedData(err))
+		}
+		s.claimer.Completed(req.RelayID, req.Token, ids)
+		return store.NewCompleteResult(req.Outcomes, applied), nil
+	}
 	args := []any{req.Token, relayID, req.FailedBlocks,
-		ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs}
+		ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs, sorted}
 	if hasExpired(req.Outcomes) {
 		// An EXPIRED event may have a compensating event to enqueue: in
 		// the transaction of the move, so that it exists if and only if
@@ -73,9 +84,18 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		s.claimer.Completed(req.RelayID, req.Token, ids)
 		return store.NewCompleteResult(req.Outcomes, applied), nil
 	}
-	err := retrySerialization(ctx, func() error {
+	if err := s.completeRows(ctx, s.q.complete, args, applied); err != nil {
+		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
+	}
+	s.claimer.Completed(req.RelayID, req.Token, ids)
+	return store.NewCompleteResult(req.Outcomes, applied), nil
+}
+
+// completeRows runs a completion statement that returns the applied ids.
+func (s *Store) completeRows(ctx context.Context, query string, args []any, applied map[int64]bool) error {
+	return retrySerialization(ctx, func() error {
 		clear(applied)
-		rows, err := s.pool.Query(ctx, s.q.complete, args...)
+		rows, err := s.pool.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -89,11 +109,20 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
+}
+
+// allDeliveredAlike reports whether completeDeliveredSQL can record the
+// batch: every outcome DELIVERED and attempted, without error or trace
+// id, with one start and one end.
+func allDeliveredAlike(outs []store.Outcome) bool {
+	for i := range outs {
+		o := &outs[i]
+		if o.Kind != store.Delivered || !o.Attempted || o.Error != "" || o.TraceID != "" ||
+			!o.StartedAt.Equal(outs[0].StartedAt) || !o.FinishedAt.Equal(outs[0].FinishedAt) {
+			return false
+		}
 	}
-	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return true
 }
 
 // hasExpired reports whether any outcome is EXPIRED.

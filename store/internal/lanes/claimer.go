@@ -187,6 +187,7 @@ func (c *Claimer) claim(ctx context.Context, req store.ClaimRequest, ids []int64
 	rs := c.state(req.RelayID)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	rs.applyDone()
 	claim := &store.Claim{Token: uuid.NewString()}
 	for attempt := 0; attempt < 2; attempt++ {
 		if rs.balanceDue(c.now(), req.Lease) {
@@ -388,29 +389,10 @@ func windowEnd(read ReadResult, limit int, claimed, own map[int64]bool) int64 {
 }
 
 // Completed forgets the rows ids of claim token: they are no longer in
-// flight for the relay.
+// flight for the relay. It does not wait for a claim in progress.
 func (c *Claimer) Completed(relayID, token string, ids []int64) {
 	rs := c.state(relayID)
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	cl := rs.inflight[token]
-	if cl == nil {
-		return
-	}
-	byLane := cl.byLane
-	done := map[int64]bool{}
-	for _, id := range ids {
-		done[id] = true
-	}
-	for l, rows := range byLane {
-		rows = slices.DeleteFunc(rows, func(id int64) bool { return done[id] })
-		if len(rows) == 0 {
-			delete(byLane, l)
-		} else {
-			byLane[l] = rows
-		}
-	}
-	if len(byLane) == 0 {
-		delete(rs.inflight, token)
-	}
+	rs.doneMu.Lock()
+	rs.done = append(rs.done, completion{token: token, ids: slices.Clone(ids)})
+	rs.doneMu.Unlock()
 }

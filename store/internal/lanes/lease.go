@@ -45,6 +45,48 @@ type relayState struct {
 	// theirs outlived its lease: it does not take them again while that
 	// batch is in flight (another relay delivers it meanwhile).
 	stuck map[int]bool
+
+	// done are the completions not yet taken off inflight: Completed
+	// queues them under doneMu alone, so that a completion does not wait
+	// for a claim in progress (which holds mu through its round trips);
+	// the next claim or balance applies them.
+	doneMu sync.Mutex
+	done   []completion
+}
+
+// completion is a Completed call: rows ids of claim token are done.
+type completion struct {
+	token string
+	ids   []int64
+}
+
+// applyDone takes the queued completions off inflight. mu must be held.
+func (rs *relayState) applyDone() {
+	rs.doneMu.Lock()
+	done := rs.done
+	rs.done = nil
+	rs.doneMu.Unlock()
+	for _, d := range done {
+		cl := rs.inflight[d.token]
+		if cl == nil {
+			continue
+		}
+		ids := make(map[int64]bool, len(d.ids))
+		for _, id := range d.ids {
+			ids[id] = true
+		}
+		for l, rows := range cl.byLane {
+			rows = slices.DeleteFunc(rows, func(id int64) bool { return ids[id] })
+			if len(rows) == 0 {
+				delete(cl.byLane, l)
+			} else {
+				cl.byLane[l] = rows
+			}
+		}
+		if len(cl.byLane) == 0 {
+			delete(rs.inflight, d.token)
+		}
+	}
 }
 
 func newRelayState() *relayState {
@@ -115,6 +157,7 @@ var ErrBusy = errors.New("lane leases: the database's write lock is held by anot
 //     whatever its share, so that they are delivered again at once, and
 //     lanes given up by others up to the rounded-up share.
 func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, lease time.Duration) error {
+	rs.applyDone()
 	leaseMS := max(lease.Milliseconds(), 1)
 	liveMS := max(3*balanceEvery(lease).Milliseconds(), 1)
 	local := c.now()
@@ -397,6 +440,9 @@ func (c *Claimer) Release(ctx context.Context, relayID string) error {
 	rs.held = map[int]*heldLane{}
 	rs.inflight = map[string]*inflightClaim{}
 	rs.stuck = map[int]bool{}
+	rs.doneMu.Lock()
+	rs.done = nil
+	rs.doneMu.Unlock()
 	return nil
 }
 
