@@ -19,10 +19,17 @@ import (
 	"github.com/txoutbox/outbox/store/internal/pages"
 )
 
-// Stats implements store.Store.
+// Stats implements store.Store. It reads one consistent snapshot (a
+// REPEATABLE READ read-only transaction); a PENDING row that a claim holds
+// counts as PROCESSING.
 func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, error) {
 	st := backend.NewStats()
-	rows, err := s.db.QueryContext(ctx, s.q.stats)
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return st, s.wrap("stats", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, s.q.stats)
 	if err != nil {
 		return st, s.wrap("stats", err)
 	}
@@ -31,30 +38,38 @@ func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, erro
 	if err != nil {
 		return st, s.wrap("stats", err)
 	}
+	var busy int64
+	if err := tx.QueryRowContext(ctx, s.q.busyPending).Scan(&busy); err != nil {
+		return st, s.wrap("stats: claimed events", err)
+	}
+	st.Counts[outbox.StatusPending] -= busy
+	st.Counts[outbox.StatusProcessing] += busy
 	var age sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.oldestPending).Scan(&age); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.oldestPending).Scan(&age); err != nil {
 		return st, s.wrap("stats: oldest pending", err)
 	}
 	st.OldestPendingAge = max(time.Duration(age.Int64)*time.Microsecond, 0)
-	if err := s.db.QueryRowContext(ctx, s.q.deadLetterCount).Scan(&st.DeadLetters); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.deadLetterCount).Scan(&st.DeadLetters); err != nil {
 		return st, s.wrap("stats: dead letters", err)
 	}
-	if !failedBlocks {
-		return st, nil
-	}
-	rows, err = s.db.QueryContext(ctx, s.q.blockedAg)
-	if err != nil {
-		return st, s.wrap("stats: blocked aggregates", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var b store.BlockedAggregate
-		if err := rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, &st.BlockedAggregateCount); err != nil {
+	if failedBlocks {
+		rows, err = tx.QueryContext(ctx, s.q.blockedAg)
+		if err != nil {
 			return st, s.wrap("stats: blocked aggregates", err)
 		}
-		st.BlockedAggregates = append(st.BlockedAggregates, b)
+		defer rows.Close()
+		for rows.Next() {
+			var b store.BlockedAggregate
+			if err := rows.Scan(&b.AggregateType, &b.AggregateID, &b.FailedEventID, &b.Waiting, &st.BlockedAggregateCount); err != nil {
+				return st, s.wrap("stats: blocked aggregates", err)
+			}
+			st.BlockedAggregates = append(st.BlockedAggregates, b)
+		}
+		if err := rows.Err(); err != nil {
+			return st, s.wrap("stats: blocked aggregates", err)
+		}
 	}
-	return st, s.wrap("stats: blocked aggregates", rows.Err())
+	return st, s.wrap("stats", tx.Commit())
 }
 
 type scanner interface{ Scan(dest ...any) error }
@@ -83,12 +98,38 @@ func scanRecord(row scanner) (store.Record, error) {
 	return r, nil
 }
 
+// listWhere writes f's conditions, with the status a claim gives a row.
+func listWhere(f store.ListFilter) (string, []any) {
+	status := f.Status
+	f.Status = ""
+	where, args := f.Where(nil)
+	var cond string
+	switch status {
+	case "":
+		return where, args
+	case outbox.StatusPending:
+		cond = "o.status = 'PENDING' AND cl.cid IS NULL"
+	case outbox.StatusProcessing:
+		cond = "(o.status = 'PROCESSING' OR (o.status = 'PENDING' AND cl.cid IS NOT NULL))"
+	default:
+		cond = "o.status = ?"
+		args = append(args, string(status))
+	}
+	if where == "" {
+		return " WHERE " + cond, args
+	}
+	return where + " AND " + cond, args
+}
+
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Record, error) {
 	f = f.Normalize()
-	where, args := f.Where(nil)
+	if _, err := outbox.ParseStatus(string(f.Status)); f.Status != "" && err != nil {
+		return nil, err
+	}
+	where, args := listWhere(f)
 	args = append(args, f.Limit)
-	q := s.q.listEvents + where + " ORDER BY id DESC LIMIT ?"
+	q := s.q.listEvents + where + " ORDER BY o.id DESC LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -183,6 +224,17 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		}
 		if err != nil {
 			return err
+		}
+		if status == string(outbox.StatusPending) {
+			// A PENDING row a claim holds is PROCESSING; the claim's
+			// commit, which reads its rows under a share lock, has ended.
+			var busy bool
+			if err := tx.QueryRowContext(ctx, s.q.rowBusy, rowID).Scan(&busy); err != nil {
+				return err
+			}
+			if busy {
+				status = string(outbox.StatusProcessing)
+			}
 		}
 		if err := ch.Check(a, status); err != nil {
 			return errAction{err}

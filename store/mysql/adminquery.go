@@ -22,6 +22,10 @@ func (s *Store) AdminQueries() store.AdminQueries {
 		// A delivery is recorded on the event row (migration 00006).
 		DeliveredOnRow: true,
 		Integer:        "SIGNED",
+		// Migration 00007: a PENDING row a claim holds is PROCESSING. No
+		// table of the subquery has a column "id", which would capture an
+		// unqualified %[1]s.
+		Claimed: "EXISTS (SELECT 1 FROM `" + s.t.Outbox + "_claims` bc, JSON_TABLE(bc.ids, '$[*]' COLUMNS (cid BIGINT PATH '$')) AS j WHERE j.cid = %[1]s)",
 		Upsert: "ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(6), host = VALUES(host), " +
 			"started_at = VALUES(started_at), in_flight = VALUES(in_flight)",
 	}, s.t)

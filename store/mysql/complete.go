@@ -3,8 +3,10 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,36 +16,42 @@ import (
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
-// appliedRow is a row of a completion that was still PROCESSING under its
-// token.
+// appliedRow is a row of a completion that its claim still held.
 type appliedRow struct {
 	id  int64
 	agg aggKey
 }
 
-// Complete implements store.Store: the guarded state change, dead letters,
+// Complete implements store.Store: the fenced state change, dead letters,
 // BLOCKED and pushed-back followers and the attempt rows, in one READ
 // COMMITTED transaction (completeSQL of the PostgreSQL backend does it in
 // one statement):
 //
-//  1. lock, by primary key and in id order, the rows still PROCESSING
-//     under the token, and read the database clock; the others are fenced
-//     and left alone;
-//  2. one UPDATE per kind of outcome present (usually one: DELIVERED);
+//  1. the fence: lock the claim's row (its token, req.Token) and, with a
+//     share lock, the rows of its lanes, which a balance then cannot take
+//     until this commits; a row may change only while it is PENDING, one
+//     of the claim's ids, in a lane still held under the token the claim
+//     was made under. Without the claim's row (its lanes all ended and
+//     the sweeper reaped it, or a claim of the schema before lanes)
+//     nothing changes;
+//  2. lock those rows by primary key, in id order, and apply one UPDATE
+//     per kind of outcome present (usually one: DELIVERED);
 //  3. dead letters for the new FAILED rows;
 //  4. the waiting PENDING rows of aggregates with a new FAILED row (when
 //     FAILED blocks) become BLOCKED, and those behind a retried row take its
-//     new available_at: found by a read that takes no locks, then changed
-//     by primary key, so that a producer's uncommitted rows are never
-//     waited for;
+//     new available_at, but for the rows a claim holds: found by a read
+//     that takes no locks, then changed by primary key, so that a
+//     producer's uncommitted rows are never waited for;
 //  5. the attempt rows, with INSERT IGNORE on their key (event, token,
 //     outcome), so that a replay after an ambiguous commit writes nothing
-//     twice.
+//     twice; a fenced outcome is audited too, as a lost lease;
+//  6. the completed rows leave the claim's row, which goes when none is
+//     left (a claim whose lanes all ended is left to the sweeper).
 //
 // A batch that is all DELIVERED, the common case, first tries a shorter
-// transaction: the guarded UPDATE of all its rows, then the attempt rows.
-// If the UPDATE did not change every row, that transaction is rolled back
-// and the general one above runs.
+// transaction: the fence, the guarded UPDATE of all its rows, the attempt
+// rows and the claim's row. If the UPDATE did not change every row, that
+// transaction is rolled back and the general one above runs.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
 	if len(req.Outcomes) == 0 {
 		return store.CompleteResult{}, nil
@@ -64,7 +72,11 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if allDelivered(req.Outcomes, len(ids)) {
 		err = s.inTx(ctx, "complete", func(tx *sql.Tx) error {
 			clear(applied)
-			return s.completeDelivered(ctx, tx, req, ids, applied)
+			f, err := s.claimFence(ctx, tx, req.Token)
+			if err != nil {
+				return err
+			}
+			return s.completeDelivered(ctx, tx, req, ids, f, applied)
 		})
 		done = err == nil
 		if errors.Is(err, errSomeFenced) {
@@ -74,12 +86,17 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if !done && err == nil {
 		err = s.inTx(ctx, "complete", func(tx *sql.Tx) error {
 			clear(applied)
-			return s.completeAny(ctx, tx, req, ids, byID, applied)
+			f, err := s.claimFence(ctx, tx, req.Token)
+			if err != nil {
+				return err
+			}
+			return s.completeAny(ctx, tx, req, ids, byID, f, applied)
 		})
 	}
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
+	s.claimer.Completed(req.RelayID, req.Token, ids)
 	return store.NewCompleteResult(req.Outcomes, applied), nil
 }
 
@@ -96,23 +113,112 @@ func allDelivered(outs []store.Outcome, unique int) bool {
 	return true
 }
 
-// errSomeFenced rolls the fast path back when not every row was ours.
-var errSomeFenced = errors.New("some rows are no longer held under the token")
+// errSomeFenced rolls the fast path back when not every row was the
+// claim's to change.
+var errSomeFenced = errors.New("some rows are no longer held by the claim")
 
-// completeDelivered is the common case, a batch all delivered, in two
-// statements: one guarded UPDATE and the attempt rows. If the UPDATE did
-// not change every row (some were fenced), it returns errSomeFenced and the
-// transaction is rolled back, for completeAny to sort the rows out.
-func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64, applied map[int64]bool) error {
+// claimFence is what a completion may change: the rows of its claim (ids,
+// all as stored) in the lanes still held under the tokens the claim was
+// made under (lanes), and the database clock.
+type claimFence struct {
+	ids   map[int64]bool
+	all   []int64
+	lanes []int
+	now   time.Time
+}
+
+// live reports whether some lane of the claim is still held: its row is
+// then kept up to date.
+func (f claimFence) live() bool { return len(f.lanes) > 0 }
+
+// claimFence locks the row of claim token and reads its fence, the lanes
+// under a share lock.
+func (s *Store) claimFence(ctx context.Context, tx *sql.Tx, token string) (claimFence, error) {
+	var (
+		f               claimFence
+		ls, ts, idsJSON []byte
+		m               map[int]int64
+	)
+	err := tx.QueryRowContext(ctx, s.q.claimRow, token).Scan(&ls, &ts, &idsJSON)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return f, err
+	default:
+		if m, err = laneTokens(token, ls, ts); err != nil {
+			return f, err
+		}
+		if err := json.Unmarshal(idsJSON, &f.all); err != nil {
+			return f, fmt.Errorf("claim %s: ids: %w", token, err)
+		}
+	}
+	held, _, now, err := s.heldLanes(ctx, tx, m, 0)
+	if err != nil {
+		return f, err
+	}
+	f.now, f.lanes = now, slices.Sorted(maps.Keys(held))
+	f.ids = make(map[int64]bool, len(f.all))
+	for _, id := range f.all {
+		f.ids[id] = true
+	}
+	return f, nil
+}
+
+// laneList renders the fence's lanes as a SQL list (integers).
+func (f claimFence) laneList() string {
+	ls := make([]int64, len(f.lanes))
+	for i, l := range f.lanes {
+		ls[i] = int64(l)
+	}
+	return idList(ls)
+}
+
+// dropFromClaim takes the rows of outs out of the claim's row, and deletes
+// the row when none is left. A claim whose lanes are all gone is left to
+// the sweeper, which audits its rows.
+func (s *Store) dropFromClaim(ctx context.Context, tx *sql.Tx, token string, f claimFence, outs []store.Outcome) error {
+	if !f.live() {
+		return nil
+	}
+	done := make(map[int64]bool, len(outs))
+	for _, o := range outs {
+		done[o.ID] = true
+	}
+	left := slices.DeleteFunc(slices.Clone(f.all), func(id int64) bool { return done[id] })
+	if len(left) == len(f.all) {
+		return nil
+	}
+	if len(left) == 0 {
+		_, err := tx.ExecContext(ctx, s.q.claimDelete, token)
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.q.claimIDs, int64sJSON(left), token)
+	return err
+}
+
+// completeDelivered is the common case, a batch all delivered, in a few
+// statements: the fence, one guarded UPDATE, the attempt rows and the
+// claim's row. If the UPDATE did not change every row (some were fenced),
+// it returns errSomeFenced and the transaction is rolled back, for
+// completeAny to sort the rows out.
+func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64, f claimFence, applied map[int64]bool) error {
+	if !f.live() {
+		return errSomeFenced
+	}
+	for _, id := range ids {
+		if !f.ids[id] {
+			return errSomeFenced
+		}
+	}
 	sets, args := deliveredSets(req, onRowOutcomes(req.Outcomes), "")
 	if len(sets) > 0 {
 		sets = ", " + sets
 	}
-	q, err := s.q.render("complete_delivered", fragments{IDs: idList(ids), Sets: sets})
+	q, err := s.q.render("complete_delivered", fragments{IDs: idList(ids), Sets: sets, Marks: f.laneList()})
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, q, append(args, req.Token)...)
+	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -122,41 +228,41 @@ func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.Com
 	for _, id := range ids {
 		applied[id] = true
 	}
-	return s.insertAttempts(ctx, tx, req, applied, nil, time.Time{})
+	if err := s.insertAttempts(ctx, tx, req, applied, nil, time.Time{}); err != nil {
+		return err
+	}
+	return s.dropFromClaim(ctx, tx, req.Token, f, req.Outcomes)
 }
 
 // completeAny handles any mix of outcomes and fenced rows.
 func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64,
-	byID map[int64]*store.Outcome, applied map[int64]bool) error {
-	query, err := s.q.byIDs("complete_lock", ids)
-	if err != nil {
-		return err
-	}
-	rows, err := tx.QueryContext(ctx, query, req.Token)
-	if err != nil {
-		return err
-	}
-	var (
-		mine []appliedRow
-		now  time.Time
-	)
-	for rows.Next() {
-		var (
-			r   appliedRow
-			cur nullTime
-		)
-		if err := rows.Scan(&r.id, &r.agg.typ, &r.agg.id, &cur); err != nil {
-			rows.Close()
+	byID map[int64]*store.Outcome, f claimFence, applied map[int64]bool) error {
+	var mine []appliedRow
+	eligible := slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return !f.ids[id] })
+	if f.live() && len(eligible) > 0 {
+		query, err := s.q.render("complete_lock", fragments{IDs: idList(eligible), Marks: f.laneList()})
+		if err != nil {
 			return err
 		}
-		now = cur.Time
-		mine = append(mine, r)
-		applied[r.id] = true
+		rows, err := tx.QueryContext(ctx, query)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r appliedRow
+			if err := rows.Scan(&r.id, &r.agg.typ, &r.agg.id); err != nil {
+				rows.Close()
+				return err
+			}
+			mine = append(mine, r)
+			applied[r.id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
+	now := f.now
 	if len(mine) > 0 {
 		if err := s.applyOutcomes(ctx, tx, req, mine, byID, now); err != nil {
 			return err
@@ -175,7 +281,10 @@ func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteR
 			expired = append(expired, r.id)
 		}
 	}
-	return s.compensateExpired(ctx, tx, expired, now, req.RelayID)
+	if err := s.compensateExpired(ctx, tx, expired, now, req.RelayID); err != nil {
+		return err
+	}
+	return s.dropFromClaim(ctx, tx, req.Token, f, req.Outcomes)
 }
 
 // follow is the first retried row of an aggregate in a completion and the
@@ -310,8 +419,8 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 	return s.holdBack(ctx, tx, block, deferTo)
 }
 
-// updateKind applies one kind of outcome to its rows, by primary key,
-// guarded by (status, token). Values that differ per row are CASE id
+// updateKind applies one kind of outcome to its rows, which complete_lock
+// locked, by primary key. Values that differ per row are CASE id
 // expressions.
 func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, kind store.OutcomeKind, ids []int64,
 	byID map[int64]*store.Outcome, now string) error {
@@ -383,9 +492,6 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRe
 	default:
 		return fmt.Errorf("unknown outcome kind %q for event %d", kind, ids[0])
 	}
-	set("locked_until = NULL")
-	set("lock_token = NULL")
-	args = append(args, req.Token)
 	q, err := s.q.render("complete_update", fragments{Sets: strings.Join(sets, ", "), IDs: idList(ids)})
 	if err != nil {
 		return err

@@ -35,6 +35,10 @@ func (m migrationNames) JSONText(column string) string {
 	return "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL CHECK (JSON_VALID(" + column + "))"
 }
 
+// LaneOf renders the lane of an aggregate whose columns are prefixed p
+// (migration 00007; see laneOf).
+func (m migrationNames) LaneOf(p string) string { return laneOf(p) }
+
 // outboxIndex is one of the outbox table's keys of migration 00001,
 // declared once: the migration renders each inside its CREATE TABLE
 // ({{.OutboxIndex "due_idx"}}) and adoption adds those a table lacks.

@@ -32,8 +32,15 @@ type queries struct {
 	blockCandidates, unblockCandidates    string
 	countMovable, stats, oldestPending    string
 	blockedAg, deadLetterCount, getRecord string
-	overdue                               string
+	overdue, busyPending, rowBusy         string
 	snapshot                              snapshotsql.Dialect
+
+	// The lanes' claim (claim.go, lanes.go): the heads of the read's
+	// statements, completed per call, and the claims table's statements.
+	claimLaneHead, claimAllHead, claimDeadlineHead string
+	claimRunHead, claimsOf, claimInsert            string
+	claimRow, claimIDs, claimDelete                string
+	allClaims, allLanes, deadClaimRows             string
 
 	// The operator's statements (admin.go).
 	listEvents, countMatching, selectMatching string
@@ -54,6 +61,7 @@ type queries struct {
 // and size of the overdue report).
 type queryNames struct {
 	store.Tables
+	sqlExprs
 	RecordColumns  string
 	AttemptColumns string
 	OverdueWhere   string
@@ -61,7 +69,7 @@ type queryNames struct {
 }
 
 func buildQueries(t store.Tables) queries {
-	n := queryNames{Tables: t, RecordColumns: recordColumns, AttemptColumns: attemptColumns,
+	n := queryNames{Tables: t, RecordColumns: sqltext.MustRender(recordColumns, t), AttemptColumns: attemptColumns,
 		OverdueWhere:  backend.OverdueWhere("UTC_TIMESTAMP(6)"),
 		OverdueGroups: backend.MaxOverdueGroups}
 	render := func(name string) string { return statements.MustRenderNamed(name, n) }
@@ -78,6 +86,19 @@ func buildQueries(t store.Tables) queries {
 		deadLetterCount:   render("dead_letter_count"),
 		getRecord:         render("get_record"),
 		overdue:           render("overdue"),
+		busyPending:       render("busy_pending"),
+		rowBusy:           render("row_busy"),
+		claimLaneHead:     render("claim_lane_head"),
+		claimAllHead:      render("claim_all_head"),
+		claimDeadlineHead: render("claim_deadline_head"),
+		claimRunHead:      render("claim_run_head"),
+		claimsOf:          render("claims_of"),
+		claimInsert:       render("claim_insert"),
+		claimRow:          render("claim_row"),
+		claimIDs:          render("claim_ids"),
+		claimDelete:       render("claim_delete"),
+		allClaims:         render("all_claims"),
+		allLanes:          render("all_lanes"),
 		snapshot:          snapshotDialect(t, render("blocked_aggregates")),
 
 		listEvents:            render("list_events"),
@@ -100,48 +121,14 @@ func buildQueries(t store.Tables) queries {
 	}
 }
 
-// windowParams render the claim's window: Limit rows in id order and, when
-// EDF > 0, EDF rows with the nearest deadlines.
-type windowParams struct {
-	store.Tables
-	Limit, EDF int
-}
-
-// window renders the claim's first read (window, or edf_window).
-func (q *queries) window(limit, edf int) (string, error) {
-	p := windowParams{Tables: q.t, Limit: limit, EDF: edf}
-	if edf > 0 {
-		return statements.RenderNamed("edf_window", p)
-	}
-	return statements.RenderNamed("window", p)
-}
-
-// runsParams render the claim's second read: Window and First are id
-// lists (idList), Own the placeholders of the relay's claims in flight
-// ("" for none).
-type runsParams struct {
-	store.Tables
-	FailedBlocks       bool
-	Window, First, Own string
-}
-
-// runs renders the claim's second read.
-func (q *queries) runs(failedBlocks bool, window, first []int64, own int) (string, error) {
-	p := runsParams{Tables: q.t, FailedBlocks: failedBlocks, Window: idList(window), First: idList(first)}
-	if own > 0 {
-		p.Own = "?" + strings.Repeat(",?", own-1)
-	}
-	return statements.RenderNamed("runs", p)
-}
-
 // idsParams render a statement over the rows IDs (idList).
 type idsParams struct {
 	store.Tables
 	IDs string
 }
 
-// byIDs renders one of the statements over an id list: lock_claim,
-// complete_lock, delivered_replays or expire_update.
+// byIDs renders one of the statements over an id list: claim_events,
+// delivered_replays, dead_claim_rows or expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
 }
@@ -155,6 +142,7 @@ func (q *queries) byIDs(name string, ids []int64) (string, error) {
 // Values the rows of a multi-row insert, placeholders only.
 type fragments struct {
 	store.Tables
+	sqlExprs
 	In, IDs, Marks, Cases, Sets, Cond, Values string
 }
 
@@ -179,9 +167,40 @@ func idList(ids []int64) string {
 	return b.String()
 }
 
-// recordColumns are the columns of a store.Record.
-const recordColumns = `id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, status,
-    retry_count, created_at, processed_at, available_at, expires_at, locked_until, lock_token, last_error`
+// recordColumns are the columns of a store.Record, from record_from: a
+// PENDING row that a claim holds (cl) is PROCESSING, until the lease of its
+// lane, under the claim's token; a row PROCESSING under a lease of the
+// schema before lanes keeps its own.
+const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+    CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
+    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
+    COALESCE(o.locked_until, CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN
+        (SELECT TIMESTAMPADD(MICROSECOND, l.lease_until_ms * 1000, CAST('1970-01-01 00:00:00' AS DATETIME(6)))
+         FROM ` + "`{{.Outbox}}_lanes`" + ` l WHERE l.lane = o.lane) END),
+    COALESCE(o.lock_token, CASE WHEN o.status = 'PENDING' THEN cl.token END), o.last_error`
+
+// sqlExprs are the fixed expressions the statements share.
+type sqlExprs struct{}
+
+// nowMS is the database clock in Unix milliseconds, whatever the session's
+// time zone (lanes.MySQL's NowMS selects the same).
+const nowMS = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)"
+
+// NowMS renders nowMS.
+func (sqlExprs) NowMS() string { return nowMS }
+
+// LaneOf renders the lane of a row's aggregate (laneOf).
+func (sqlExprs) LaneOf() string { return laneOf("") }
+
+// laneOf renders the lane of the aggregate whose columns are prefixed p
+// ("", "NEW." or "o."): the first byte of MD5(aggregate_type ':'
+// aggregate_id), the text in utf8mb4 (0x3A is ':'), modulo 64, as
+// PostgreSQL computes it. It holds no quote, so that a migration can write
+// it inside a prepared statement's text.
+func laneOf(p string) string {
+	return "CAST(CONV(SUBSTRING(MD5(CONCAT(CONVERT(" + p + "aggregate_type USING utf8mb4), 0x3A, CONVERT(" + p +
+		"aggregate_id USING utf8mb4))), 1, 2), 16, 10) AS UNSIGNED) % 64"
+}
 
 // attemptColumns are the columns of an attempt row, in the order
 // insertAttempts writes them.

@@ -10,98 +10,109 @@
 -- statement with data-modifying CTEs, LATERAL and RETURNING, which MariaDB
 -- lacks, the step here is a few statements (reads without locks, then a
 -- short READ COMMITTED transaction that changes rows by primary key), and
--- the choices between them are made in Go (claim.go, complete.go,
--- sweep.go).
+-- the choices between them are made in Go (claim.go, lanes.go,
+-- complete.go, sweep.go).
 
--- window is the first read of a claim (claimSQL's win in the PostgreSQL
--- backend): the first Limit due PENDING rows in (available_at, id) order,
--- from the (status, available_at, id) index, and the database clock.
+-- busy lists the rows the claims in flight hold: a PENDING row among them
+-- is PROCESSING (migration 00007).
+{{define "busy"}}SELECT j.id FROM `{{.Outbox}}_claims` bc,
+    JSON_TABLE(bc.ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j{{end}}
+
+-- The claim's read (claim.go), in one REPEATABLE READ read-only
+-- transaction, after the relay's claims (claims_of): the heads of its
+-- statements, which Go completes with the lanes, the sizes, the ids of the
+-- relay's claims in flight (busy, left out of the window) and the
+-- aggregates' keys (placeholders).
 --
--- Unless the claim is strict FIFO, edf_window adds the EDF due PENDING
--- rows with the nearest deadlines, from the expiry index (earliest deadline
--- first; see store.ClaimRequest.FIFOSlots); part tells them apart.
-{{define "window"}}
-SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6), 0 AS part FROM `{{.Outbox}}`
-WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)
-ORDER BY available_at, id
-LIMIT {{.Limit}}{{end}}
+-- claim_lane_head reads one lane's due PENDING rows in (available_at, id)
+-- order, from the lane index; claim_all_head reads every lane's, from the
+-- due index, for a relay that holds all 64; claim_deadline_head the due
+-- PENDING rows of the lanes with the nearest deadlines, from the expiry
+-- index; claim_run_head the ids of an aggregate's first unfinished rows in
+-- id order, from the aggregate index.
+{{define "claim_lane_head"}}(SELECT id, lane, aggregate_type, aggregate_id, status, available_at
+    FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_lane_due_idx`)
+    WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane = {{end}}
 
--- edf_window is window with the deadline part of the window.
-{{define "edf_window"}}
-({{template "window" .}})
-UNION ALL
-(SELECT id, aggregate_type, aggregate_id, available_at, UTC_TIMESTAMP(6), 1 AS part FROM `{{.Outbox}}`
-WHERE waiting_expires_at IS NOT NULL AND status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)
-ORDER BY waiting_expires_at, id
-LIMIT {{.EDF}}){{end}}
+{{define "claim_all_head"}}(SELECT id, lane, aggregate_type, aggregate_id, status, available_at
+    FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_due_idx`)
+    WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane IS NOT NULL{{end}}
 
--- runs is the second read of a claim (claimSQL's r and held): for each
--- aggregate of the window, named by its first window row (First), its
--- gap: its lowest unfinished row (FAILED counts when FailedBlocks) that is
--- neither in the window (Window) nor PROCESSING under one of the relay's
--- own claims in flight (the part under Own), as "id,status,available_at". It is the
--- first entries of the (aggregate_type, aggregate_id, unfinished, id) index,
--- where the window's ids are skipped inside the index and only the other
--- rows are read. The own rows are the aggregate's first and last rows
--- PROCESSING under one of the relay's own claims (from lm, the rows in
--- flight only), or NULL.
---
--- Every row before the gap is a window row or one of the relay's own; so
--- the window rows before the gap are the aggregate's run from its head, and
--- a gap below both the first window row and the first own row is the head
--- itself, which holds the aggregate back (FAILED, or PENDING outside the
--- window). A window row before the last own row (given back while a later
--- batch is in flight) stops the aggregate. MariaDB has no LATERAL join: the
--- correlated subquery plays its part, once per aggregate. The window is
--- passed back as literal ids rather than read again in the same statement:
--- MariaDB would compute it once per reference, and subqueries over a
--- grouped window are several times slower than this.
---
--- The parts under Own are for a relay with claims in flight; Own is a
--- list of placeholders for their tokens. A PROCESSING row without a token is
--- never one of them: without IS NOT NULL, NOT (... IN ...) would be NULL
--- for it and skip it, and the aggregate's later rows would pass it.
-{{define "runs"}}
-SELECT w.id,
-    (SELECT CONCAT_WS(',', x.id, x.status, x.available_at) FROM `{{.Outbox}}` x
-     WHERE x.aggregate_type = w.aggregate_type AND x.aggregate_id = w.aggregate_id AND x.unfinished = 1
-       AND (x.status <> 'FAILED' OR {{if .FailedBlocks}}TRUE{{else}}FALSE{{end}})
-       AND x.id NOT IN ({{.Window}}){{if .Own}}
-       AND NOT (x.status = 'PROCESSING' AND x.lock_token IS NOT NULL AND x.lock_token IN ({{.Own}})){{end}}
-     ORDER BY x.id LIMIT 1) AS gap,
-    {{if .Own}}lm.first_mine, lm.last_mine{{else}}NULL, NULL{{end}}
-FROM `{{.Outbox}}` w{{if .Own}}
-LEFT JOIN (
-    SELECT aggregate_type, aggregate_id, MIN(id) AS first_mine, MAX(id) AS last_mine FROM `{{.Outbox}}`
-    WHERE status = 'PROCESSING' AND lock_token IN ({{.Own}})
-    GROUP BY aggregate_type, aggregate_id
-) lm ON lm.aggregate_type = w.aggregate_type AND lm.aggregate_id = w.aggregate_id{{end}}
-WHERE w.id IN ({{.First}}){{end}}
+{{define "claim_deadline_head"}}(SELECT 1, id, lane, aggregate_type, aggregate_id, status, available_at
+    FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_expiry_idx`)
+    WHERE waiting_expires_at IS NOT NULL AND status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane IN ({{end}}
 
--- lock_claim locks the chosen rows that are still PENDING and due, and
--- reads them (claimSQL's l): SKIP LOCKED, so a concurrent claim keeps its
--- rows and this one never waits. The ids are rendered in (IDs); ? is now.
-{{define "lock_claim"}}
-SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, created_at, expires_at,
+{{define "claim_run_head"}}(SELECT id FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_aggregate_idx`)
+    WHERE aggregate_type = ? AND aggregate_id = ? AND unfinished = 1{{end}}
+
+-- claim_run_rows reads the rows IDs of the runs that the window did not.
+{{define "claim_run_rows"}}SELECT 2, id, lane, aggregate_type, aggregate_id, status, available_at
+FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}){{end}}
+
+-- claims_of reads a relay's claims in flight.
+{{define "claims_of"}}SELECT token, lanes, lane_tokens, ids FROM `{{.Outbox}}_claims` WHERE relay_id = ?{{end}}
+
+-- lane_leases reads the lanes Marks (integers) with a share lock, which
+-- keeps a balance from taking them until the transaction ends: each one's
+-- token, lease end, and whether the lease ends more than ? ms after the
+-- database clock; and the clock.
+{{define "lane_leases"}}SELECT lane, token, lease_until_ms, lease_until_ms > {{.NowMS}} + ?, UTC_TIMESTAMP(6)
+FROM `{{.Outbox}}_lanes` WHERE lane IN ({{.Marks}}) ORDER BY lane LOCK IN SHARE MODE{{end}}
+
+-- claim_events reads the claimed rows IDs that are still PENDING, with a
+-- share lock: an operator's change or the sweeper's waits for the claim,
+-- or the claim for it (and it then finds the row changed).
+{{define "claim_events"}}SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, created_at, expires_at,
     aggregate_seq
 FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
-WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND available_at <= CAST(? AS DATETIME(6))
+WHERE id IN ({{.IDs}}) AND status = 'PENDING'
 ORDER BY id
-FOR UPDATE SKIP LOCKED{{end}}
+LOCK IN SHARE MODE{{end}}
 
--- complete_lock locks the rows of a completion that are still PROCESSING
--- under its claim token, in id order, and reads the database clock. It
+-- claim_insert records a claim: token, relay, lanes, their tokens, ids
+-- (JSON arrays), at the database clock.
+{{define "claim_insert"}}INSERT INTO `{{.Outbox}}_claims` (token, relay_id, lanes, lane_tokens, ids, created_ms)
+VALUES (?, ?, ?, ?, ?, {{.NowMS}}){{end}}
+
+-- claim_row locks a claim's row for its completion; claim_ids and
+-- claim_delete update or delete it.
+{{define "claim_row"}}SELECT lanes, lane_tokens, ids FROM `{{.Outbox}}_claims` WHERE token = ? FOR UPDATE{{end}}
+
+{{define "claim_ids"}}UPDATE `{{.Outbox}}_claims` SET ids = ? WHERE token = ?{{end}}
+
+{{define "claim_delete"}}DELETE FROM `{{.Outbox}}_claims` WHERE token = ?{{end}}
+
+-- all_claims lists the claims, oldest first (the sweeper's candidates),
+-- and all_lanes the live lanes' tokens.
+{{define "all_claims"}}SELECT token, lanes, lane_tokens FROM `{{.Outbox}}_claims` ORDER BY created_ms, token{{end}}
+
+{{define "all_lanes"}}SELECT lane, token FROM `{{.Outbox}}_lanes` WHERE token IS NOT NULL AND lease_until_ms > {{.NowMS}}{{end}}
+
+-- dead_claims locks the claims Marks (placeholders) the sweeper found dead,
+-- skipping those a completion holds, with their ids.
+{{define "dead_claims"}}SELECT token, ids FROM `{{.Outbox}}_claims` WHERE token IN ({{.Marks}}) ORDER BY token FOR UPDATE SKIP LOCKED{{end}}
+
+{{define "dead_claim_rows"}}SELECT id, event_id, retry_count, UTC_TIMESTAMP(6) FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}) ORDER BY id{{end}}
+
+{{define "dead_claims_delete"}}DELETE FROM `{{.Outbox}}_claims` WHERE token IN ({{.Marks}}){{end}}
+
+-- row_busy tells whether a claim holds row ?.
+{{define "row_busy"}}SELECT EXISTS ({{template "busy" .}} WHERE j.id = ?){{end}}
+
+-- complete_lock locks the rows IDs of a completion that are still PENDING
+-- in the lanes Marks (integers) its claim still holds, in id order. It
 -- waits (no SKIP LOCKED): a row another transaction holds is decided when
 -- that one ends.
 {{define "complete_lock"}}
-SELECT id, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
-WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?
+SELECT id, aggregate_type, aggregate_id FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
+WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND lane IN ({{.Marks}})
 ORDER BY id
 FOR UPDATE{{end}}
 
--- reap_select locks a page (?) of PROCESSING rows whose lease ended,
--- skipping rows another transaction holds, with the claim token they had.
--- The PROCESSING range of the due index holds only the rows in flight.
+-- reap_select locks a page (?) of rows PROCESSING under a lease of the
+-- schema before lanes (migration 00007) whose lease ended, skipping rows
+-- another transaction holds, with the claim token they had. The
+-- PROCESSING range of the due index holds only those rows.
 {{define "reap_select"}}
 SELECT id, event_id, lock_token, retry_count, locked_until, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
 WHERE status = 'PROCESSING' AND locked_until < UTC_TIMESTAMP(6)
@@ -109,10 +120,12 @@ LIMIT ?
 FOR UPDATE SKIP LOCKED{{end}}
 
 -- expire_select locks a page (?) of waiting events past their deadline,
--- from the expiry index (waiting_expires_at is NULL for other rows).
+-- from the expiry index (waiting_expires_at is NULL for other rows), but
+-- for those a claim holds.
 {{define "expire_select"}}
 SELECT id, event_id, retry_count, expires_at, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
 WHERE waiting_expires_at <= UTC_TIMESTAMP(6) AND status IN ('PENDING', 'BLOCKED')
+  AND id NOT IN ({{template "busy" .}})
 LIMIT ?
 FOR UPDATE SKIP LOCKED{{end}}
 
@@ -125,14 +138,15 @@ UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'EXPIRED', processed_at 
 WHERE id IN ({{.IDs}}){{end}}
 
 -- block_candidates finds a page (?) of PENDING events that wait behind a
--- FAILED event of their aggregate (blockSQL); the sweeper then locks them
--- with SKIP LOCKED and moves them to BLOCKED.
+-- FAILED event of their aggregate (blockSQL), but for those a claim holds;
+-- the sweeper then locks them with SKIP LOCKED and moves them to BLOCKED.
 {{define "block_candidates"}}
 SELECT o.id FROM `{{.Outbox}}` o
 JOIN (SELECT aggregate_type, aggregate_id, MIN(id) AS id FROM `{{.Outbox}}` WHERE status = 'FAILED'
       GROUP BY aggregate_type, aggregate_id) f
   ON o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
 WHERE o.unfinished = 1 AND o.status = 'PENDING' AND o.id > f.id
+  AND o.id NOT IN ({{template "busy" .}})
 ORDER BY o.id
 LIMIT ?{{end}}
 
@@ -148,8 +162,8 @@ WHERE o.status = 'BLOCKED' AND f.id IS NULL
 ORDER BY o.id
 LIMIT ?{{end}}
 
--- count_movable counts PROCESSING rows and PENDING rows not held back by
--- a FAILED event (when ?): all PENDING rows (a range of the due index, read
+-- count_movable counts PROCESSING rows and PENDING rows (held by a claim
+-- or not) not held back by a FAILED event (when ?): all PENDING rows (a range of the due index, read
 -- from the index alone), less those behind a FAILED event, found from the
 -- few FAILED rows through the per-aggregate index.
 {{define "count_movable"}}
@@ -178,15 +192,26 @@ b AS (
 SELECT aggregate_type, aggregate_id, event_id, waiting, COUNT(*) OVER () FROM b
 WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
 
--- The figures of Stats.
+-- The figures of Stats: the rows by status, and the PENDING rows a claim
+-- holds (PROCESSING).
 {{define "stats"}}SELECT status, COUNT(*) FROM `{{.Outbox}}` GROUP BY status{{end}}
+
+{{define "busy_pending"}}SELECT COUNT(DISTINCT o.id) FROM ({{template "busy" .}}) b
+JOIN `{{.Outbox}}` o ON o.id = b.id WHERE o.status = 'PENDING'{{end}}
 
 {{define "oldest_pending"}}SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) FROM `{{.Outbox}}` WHERE status = 'PENDING'{{end}}
 
 {{define "dead_letter_count"}}SELECT COUNT(*) FROM `{{.DeadLetters}}` WHERE requeued_at IS NULL{{end}}
 
+-- record_from joins each outbox row (o) to the claim that holds it, if
+-- any (cl): RecordColumns read a PENDING row a claim holds as PROCESSING.
+{{define "record_from"}} FROM `{{.Outbox}}` o LEFT JOIN (
+    SELECT j.id AS cid, MIN(bc.token) AS token FROM `{{.Outbox}}_claims` bc,
+        JSON_TABLE(bc.ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j GROUP BY j.id
+) cl ON cl.cid = o.id{{end}}
+
 -- One event's row, by its event id (?).
-{{define "get_record"}}SELECT {{.RecordColumns}} FROM `{{.Outbox}}` WHERE event_id = ?{{end}}
+{{define "get_record"}}SELECT {{.RecordColumns}}{{template "record_from" .}} WHERE o.event_id = ?{{end}}
 
 -- overdue groups the unfinished events past their deadline (see
 -- store.OverdueWhere, on the database clock), with the totals of all
@@ -199,7 +224,7 @@ ORDER BY COUNT(*) DESC, aggregate_type, event_type LIMIT {{.OverdueGroups}}{{end
 -- The operator's statements (admin.go). list_events, count_matching and
 -- select_matching are the fixed heads of statements whose WHERE is written
 -- from a filter's fixed fragments and bind parameters.
-{{define "list_events"}}SELECT {{.RecordColumns}} FROM `{{.Outbox}}`{{end}}
+{{define "list_events"}}SELECT {{.RecordColumns}}{{template "record_from" .}}{{end}}
 
 {{define "count_matching"}}SELECT COUNT(*) FROM `{{.Outbox}}` WHERE {{end}}
 
@@ -221,15 +246,16 @@ ORDER BY 1, 5, 4{{end}}
 reason, failed_at, requeued_at FROM `{{.DeadLetters}}` ORDER BY id DESC LIMIT ?{{end}}
 
 -- operator_lock locks the row of event ? for an operator action, with the
--- database clock.
+-- database clock (row_busy then tells whether a claim holds it).
 {{define "operator_lock"}}SELECT id, status, retry_count, aggregate_type, aggregate_id, UTC_TIMESTAMP(6) FROM `{{.Outbox}}`
 WHERE event_id = ? FOR UPDATE{{end}}
 
 -- operator_requeue gives a row a fresh chance now (the placeholders: now,
 -- the new deadline in microseconds or NULL twice, now, now, the row id); a
--- passed deadline is removed unless a new one is given.
+-- passed deadline is removed unless a new one is given. A row finished
+-- before migration 00007 gets its lane.
 {{define "operator_requeue"}}UPDATE `{{.Outbox}}` SET status = 'PENDING', available_at = CAST(? AS DATETIME(6)), processed_at = NULL,
-locked_until = NULL, lock_token = NULL,
+locked_until = NULL, lock_token = NULL, lane = COALESCE(lane, {{.LaneOf}}),
 expires_at = CASE WHEN ? IS NOT NULL THEN CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND
 WHEN expires_at <= CAST(? AS DATETIME(6)) THEN NULL ELSE expires_at END
 WHERE id = ?{{end}}
@@ -293,11 +319,6 @@ AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED{{e
 -- The hot path's statements over an id list (IDs, integers formatted in
 -- Go) or with per-call fragments (see fragments in queries.go).
 --
--- claim_update takes the claimed rows IDs under token ?, leased from the
--- database clock ? for ? microseconds.
-{{define "claim_update"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PROCESSING', lock_token = ?,
-locked_until = CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND WHERE id IN ({{.IDs}}){{end}}
-
 -- hold_block moves the PENDING rows IDs behind a FAILED head to BLOCKED;
 -- hold_defer pushes the PENDING rows IDs behind a head in backoff to the
 -- head's available_at, Cases mapping each id to its placeholder (the
@@ -307,16 +328,17 @@ locked_until = CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND WHERE id IN ({{.I
 {{define "hold_defer"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET available_at = CAST(CASE id{{.Cases}} END AS DATETIME(6))
 WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND available_at < CAST(CASE id{{.Cases}} END AS DATETIME(6)){{end}}
 
--- complete_delivered marks the rows IDs PROCESSED if token ? still holds
--- them, with the assignments Sets (", " and the delivery recorded on the
--- rows, or nothing); complete_update applies the fixed assignments Sets to
--- the rows IDs token ? still holds.
+-- complete_delivered marks the rows IDs PROCESSED that are still PENDING in
+-- the lanes Marks (integers) their claim still holds, with the
+-- assignments Sets (", " and the delivery recorded on the rows, or
+-- nothing); complete_update applies the fixed assignments Sets to the rows
+-- IDs, which complete_lock locked.
 {{define "complete_delivered"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PROCESSED',
-processed_at = UTC_TIMESTAMP(6), locked_until = NULL, lock_token = NULL{{.Sets}}
-WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?{{end}}
+processed_at = UTC_TIMESTAMP(6){{.Sets}}
+WHERE id IN ({{.IDs}}) AND status = 'PENDING' AND lane IN ({{.Marks}}){{end}}
 
 {{define "complete_update"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET {{.Sets}}
-WHERE id IN ({{.IDs}}) AND status = 'PROCESSING' AND lock_token = ?{{end}}
+WHERE id IN ({{.IDs}}) AND status = 'PENDING'{{end}}
 
 -- delivered_replays reads which of the rows IDs are PROCESSED with their
 -- delivery recorded under token ?: a replayed DELIVERED outcome of those
@@ -333,16 +355,19 @@ FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}) ORDER BY id{{end
 
 -- behind_retried reads the PENDING rows behind retried heads: Cond is one
 -- (aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)
--- per aggregate, OR-ed; the rows IDs were changed already.
+-- per aggregate, OR-ed; the rows IDs were changed already, and the rows a
+-- claim holds are left to it.
 {{define "behind_retried"}}SELECT id, aggregate_type, aggregate_id, available_at FROM `{{.Outbox}}`
-FORCE INDEX (`{{.Outbox}}_aggregate_idx`) WHERE ({{.Cond}}) AND status = 'PENDING' AND id NOT IN ({{.IDs}}){{end}}
+FORCE INDEX (`{{.Outbox}}_aggregate_idx`) WHERE ({{.Cond}}) AND status = 'PENDING' AND id NOT IN ({{.IDs}})
+  AND id NOT IN ({{template "busy" .}}){{end}}
 
 -- The attempt rows Values, with the trace id or without it.
 {{define "insert_traced_attempts"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`, trace_id) VALUES {{.Values}}{{end}}
 
 {{define "insert_attempts"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`) VALUES {{.Values}}{{end}}
 
--- sweep_release gives the rows IDs whose lease ran out back; sweep_lock
+-- sweep_release gives the rows IDs whose lease of the schema before lanes
+-- ran out back; sweep_lock
 -- locks the rows IDs still in status ?, skipping those another
 -- transaction holds, and sweep_move moves the rows IDs to status ?.
 {{define "sweep_release"}}UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'PENDING', locked_until = NULL,

@@ -21,16 +21,28 @@ var (
 
 // snapshotSQL reads the cheap figures in one statement: each count is a
 // range of the (status, available_at, id) index, so the PROCESSED rows are
-// never read, and the ages use one reading of the clock.
+// never read, and the ages use one reading of the clock. A PENDING row that
+// a claim holds (busy, migration 00007) counts as PROCESSING, and the due
+// age is that of the oldest due row no claim holds.
 const snapshotSQL = `
 SELECT UTC_TIMESTAMP(6),
-    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PENDING'),
-    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PROCESSING'),
+    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PENDING') - (` + busyPendingSQL + `),
+    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PROCESSING') + (` + busyPendingSQL + `),
     (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'BLOCKED'),
     (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'FAILED'),
-    (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) FROM ` + "`{{.Outbox}}`" + `
-      WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6)),
+    (SELECT TIMESTAMPDIFF(MICROSECOND, d.available_at, UTC_TIMESTAMP(6)) FROM (
+        SELECT available_at FROM ` + "`{{.Outbox}}`" + " FORCE INDEX (`{{.Outbox}}_due_idx`)" + `
+        WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND id NOT IN (` + busySQL + `)
+        ORDER BY available_at, id LIMIT 1) d),
     (SELECT COUNT(*) FROM ` + "`{{.DeadLetters}}`" + ` WHERE requeued_at IS NULL)`
+
+// busySQL lists the rows the claims in flight hold (queries.sql's busy),
+// and busyPendingSQL counts those still PENDING.
+const (
+	busySQL = "SELECT j.id FROM `{{.Outbox}}_claims` bc, JSON_TABLE(bc.ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j"
+
+	busyPendingSQL = "SELECT COUNT(DISTINCT o.id) FROM (" + busySQL + ") b JOIN `{{.Outbox}}` o ON o.id = b.id WHERE o.status = 'PENDING'"
+)
 
 const finalCountsSQL = "SELECT status, COUNT(*) FROM `{{.Outbox}}` WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status"
 

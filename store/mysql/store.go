@@ -15,6 +15,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
 // Config configures a Store. The zero value is valid.
@@ -53,6 +54,8 @@ type Store struct {
 	// COMMITTED (opened with NewConnector); otherwise each of the store's
 	// transactions asks for it.
 	txOpts *sql.TxOptions
+	// claimer claims in lanes (store/internal/lanes).
+	claimer *lanes.Claimer
 
 	deadlocks, lockWaits, gaveUp atomic.Int64
 
@@ -87,6 +90,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if !readCommittedDB(db) {
 		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
+	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.MySQL, t, s.leaseTx)
 	return s, nil
 }
 

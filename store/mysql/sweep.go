@@ -3,6 +3,8 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -16,7 +18,10 @@ import (
 
 // Sweep implements store.Store. Each page is one short transaction that
 // locks with SKIP LOCKED, so the sweeper never waits on a row a relay or a
-// producer holds.
+// producer holds. The reap ends the claims whose lanes are all gone, then
+// returns the rows PROCESSING under a lease of the schema before lanes
+// whose lease ended; expiring and blocking leave the rows a claim holds
+// alone.
 func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error) {
 	req = req.Normalize()
 	return pages.Sweep(req, s.wrap, func(step pages.SweepStep) (int64, error) {
@@ -25,7 +30,11 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 			var err error
 			switch step {
 			case pages.SweepReap:
-				n, err = s.reapPage(ctx, tx, req.Limit, req.RelayID)
+				var dead int64
+				if dead, err = s.reapClaims(ctx, tx, req.Limit, req.RelayID); err == nil {
+					n, err = s.reapPage(ctx, tx, req.Limit, req.RelayID)
+					n += dead
+				}
 			case pages.SweepExpire:
 				n, err = s.expirePage(ctx, tx, req.Limit, req.RelayID)
 			case pages.SweepBlock:
@@ -39,8 +48,158 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 	})
 }
 
-// reapPage returns one page of PROCESSING rows whose lease ended to
-// PENDING, keeping retry_count, and audits each with the claim token it had.
+// reapClaims ends up to limit claims whose lanes are all gone (their
+// relay's lease ended, or another relay took them): each of their rows
+// (those the claim's relay did not complete) is audited LEASE_EXPIRED
+// under the claim's token, whatever became of it since (the lane's new
+// holder may have delivered it already), and the claim's row is deleted.
+// Their events are PENDING as they were; the lanes' new holders deliver
+// them. A lease that ended is never renewed (the lane is taken again under
+// a new token), so a claim found dead stays dead. It returns the rows
+// audited.
+func (s *Store) reapClaims(ctx context.Context, tx *sql.Tx, limit int, relay string) (int64, error) {
+	live := map[int]int64{}
+	rows, err := tx.QueryContext(ctx, s.q.allLanes)
+	if err != nil {
+		return 0, err
+	}
+	for rows.Next() {
+		var lane int
+		var token int64
+		if err := rows.Scan(&lane, &token); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		live[lane] = token
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	rows, err = tx.QueryContext(ctx, s.q.allClaims)
+	if err != nil {
+		return 0, err
+	}
+	var dead []any
+	for rows.Next() {
+		var (
+			token      string
+			ls, tokens []byte
+		)
+		if err := rows.Scan(&token, &ls, &tokens); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		m, err := laneTokens(token, ls, tokens)
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		alive := false
+		for l, t := range m {
+			if lt, ok := live[l]; ok && lt == t {
+				alive = true
+				break
+			}
+		}
+		if !alive && len(dead) < limit {
+			dead = append(dead, token)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(dead) == 0 {
+		return 0, err
+	}
+	marks := fragments{Marks: "?" + strings.Repeat(",?", len(dead)-1)}
+	lock, err := s.q.render("dead_claims", marks)
+	if err != nil {
+		return 0, err
+	}
+	rows, err = tx.QueryContext(ctx, lock, dead...)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		locked  []any
+		tokenOf = map[int64][]string{}
+		ids     []int64
+	)
+	for rows.Next() {
+		var (
+			token   string
+			idsJSON []byte
+			cids    []int64
+		)
+		if err := rows.Scan(&token, &idsJSON); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if err := json.Unmarshal(idsJSON, &cids); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("claim %s: ids: %w", token, err)
+		}
+		locked = append(locked, token)
+		for _, id := range cids {
+			if tokenOf[id] == nil {
+				ids = append(ids, id)
+			}
+			tokenOf[id] = append(tokenOf[id], token)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(locked) == 0 {
+		return 0, err
+	}
+	var values []attemptRow
+	if len(ids) > 0 {
+		slices.Sort(ids)
+		q, err := s.q.byIDs("dead_claim_rows", ids)
+		if err != nil {
+			return 0, err
+		}
+		rows, err := tx.QueryContext(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		var now nullTime
+		for rows.Next() {
+			var (
+				id      int64
+				eventID outbox.EventID
+				retries int
+			)
+			if err := rows.Scan(&id, &eventID, &retries, &now); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			for _, token := range tokenOf[id] {
+				values = append(values, attemptRow{eventID, token, store.LeaseExpired, id, retries + 1, relay, now.Time,
+					"the lease of its lane ended without a result; returned to PENDING"})
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+	}
+	if len(values) > 0 {
+		if err := s.audit(ctx, tx, values); err != nil {
+			return 0, err
+		}
+	}
+	del, err := s.q.render("dead_claims_delete", fragments{Marks: "?" + strings.Repeat(",?", len(locked)-1)})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, del, locked...); err != nil {
+		return 0, err
+	}
+	return int64(len(values)), nil
+}
+
+// reapPage returns one page of rows PROCESSING under a lease of the schema
+// before lanes whose lease ended to PENDING, keeping retry_count, and
+// audits each with the claim token it had.
 func (s *Store) reapPage(ctx context.Context, tx *sql.Tx, limit int, relay string) (int64, error) {
 	type reaped struct {
 		id          int64

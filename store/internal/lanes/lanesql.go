@@ -115,7 +115,10 @@ var (
 	PostgreSQL = Dialect{Dollar: true, Quote: '"', NowMS: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
 		Upsert:       `ON CONFLICT (relay_id) DO UPDATE SET seen_ms = EXCLUDED.seen_ms`,
 		InsertIgnore: "INSERT INTO", Conflict: "ON CONFLICT DO NOTHING", Lock: "FOR UPDATE", SkipLocked: "SKIP LOCKED"}
-	MySQL = Dialect{Quote: '`', NowMS: `SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000 AS SIGNED)`,
+	// MySQL's clock is UTC_TIMESTAMP(6) counted from the epoch: unlike
+	// UNIX_TIMESTAMP(NOW()), it does not go through the session's time
+	// zone, which repeats an hour when daylight saving time ends.
+	MySQL = Dialect{Quote: '`', NowMS: `SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)`,
 		Upsert:       `ON DUPLICATE KEY UPDATE seen_ms = VALUES(seen_ms)`,
 		InsertIgnore: "INSERT IGNORE INTO", Lock: "FOR UPDATE", SkipLocked: "SKIP LOCKED"}
 	SQLite = Dialect{Quote: '"', NowMS: `SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
