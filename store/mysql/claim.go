@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -41,7 +42,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim
 type claimBackend struct{ s *Store }
 
 // ReadClaim implements lanes.Backend in one REPEATABLE READ read-only
-// transaction (one InnoDB read view), the row sets of SQLite's
+// transaction (one InnoDB read view), with the row sets of SQLite's
 // claimReadSQL:
 //
 //	the relay's claims in flight (claims_of), whose rows (busy) are left
@@ -52,16 +53,12 @@ type claimBackend struct{ s *Store }
 //	     holds every lane, the first Limit rows of the due index;
 //	e:   the Deadline due PENDING rows of the lanes with the nearest
 //	     deadlines (the expiry index);
-//	the clock, in the same statement;
+//	the busy rows still unfinished, by primary key, and the clock, in the
+//	     same statement;
 //
 // then, for the aggregates of f and e (w), each one's first
 // q.RunLen(len(w)) unfinished rows in id order (FAILED counts when
-// FailedBlocks), one index range per aggregate: MariaDB has no LATERAL
-// join, and a join on the aggregate index would read each aggregate's
-// whole backlog. A run row of a lane the relay does not hold (its
-// aggregate's lane cannot change, but an adopted table's collation may
-// spell one aggregate two ways) reads as PROCESSING: it holds the run
-// back, and nothing is claimed outside the relay's lanes.
+// FailedBlocks): see readRuns.
 func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.ReadResult, error) {
 	s := b.s
 	var res lanes.ReadResult
@@ -80,36 +77,27 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 	for _, c := range res.Claims {
 		busy = append(busy, c.IDs...)
 	}
-	rows, err := tx.QueryContext(ctx, s.windowSQL(q, busy))
+	slices.Sort(busy)
+	busy = slices.Compact(busy)
+	w, err := s.readWindow(ctx, tx, q, busy)
 	if err != nil {
 		return res, err
 	}
-	var aggs []aggKey
-	seen := map[aggKey]bool{}
-	window := map[int64]lanes.Row{}
-	for rows.Next() {
-		r, clock, err := scanClaimRow(rows)
-		if err != nil {
-			rows.Close()
-			return res, err
-		}
-		if clock != nil {
-			res.Now = *clock
-			continue
-		}
+	res.Now = w.now
+	rd := runRead{q: q, known: map[int64]lanes.Row{}, byAgg: map[aggKey][]int64{}, first: map[aggKey]int64{}}
+	for _, r := range append(w.fifo, w.deadline...) {
 		res.Rows = append(res.Rows, r)
-		window[r.ID] = r
-		if k := (aggKey{r.Agg.Type, r.Agg.ID}); !seen[k] {
-			seen[k] = true
-			aggs = append(aggs, k)
+		if k := (aggKey{r.Agg.Type, r.Agg.ID}); rd.first[k] == 0 {
+			rd.aggs = append(rd.aggs, k)
+			rd.first[k] = r.ID
 		}
+		rd.add(r)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return res, err
+	for _, r := range w.own {
+		rd.add(r)
 	}
-	if len(aggs) > 0 {
-		runs, err := s.readRuns(ctx, tx, q, aggs, window)
+	if len(rd.aggs) > 0 {
+		runs, err := s.readRuns(ctx, tx, &rd)
 		if err != nil {
 			return res, err
 		}
@@ -118,88 +106,154 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 	return res, tx.Commit()
 }
 
-// readRuns reads the runs of aggs: their ids from the aggregate index alone
-// (the window's rows, read already, are most of them), then the other rows
-// by primary key.
-func (s *Store) readRuns(ctx context.Context, tx *sql.Tx, q lanes.ReadQuery, aggs []aggKey, window map[int64]lanes.Row) ([]lanes.Row, error) {
-	query, args := s.runsSQL(q, aggs)
-	ids, err := queryIDs(ctx, tx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var missing []int64
-	for _, id := range ids {
-		if _, ok := window[id]; !ok {
-			missing = append(missing, id)
-		}
-	}
-	fetched := map[int64]lanes.Row{}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		query, err := s.q.byIDs("claim_run_rows", slices.Compact(missing))
-		if err != nil {
-			return nil, err
-		}
-		rows, err := tx.QueryContext(ctx, query)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			r, _, err := scanClaimRow(rows)
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-			fetched[r.ID] = r
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-	}
-	held := make(map[int]bool, len(q.Lanes))
-	for _, l := range q.Lanes {
-		held[l.Lane] = true
-	}
-	out := make([]lanes.Row, 0, len(ids))
-	for _, id := range ids {
-		r, ok := window[id]
-		if !ok {
-			if r, ok = fetched[id]; !ok {
-				continue
-			}
-		}
-		r.Part = lanes.PartRun
-		if !held[r.Lane] {
-			r.Status = outbox.StatusProcessing
-		}
-		out = append(out, r)
-	}
-	return out, nil
+// window is what the window's statement read: f (fifo, the first Limit
+// rows in (available_at, id) order), e (deadline), the busy rows still
+// unfinished (own) and the database clock.
+type window struct {
+	fifo, deadline, own []lanes.Row
+	now                 time.Time
 }
 
-// windowSQL renders the window's statement (f, e and the clock) for q; busy
-// are the ids of the relay's claims in flight. Every fragment is an
-// integer formatted here.
-func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64) string {
+// readWindow reads the window. A relay that holds some lanes reads each
+// lane's first LaneRead.Scan due rows and merges them in Go; a lane whose
+// rows all made the first Limit may have more among them, so those lanes
+// are read again, Limit rows each: f is then exactly the first Limit due
+// rows of the lanes, without reading Limit rows of every lane.
+func (s *Store) readWindow(ctx context.Context, tx *sql.Tx, q lanes.ReadQuery, busy []int64) (window, error) {
+	var w window
+	perLane := len(q.Lanes) < lanes.Count
+	rows, err := tx.QueryContext(ctx, s.windowSQL(q, busy, perLane))
+	if err != nil {
+		return w, err
+	}
+	for rows.Next() {
+		r, clock, err := scanClaimRow(rows)
+		if err != nil {
+			rows.Close()
+			return w, err
+		}
+		switch {
+		case clock != nil:
+			w.now = *clock
+		case r.Part == lanes.PartFIFO:
+			w.fifo = append(w.fifo, r)
+		case r.Part == lanes.PartDeadline:
+			w.deadline = append(w.deadline, r)
+		default:
+			w.own = append(w.own, r)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return w, err
+	}
+	if !perLane {
+		return w, nil
+	}
+	first := firstRows(w.fifo, q.Limit)
+	byLane := map[int]int{}
+	lastOf := map[int]lanes.Row{} // each lane's last row read
+	for _, r := range w.fifo {
+		byLane[r.Lane]++
+		if l, ok := lastOf[r.Lane]; !ok || l.AvailableAt.Before(r.AvailableAt) ||
+			l.AvailableAt.Equal(r.AvailableAt) && l.ID < r.ID {
+			lastOf[r.Lane] = r
+		}
+	}
+	var again []int
+	for _, l := range q.Lanes {
+		if k := max(l.Scan, 1); k < q.Limit && byLane[l.Lane] >= k && first[lastOf[l.Lane].ID] {
+			again = append(again, l.Lane)
+		}
+	}
+	if len(again) == 0 {
+		w.fifo = sortedFirst(w.fifo, q.Limit)
+		return w, nil
+	}
+	var b strings.Builder
+	for i, l := range again {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString(s.laneSQL(l, busy, q.Limit))
+	}
+	redo := map[int]bool{}
+	for _, l := range again {
+		redo[l] = true
+	}
+	w.fifo = slices.DeleteFunc(w.fifo, func(r lanes.Row) bool { return redo[r.Lane] })
+	rows, err = tx.QueryContext(ctx, b.String())
+	if err != nil {
+		return w, err
+	}
+	for rows.Next() {
+		r, _, err := scanClaimRow(rows)
+		if err != nil {
+			rows.Close()
+			return w, err
+		}
+		w.fifo = append(w.fifo, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return w, err
+	}
+	w.fifo = sortedFirst(w.fifo, q.Limit)
+	return w, nil
+}
+
+// sortedFirst sorts rows in (available_at, id) order and keeps the first
+// limit.
+func sortedFirst(rows []lanes.Row, limit int) []lanes.Row {
+	slices.SortFunc(rows, func(a, b lanes.Row) int {
+		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return rows[:min(limit, len(rows))]
+}
+
+// firstRows returns the ids of the first limit rows in (available_at, id)
+// order.
+func firstRows(rows []lanes.Row, limit int) map[int64]bool {
+	out := map[int64]bool{}
+	for _, r := range sortedFirst(slices.Clone(rows), limit) {
+		out[r.ID] = true
+	}
+	return out
+}
+
+// laneSQL renders the part of the window that reads lane's first k due
+// rows, but for busy ones.
+func (s *Store) laneSQL(lane int, busy []int64, k int) string {
+	var notBusy string
+	if len(busy) > 0 {
+		notBusy = " AND id NOT IN (" + idList(busy) + ")"
+	}
+	return "(SELECT 0, " + s.q.claimLaneHead + strconv.Itoa(lane) + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(k) + ")"
+}
+
+// windowSQL renders the window's statement for q: f (per lane, its first
+// LaneRead.Scan due rows, or the first Limit of every lane), e, the busy
+// rows still unfinished and the clock; busy are the ids of the relay's
+// claims in flight. Every fragment is an integer formatted here.
+func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64, perLane bool) string {
 	var notBusy string
 	if len(busy) > 0 {
 		notBusy = " AND id NOT IN (" + idList(busy) + ")"
 	}
 	var b strings.Builder
-	b.WriteString("(SELECT 0, id, lane, aggregate_type, aggregate_id, status, available_at FROM (")
-	if len(q.Lanes) == lanes.Count {
-		b.WriteString(s.q.claimAllHead + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
-	} else {
+	if perLane {
 		for i, l := range q.Lanes {
 			if i > 0 {
 				b.WriteString(" UNION ALL ")
 			}
-			b.WriteString(s.q.claimLaneHead + strconv.Itoa(l.Lane) + notBusy + " ORDER BY available_at, id LIMIT " +
-				strconv.Itoa(max(l.Scan, 1)) + ")")
+			b.WriteString(s.laneSQL(l.Lane, busy, max(l.Scan, 1)))
 		}
+	} else {
+		b.WriteString("(SELECT 0, " + s.q.claimAllHead + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
 	}
-	b.WriteString(") f ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
 	if q.Deadline > 0 {
 		ls := make([]int64, len(q.Lanes))
 		for i, l := range q.Lanes {
@@ -208,29 +262,15 @@ func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64) string {
 		b.WriteString(" UNION ALL " + s.q.claimDeadlineHead + idList(ls) + ")" + notBusy +
 			" ORDER BY waiting_expires_at, id LIMIT " + strconv.Itoa(q.Deadline) + ")")
 	}
+	if len(busy) > 0 {
+		b.WriteString(" UNION ALL " + s.q.claimOwnHead + idList(busy) + ")")
+		if !q.FailedBlocks {
+			b.WriteString(" AND status <> 'FAILED'")
+		}
+		b.WriteString(")")
+	}
 	b.WriteString(" UNION ALL SELECT 9, 0, NULL, '', '', '', UTC_TIMESTAMP(6)")
 	return b.String()
-}
-
-// runsSQL renders the runs' statement for the aggregates aggs: one part
-// per aggregate, its keys as placeholders. It reads ids only: from the
-// aggregate index alone, but for the status when FAILED does not count.
-func (s *Store) runsSQL(q lanes.ReadQuery, aggs []aggKey) (string, []any) {
-	tail := " ORDER BY id LIMIT " + strconv.Itoa(q.RunLen(len(aggs))) + ")"
-	if !q.FailedBlocks {
-		tail = " AND status <> 'FAILED'" + tail
-	}
-	var b strings.Builder
-	b.Grow(len(aggs) * (len(s.q.claimRunHead) + len(tail) + 11))
-	args := make([]any, 0, 2*len(aggs))
-	for i, k := range aggs {
-		if i > 0 {
-			b.WriteString(" UNION ALL ")
-		}
-		b.WriteString(s.q.claimRunHead + tail)
-		args = append(args, k.typ, k.id)
-	}
-	return b.String(), args
 }
 
 // scanClaimRow reads a row of the claim's read: part, id, lane, aggregate,
@@ -258,7 +298,7 @@ func scanClaimRow(rows *sql.Rows) (lanes.Row, *time.Time, error) {
 		r.Part = lanes.PartFIFO
 	case 1:
 		r.Part = lanes.PartDeadline
-	default:
+	default: // a busy row, a gap or a run's row
 		r.Part = lanes.PartRun
 	}
 	return r, nil, nil

@@ -238,3 +238,94 @@ func TestRelayIDTheLanesCannotHold(t *testing.T) {
 		t.Errorf("claim with a relay id of 200 characters: %v", err)
 	}
 }
+
+// laneOfID is the lane of aggregate ("payment", id).
+func laneOfID(id string) int {
+	sum := md5.Sum([]byte("payment:" + id))
+	return int(sum[0]) % 64
+}
+
+// TestWindowOfSomeLanesIsExact: a relay that holds some of the lanes reads
+// a few rows of each lane and merges them; a lane whose rows all made the
+// window is read again, so the window is the first Limit due rows of its
+// lanes whatever their spread: here a later aggregate of a lane behind 30
+// events of a hot one is in the window, and gets its head claimed beside
+// the hot aggregate's run.
+func TestWindowOfSomeLanesIsExact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	s := newStore(t, db, mysql.Config{})
+	for _, relay := range []string{"a", "b", "a", "b"} {
+		if err := s.BalanceLanes(ctx, relay, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := s.HeldLanes("a")
+	if len(held) != 32 {
+		t.Fatalf("relay a holds %d lanes, want 32", len(held))
+	}
+	var hot, late string
+	for i := 0; late == ""; i++ {
+		id := fmt.Sprint("spread-", i)
+		if _, ok := held[laneOfID(id)]; !ok {
+			continue
+		}
+		switch {
+		case hot == "":
+			hot = id
+		case laneOfID(id) == laneOfID(hot):
+			late = id
+		}
+	}
+	var events []outbox.Event
+	for n := 1; n <= 30; n++ {
+		events = append(events, storetest.PaymentEvent(hot, n))
+	}
+	storetest.Enqueue(t, harnessFor(s, db), events...)
+	storetest.Enqueue(t, harnessFor(s, db), storetest.PaymentEvent(late, 1))
+	// Relay a reads 16 rows of each of its lanes, and its window holds
+	// the lane's first 40.
+	c, err := s.Claim(ctx, store.ClaimRequest{RelayID: "a", Limit: 40, Lease: time.Minute, FailedBlocks: true, StrictFIFO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, e := range c.Events {
+		per[e.AggregateID]++
+	}
+	if per[late] != 1 || per[hot] != 20 {
+		t.Fatalf("claimed %v; want the late aggregate's event and 20 of the hot one's (the window names both, a run is 40/2 long)", per)
+	}
+}
+
+// TestRunsAreEachAggregatesFirstRows: a run is an aggregate's first n
+// unfinished rows even when the read knows only a later one: here an
+// aggregate named by its deadline event alone, whose earlier events are
+// past the window, gets its first two (n = 4/2) claimed.
+func TestRunsAreEachAggregatesFirstRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	s := newStore(t, db, mysql.Config{})
+	var events []outbox.Event
+	for n := 1; n <= 4; n++ {
+		events = append(events, storetest.PaymentEvent("first-a", n))
+	}
+	events = append(events, storetest.PaymentEvent("first-x", 1), storetest.PaymentEvent("first-x", 2))
+	x3 := storetest.PaymentEvent("first-x", 3)
+	x3.TTL = time.Hour
+	events = append(events, x3)
+	storetest.Enqueue(t, harnessFor(s, db), events...)
+	c, err := s.Claim(ctx, store.ClaimRequest{RelayID: "r", Limit: 4, FIFOShare: 0.5, Lease: time.Minute, FailedBlocks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range c.Events {
+		got = append(got, fmt.Sprintf("%s/%d", e.AggregateID, e.AggregateSeq))
+	}
+	if want := "[first-a/1 first-a/2 first-x/1 first-x/2]"; fmt.Sprint(got) != want {
+		t.Fatalf("claimed %v, want %s", got, want)
+	}
+}

@@ -38,7 +38,8 @@ type queries struct {
 	// The lanes' claim (claim.go, lanes.go): the heads of the read's
 	// statements, completed per call, and the claims table's statements.
 	claimLaneHead, claimAllHead, claimDeadlineHead string
-	claimRunHead, claimsOf, claimInsert            string
+	claimOwnHead, claimRunHead                     string
+	claimsOf, claimInsert                          string
 	claimRow, claimIDs, claimDelete                string
 	allClaims, allLanes, deadClaimRows             string
 
@@ -91,6 +92,7 @@ func buildQueries(t store.Tables) queries {
 		claimLaneHead:     render("claim_lane_head"),
 		claimAllHead:      render("claim_all_head"),
 		claimDeadlineHead: render("claim_deadline_head"),
+		claimOwnHead:      render("claim_own_head"),
 		claimRunHead:      render("claim_run_head"),
 		claimsOf:          render("claims_of"),
 		claimInsert:       render("claim_insert"),

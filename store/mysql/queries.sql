@@ -26,15 +26,16 @@
 --
 -- claim_lane_head reads one lane's due PENDING rows in (available_at, id)
 -- order, from the lane index; claim_all_head reads every lane's, from the
--- due index, for a relay that holds all 64; claim_deadline_head the due
+-- due index, for a relay that holds all 64 (both after "(SELECT 0, "); claim_deadline_head the due
 -- PENDING rows of the lanes with the nearest deadlines, from the expiry
--- index; claim_run_head the ids of an aggregate's first unfinished rows in
--- id order, from the aggregate index.
-{{define "claim_lane_head"}}(SELECT id, lane, aggregate_type, aggregate_id, status, available_at
+-- index; claim_own_head the rows of the relay's claims in flight that are
+-- unfinished; claim_run_head the ids of an aggregate's first unfinished
+-- rows in id order, from the aggregate index (after "(SELECT <part>, ").
+{{define "claim_lane_head"}}id, lane, aggregate_type, aggregate_id, status, available_at
     FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_lane_due_idx`)
     WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane = {{end}}
 
-{{define "claim_all_head"}}(SELECT id, lane, aggregate_type, aggregate_id, status, available_at
+{{define "claim_all_head"}}id, lane, aggregate_type, aggregate_id, status, available_at
     FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_due_idx`)
     WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane IS NOT NULL{{end}}
 
@@ -42,7 +43,23 @@
     FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_expiry_idx`)
     WHERE waiting_expires_at IS NOT NULL AND status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane IN ({{end}}
 
-{{define "claim_run_head"}}(SELECT id FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_aggregate_idx`)
+{{define "claim_own_head"}}(SELECT 3, id, lane, aggregate_type, aggregate_id, status, available_at
+    FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE unfinished = 1 AND id IN ({{end}}
+
+-- claim_gaps reads, for each aggregate of the window (named by a row of it,
+-- Marks), its gap: its first unfinished row (Cond: FAILED counts, or
+-- not) that the read has not seen (IDs: the window's and the busy rows),
+-- as "id,lane,status,available_at". It is the first entries of the
+-- aggregate index, where the known ids are skipped inside the index; the
+-- correlated subquery plays LATERAL's part, once per aggregate.
+{{define "claim_gaps"}}SELECT w.id, (SELECT CONCAT_WS(',', x.id, COALESCE(x.lane, -1), x.status, x.available_at)
+    FROM `{{.Outbox}}` x FORCE INDEX (`{{.Outbox}}_aggregate_idx`)
+    WHERE x.aggregate_type = w.aggregate_type AND x.aggregate_id = w.aggregate_id AND x.unfinished = 1{{.Cond}}
+      AND x.id NOT IN ({{.IDs}})
+    ORDER BY x.id LIMIT 1)
+FROM `{{.Outbox}}` w FORCE INDEX (PRIMARY) WHERE w.id IN ({{.Marks}}){{end}}
+
+{{define "claim_run_head"}}id FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_aggregate_idx`)
     WHERE aggregate_type = ? AND aggregate_id = ? AND unfinished = 1{{end}}
 
 -- claim_run_rows reads the rows IDs of the runs that the window did not.
