@@ -182,7 +182,7 @@ func TestReaperAfterShortLease(t *testing.T) {
 	e := newEnv(t, sqlite.Config{})
 	ctx := context.Background()
 	ids := e.enqueue(t, ev("r", 1), ev("r", 2))
-	c := e.claim(t, 10, 50*time.Millisecond, true)
+	c := e.claim(t, 10, time.Second, true) // the reap waits for it to end
 	if len(c.Events) != 2 {
 		t.Fatalf("claim = %v", eventIDs(c))
 	}

@@ -27,6 +27,7 @@ func RunStore(t *testing.T, newHarness Factory) {
 		{"CompleteOutcomes", testCompleteOutcomes},
 		{"CompleteReplayAndFencing", testCompleteFencing},
 		{"LeaseExpiryFencesOldClaim", testLeaseExpiryFencing},
+		{"AbandonedBatchClaimedAgain", testAbandonedBatchClaimedAgain},
 		{"RetryBacksOffFollowers", testRetryDefersFollowers},
 		{"RetriedHeadNotStarvedByNewerFollowers", testRetriedHeadNotStarved},
 		{"PileBehindBackoffDoesNotStarveOthers", testPileBehindBackoff},

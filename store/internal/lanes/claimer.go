@@ -188,6 +188,7 @@ func (c *Claimer) claim(ctx context.Context, req store.ClaimRequest, ids []int64
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.applyDone()
+	rs.dropAbandoned(c.now(), req.Lease, req.Own)
 	claim := &store.Claim{Token: uuid.NewString()}
 	for attempt := 0; attempt < 2; attempt++ {
 		if rs.balanceDue(c.now(), req.Lease) {

@@ -89,6 +89,38 @@ func (rs *relayState) applyDone() {
 	}
 }
 
+// dropAbandoned forgets the claims older than lease that the relay no
+// longer lists as its own (store.ClaimRequest.Own): a relay gives a batch
+// up when it cannot record it (the database was down past the lease), and
+// never completes it. Kept, such a claim would hold its lanes stuck for
+// good: not renewed, and not taken again while "in flight". Its lanes are
+// forgotten too, so that the next balance takes them again under new
+// tokens: the claim's row in the database then holds nothing, and its
+// events are claimed again (renewed under the old tokens, the row would
+// keep them from every claim). A claim within its lease is kept whatever
+// Own says, so that a caller that sends no Own keeps its lanes while it
+// delivers. mu must be held.
+func (rs *relayState) dropAbandoned(now time.Time, lease time.Duration, own []string) {
+	for token, cl := range rs.inflight {
+		if now.Sub(cl.at) <= lease || slices.Contains(own, token) {
+			continue
+		}
+		delete(rs.inflight, token)
+		for l := range cl.byLane {
+			if rs.held[l] == nil {
+				continue
+			}
+			// A new token fences the lane's other claims too, as a lane
+			// lost does (see balance).
+			delete(rs.held, l)
+			rs.stale = true
+			for _, other := range rs.inflight {
+				delete(other.byLane, l)
+			}
+		}
+	}
+}
+
 func newRelayState() *relayState {
 	return &relayState{held: map[int]*heldLane{}, inflight: map[string]*inflightClaim{}, stuck: map[int]bool{}}
 }
