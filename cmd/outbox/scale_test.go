@@ -456,6 +456,16 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 		started, len(kills), len(by), perRelay(by), dups, bound)
 }
 
+// idOf returns the event id of aggregate agg's event seq in rs.
+func idOf(rs []receipt, agg, seq int) string {
+	for _, r := range rs {
+		if r.agg == agg && r.seq == seq {
+			return r.eventID
+		}
+	}
+	return ""
+}
+
 func scaleNoKills(t *testing.T, bc backendCase) {
 	dsn, table := bc.dsn(t), newTable()
 	const total = 1500
@@ -484,7 +494,24 @@ func scaleNoKills(t *testing.T, bc backendCase) {
 	}
 	rs, spans, by := gw.snapshot()
 	if dups := checkDelivered(t, rs, total, scaleAggs); dups != 0 {
-		t.Fatalf("%d duplicates with no kill", dups)
+		// Say who sent each repeat and what the audit trail recorded, so
+		// that a failure explains itself.
+		var detail []string
+		for _, sp := range spans {
+			if sp.repeat && len(detail) < 3 {
+				var sent []string
+				for relay, ids := range by {
+					for _, id := range ids {
+						if id == idOf(rs, sp.agg, sp.seq) {
+							sent = append(sent, relay)
+						}
+					}
+				}
+				detail = append(detail, fmt.Sprintf("tx-%d seq %d sent by %v, audit %+v",
+					sp.agg, sp.seq, sent, auditOf(t, dsn, table, idOf(rs, sp.agg, sp.seq))))
+			}
+		}
+		t.Fatalf("%d duplicates with no kill: %s", dups, strings.Join(detail, "; "))
 	}
 	checkNoOverlap(t, spans, lanesOf(t, bc, dsn, table))
 	if len(by) < 2 {
