@@ -105,7 +105,7 @@ func MeasureRelayMemory(ctx context.Context, cfg MemoryConfig) (*MemoryResult, e
 	}
 
 	rn := &runner{cfg: Config{DSN: cfg.DSN, Producers: cfg.Producers, Progress: progress}.withDefaults()}
-	admin, err := openPool(ctx, cfg.DSN, "", 2)
+	admin, err := openPool(ctx, cfg.DSN, "", 2, nil)
 	if err != nil {
 		return nil, err
 	}

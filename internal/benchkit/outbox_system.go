@@ -73,7 +73,8 @@ func (o *Outbox) Name() string {
 
 // Setup opens the relay's pool and applies the migrations.
 func (o *Outbox) Setup(ctx context.Context, env Env) error {
-	pool, err := env.NewPool(ctx, max(o.RelayConns, 4))
+	// The relay's pool as the store's docs ask for one (ConfigurePool).
+	pool, err := env.NewPoolWith(ctx, max(o.RelayConns, 4), postgres.ConfigurePool)
 	if err != nil {
 		return err
 	}

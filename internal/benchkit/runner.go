@@ -214,7 +214,7 @@ func Run(ctx context.Context, cfg Config, contenders ...Contender) (*Report, err
 	if len(contenders) == 0 {
 		return nil, errors.New("benchkit: no system to run")
 	}
-	admin, err := openPool(ctx, cfg.DSN, "", 2)
+	admin, err := openPool(ctx, cfg.DSN, "", 2, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func WithSearchPath(dsn, schema string) string {
 	return dsn + " search_path=" + schema
 }
 
-func openPool(ctx context.Context, dsn, schema string, maxConns int) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, dsn, schema string, maxConns int, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("benchkit: cannot parse the database URL: %w", err)
@@ -288,6 +288,9 @@ func openPool(ctx context.Context, dsn, schema string, maxConns int) (*pgxpool.P
 		pc.ConnConfig.RuntimeParams["search_path"] = schema
 	}
 	pc.MaxConns = int32(maxConns)
+	if configure != nil {
+		configure(pc)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err
@@ -322,7 +325,10 @@ func (r *runner) setup(ctx context.Context, c *contender) error {
 		Batch:  r.cfg.Batch,
 		Logger: r.cfg.Logger.With("system", c.name),
 		NewPool: func(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
-			return openPool(ctx, r.cfg.DSN, c.schema, maxConns)
+			return openPool(ctx, r.cfg.DSN, c.schema, maxConns, nil)
+		},
+		NewPoolWith: func(ctx context.Context, maxConns int, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+			return openPool(ctx, r.cfg.DSN, c.schema, maxConns, configure)
 		},
 	}
 	p, err := c.env.NewPool(ctx, r.cfg.Producers+2)

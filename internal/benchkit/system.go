@@ -41,6 +41,9 @@ type Env struct {
 	// NewPool opens a pool on the benchmark database with Schema as its
 	// search_path. The system closes the pools it opens.
 	NewPool func(ctx context.Context, maxConns int) (*pgxpool.Pool, error)
+	// NewPoolWith is NewPool with configure applied to the pool's config
+	// before it connects.
+	NewPoolWith func(ctx context.Context, maxConns int, configure func(*pgxpool.Config)) (*pgxpool.Pool, error)
 	// DSN is the benchmark database with Schema as its search_path.
 	DSN string
 	// Batch is the claim or fetch batch size asked for on the command line;
