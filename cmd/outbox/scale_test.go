@@ -262,9 +262,14 @@ type relayProc struct {
 
 // startScaleRelay starts `outbox relay` as relay name, with its own
 // --relay-id and its own sink path.
-func startScaleRelay(t *testing.T, name, gatewayURL string, args ...string) *relayProc {
+// sinkQuery, when not empty, is the HTTP sink URL's query (its options).
+func startScaleRelay(t *testing.T, name, gatewayURL, sinkQuery string, args ...string) *relayProc {
 	t.Helper()
-	args = append(append([]string{"relay"}, args...), "--sink", gatewayURL+scalePath+name, "--relay-id", name)
+	sink := gatewayURL + scalePath + name
+	if sinkQuery != "" {
+		sink += "?" + sinkQuery
+	}
+	args = append(append([]string{"relay"}, args...), "--sink", sink, "--relay-id", name)
 	cmd, stderr := startRelay(t, args...)
 	done := make(chan error, 1)
 	p := &relayProc{name: name, cmd: cmd, stderr: stderr, done: done}
@@ -355,7 +360,7 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 	started := 0
 	start := func() {
 		started++
-		p := startScaleRelay(t, fmt.Sprintf("relay-%d", started), srv.URL, args...)
+		p := startScaleRelay(t, fmt.Sprintf("relay-%d", started), srv.URL, "", args...)
 		procs[p.name] = p
 	}
 	for range scaleRelays {
@@ -478,11 +483,16 @@ func scaleNoKills(t *testing.T, bc backendCase) {
 	srv := httptest.NewServer(gw)
 	t.Cleanup(func() { close(gw.quit); srv.Close() })
 	// A lease far above a batch's time: without kills, nothing is taken
-	// over, so nothing is delivered twice.
+	// over, so nothing is delivered twice. The gate holds the first
+	// relay's requests until a second relay has started and taken lanes,
+	// which on a loaded machine can outlast the HTTP sink's default 10 s
+	// timeout: a request that timed out is retried, and the gateway,
+	// which recorded it once the gate opened, would count the retry as a
+	// duplicate. So the requests may wait as long as the test does.
 	args := append(scaleRelayArgs(dsn, table, "1m"), "--drain")
 	var procs []*relayProc
 	for i := range scaleRelays {
-		procs = append(procs, startScaleRelay(t, fmt.Sprintf("relay-%d", i+1), srv.URL, args...))
+		procs = append(procs, startScaleRelay(t, fmt.Sprintf("relay-%d", i+1), srv.URL, "timeout=4m", args...))
 	}
 	for _, p := range procs {
 		if err := p.wait(t, 4*time.Minute); err != nil {

@@ -30,6 +30,9 @@ type Result struct {
 	// relay's start until nothing was pending, divided by the events
 	// (median over runs).
 	WALBytesPerEvent float64 `json:"wal_bytes_per_event,omitempty"`
+	// RowVersions: drain, the row versions the first run wrote to the
+	// system's tables per event (pg_stat_user_tables).
+	RowVersions *RowVersions `json:"row_versions_per_event,omitempty"`
 
 	// TxPerSec: steady, producer tx/s with the relay running (median);
 	// latency, the committed events/s actually achieved.
@@ -168,18 +171,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if rs := rows(ScenarioDrain); len(rs) > 0 {
 		section(fmt.Sprintf("DRAIN: backlog of %d events over %d aggregates to a counting sink; median of %d runs (higher is better)",
 			c.Events, c.Aggregates, c.Runs))
-		fmt.Fprintln(tw, "system\trole\tevents/s\truns\tvs best peer\tWAL bytes/event\t")
+		fmt.Fprintln(tw, "system\trole\tevents/s\truns\tvs best peer\tWAL bytes/event\trow versions/event (HOT)\tdeletes/event\t")
 		for _, res := range rs {
 			if res.Err != "" {
-				fmt.Fprintf(tw, "%s\t%s\tERROR: %s\t\t\t\t\n", res.System, res.Role, res.Err)
+				fmt.Fprintf(tw, "%s\t%s\tERROR: %s\t\t\t\t\t\t\n", res.System, res.Role, res.Err)
 				continue
+			}
+			versions, deletes := "-", "-"
+			if v := res.RowVersions; v != nil {
+				versions, deletes = fmt.Sprintf("%.2f (%.2f)", v.Written(), v.HOTUpdates), fmt.Sprintf("%.2f", v.Deletes)
 			}
 			runs := make([]string, len(res.Runs))
 			for i, x := range res.Runs {
 				runs[i] = thousands(x)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", res.System, res.Role, thousands(res.EventsPerSec),
-				strings.Join(runs, " "), ratio(res.VsBestPeer), thousands(res.WALBytesPerEvent))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", res.System, res.Role, thousands(res.EventsPerSec),
+				strings.Join(runs, " "), ratio(res.VsBestPeer), thousands(res.WALBytesPerEvent), versions, deletes)
 		}
 	}
 	if rs := rows(ScenarioSteady); len(rs) > 0 {

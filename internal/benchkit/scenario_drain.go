@@ -20,13 +20,16 @@ func (r *runner) drain(ctx context.Context) {
 	wal := map[*contender][]float64{}
 	errs := map[*contender]error{}
 	dups := map[*contender]int64{}
+	versions := map[*contender]*RowVersions{}
 	profiled := false
 	r.each(ScenarioDrain, cfg.Runs, func(c *contender, run int) {
 		if errs[c] != nil || ctx.Err() != nil {
 			return
 		}
 		label := fmt.Sprintf("drain %s run %d/%d", c.name, run, cfg.Runs)
-		d, err := r.drainOnce(ctx, c, events, label, &profiled)
+		// Row versions are counted on each system's first run only: the
+		// counters need seconds to settle before and after.
+		d, err := r.drainOnce(ctx, c, events, label, &profiled, versions[c] == nil)
 		if err != nil {
 			errs[c] = fmt.Errorf("run %d: %w", run, err)
 			return
@@ -34,13 +37,17 @@ func (r *runner) drain(ctx context.Context) {
 		runs[c] = append(runs[c], d.rate)
 		wal[c] = append(wal[c], d.walPerEvent)
 		dups[c] += d.duplicates
+		if d.rows != nil {
+			versions[c] = d.rows
+		}
 	})
 	for _, c := range r.cs {
 		if !c.runs(ScenarioDrain) || !c.ready {
 			continue
 		}
 		res := Result{Scenario: ScenarioDrain, System: c.name, Role: c.Role, Runs: runs[c],
-			EventsPerSec: median(runs[c]), Duplicates: dups[c], WALBytesPerEvent: median(wal[c])}
+			EventsPerSec: median(runs[c]), Duplicates: dups[c], WALBytesPerEvent: median(wal[c]),
+			RowVersions: versions[c]}
 		if errs[c] != nil {
 			res.Err = errs[c].Error()
 		}
@@ -53,13 +60,17 @@ type drainRun struct {
 	rate        float64 // events/s
 	duplicates  int64   // events the sink saw more than once
 	walPerEvent float64 // WAL bytes the server wrote during the drain, per event
+	rows        *RowVersions
 }
 
 // drainOnce loads the backlog (untimed), then times the relay from start
 // until the sink has seen every event and the system reports none pending.
 // The WAL written in that time (pg_current_wal_lsn before and after) is
-// the whole server's: run on a server nothing else writes to.
-func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, label string, profiled *bool) (drainRun, error) {
+// the whole server's: run on a server nothing else writes to. With
+// countRows, the row versions written to the system's own tables
+// (pg_stat_user_tables) are counted too, once the counters have settled
+// before the relay starts and after it stops.
+func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, label string, profiled *bool, countRows bool) (drainRun, error) {
 	progress := r.cfg.Progress
 	if err := r.clean(ctx, c); err != nil {
 		return drainRun{}, err
@@ -76,10 +87,20 @@ func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, la
 	if err := r.vacuum(ctx, c); err != nil {
 		return drainRun{}, err
 	}
-	var seen atomic.Int64
+	var (
+		seen atomic.Int64
+		err  error
+	)
 	sink := func(p [][]byte) { seen.Add(int64(len(p))) }
 	n := int64(len(events))
 
+	var rowsBefore rowCounts
+	if countRows {
+		progress(fmt.Sprintf("%s: waiting for the table statistics to settle", label))
+		if rowsBefore, err = r.settledRowCounts(ctx, c.schema); err != nil {
+			return drainRun{}, err
+		}
+	}
 	// No autovacuum stand-in here: the tables were just analyzed, and a
 	// drain of seconds ends long before autovacuum's one-minute nap.
 	walStart, err := r.walLSN(ctx)
@@ -133,7 +154,18 @@ func (r *runner) drainOnce(ctx context.Context, c *contender, events []Event, la
 	// The LSN range lets pg_waldump --stats=record --start A --end B
 	// break the WAL down by record kind and full-page images.
 	progress(fmt.Sprintf("%s: %.0f WAL bytes per event (LSN %s to %s)", label, perEvent, walStart, walEnd))
-	return drainRun{rate: rate, duplicates: seen.Load() - n, walPerEvent: perEvent}, nil
+	d := drainRun{rate: rate, duplicates: seen.Load() - n, walPerEvent: perEvent}
+	if countRows {
+		after, err := r.settledRowCounts(ctx, c.schema)
+		if err != nil {
+			return drainRun{}, err
+		}
+		v := rowVersionsBetween(rowsBefore, after, n)
+		d.rows = &v
+		progress(fmt.Sprintf("%s: row versions per event: %.2f inserted, %.2f updated (%.2f HOT), %.2f deleted: %s",
+			label, v.Inserts, v.Updates, v.HOTUpdates, v.Deletes, v.Tables))
+	}
+	return d, nil
 }
 
 // walLSN is the server's current WAL insert position.
