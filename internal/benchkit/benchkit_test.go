@@ -90,6 +90,17 @@ func TestScenariosSmoke(t *testing.T) {
 			if r.EventsPerSec <= 0 || r.Duplicates != 0 {
 				t.Errorf("drain %s: %.0f events/s, %d duplicates", r.System, r.EventsPerSec, r.Duplicates)
 			}
+			// Every delivered event changes its row: outbox marks it
+			// PROCESSED (an update; what it deletes are claim records, one
+			// per batch), the bare loop deletes it.
+			switch v := r.RowVersions; {
+			case v == nil:
+				t.Errorf("drain %s: no row versions counted", r.System)
+			case r.Role == benchkit.Self && (v.Updates < 1 || v.Deletes >= 1):
+				t.Errorf("drain %s: row versions per event %+v, want at least one update and fewer deletes than events", r.System, *v)
+			case r.Role == benchkit.Reference && (v.Deletes < 1 || v.Written() != 0):
+				t.Errorf("drain %s: row versions per event %+v, want one delete and nothing written", r.System, *v)
+			}
 		case benchkit.ScenarioSteady:
 			if r.TxPerSec <= 0 || r.BaselineTxPerSec <= 0 || r.Share <= 0 {
 				t.Errorf("steady %s: %+v", r.System, r)
