@@ -84,17 +84,17 @@ for t in "${targets[@]}"; do
 	relay) # claim.go, publish.go (expiry, deadlines, outcomes), complete.go (the outcome write and its retries), pipeline.go (order across batches), relay.go, sweeper.go
 		target relay relay '(observer|route_health|config|counters)\.go$' \
 			"./relay ./store/postgres" '^(TestClassify.*|TestHeldFor.*|TestPublish.*|TestTruncate|TestComplete.*|TestWaitSlot.*|TestClaimGets.*|TestSweep.*|TestRetention.*|TestConformance|TestRelayConformance)$' 'TestConformance/(Store|Snapshot)' ;;
-	postgres) # enqueue.go (the per-aggregate lock), relay.go (claim, complete, sweep, conflict retries), queries.go
-		target postgres store/postgres '(admin|analyze|snapshot|context_headers|notify|store)\.go$' \
+	postgres) # enqueue.go (the per-aggregate lock), claim.go and claim_ids.go (the lanes' read and record), relay.go (complete, sweep, conflict retries), queries.go
+		target postgres store/postgres "$(all_but store/postgres enqueue claim claim_ids relay queries)" \
 			"./store/postgres" '^(TestConformance|TestRelayConformance|TestInterleaving|TestEnqueue|TestRetryable)' 'TestConformance/Snapshot' ;;
 	mysql) # complete.go (fencing, the all-delivered path), delivered.go (the delivery on the row), time.go (the database clock), retry.go (conflict retries)
 		target mysql store/mysql "$(all_but store/mysql complete delivered time retry)" \
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestRetry|TestFormatTime)' 'TestConformance/Snapshot' ;;
-	mysql-claim) # claim.go (runs, order), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
-		target mysql-claim store/mysql "$(all_but store/mysql claim sweep enqueue)" \
+	mysql-claim) # claim.go, claimruns.go and lanes.go (the lanes' read, runs, order, record), sweep.go (reaper, expiry, blocks), enqueue.go (the per-aggregate lock)
+		target mysql-claim store/mysql "$(all_but store/mysql claim claimruns lanes sweep enqueue)" \
 			"./store/mysql" '^(TestConformance|TestRelayConformance|TestPlanClaim|TestReadWindow|TestJSONDepth|TestAggregateLock|TestPlainInsertWaitsForEnqueue|TestEnqueue|TestDeep|TestLockOrder|TestProcessingRowWithoutToken|TestProducersWhileTwoRelaysClaim|TestSweep)' 'TestConformance/Snapshot' ;;
-	sqlite) # relay.go (claim, sweep), complete.go (the outcome write), store.go (the clock, write transactions)
-		target sqlite store/sqlite "$(all_but store/sqlite relay complete store)" \
+	sqlite) # relay.go (sweep), lanes.go (the lanes' read and record), complete.go (the outcome write), store.go (the clock, write transactions)
+		target sqlite store/sqlite "$(all_but store/sqlite relay lanes complete store)" \
 			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestFormatTime)' 'TestConformance/Snapshot' ;;
 	lanes) # plan.go (window, runs, order), claimer.go (reads, fences, cursors), lease.go (leases, balancing), horizon.go (late commits), lanesql.go
 		target lanes store/internal/lanes '^$' \
