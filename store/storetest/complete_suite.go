@@ -180,7 +180,10 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	want := Enqueue(t, h, PaymentEvent("abandoned", 1), PaymentEvent("abandoned", 2))
-	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 300 * time.Millisecond, FailedBlocks: true}
+	// The lease must outlast one claim (its lanes' balance, read and
+	// record) on a loaded machine: a claim whose lanes' leases ended
+	// before its record committed claims nothing.
+	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 2 * time.Second, FailedBlocks: true}
 	old, err := h.Store.Claim(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +193,7 @@ func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 	}
 	// The relay lists no batch as its own any more: it gave the old one up.
 	var again *store.Claim
-	wait.Until(t, 20*time.Second, "the relay to claim the given-up batch's events again", func() (bool, error) {
+	wait.Until(t, 30*time.Second, "the relay to claim the given-up batch's events again", func() (bool, error) {
 		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
 			return false, err
 		}
