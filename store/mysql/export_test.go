@@ -20,3 +20,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 	}
 	return r.DownTo(ctx, version)
 }
+
+// LoseClaimAnswers makes the store's next n claims commit and then fail,
+// as a claim whose answer is lost does (storetest.Harness.LoseClaimAnswers).
+func (s *Store) LoseClaimAnswers(n int) { s.claimer.LoseCommitAnswers(n) }

@@ -80,7 +80,8 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 	db := openDB(t)
 	s := newStore(t, db, mysql.Config{Table: table})
 	return &storetest.Harness{
-		Store: s,
+		Store:            s,
+		LoseClaimAnswers: s.LoseClaimAnswers,
 		Begin: func(ctx context.Context) (storetest.Tx, error) {
 			tx, err := db.BeginTx(ctx, nil)
 			return myTx{tx, s}, err

@@ -62,7 +62,8 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	return &storetest.Harness{
-		Store: s,
+		Store:            s,
+		LoseClaimAnswers: s.LoseClaimAnswers,
 		Begin: func(ctx context.Context) (storetest.Tx, error) {
 			tx, err := pool.Begin(ctx)
 			return pgTx{tx, s}, err

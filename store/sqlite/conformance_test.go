@@ -56,7 +56,8 @@ func newConformanceHarness(t testing.TB) *storetest.Harness {
 		noTiming = "the race detector slows SQLite (transpiled C) down too much to time 2 s deadlines; run without -race for this test"
 	}
 	return &storetest.Harness{
-		Store: s,
+		Store:            s,
+		LoseClaimAnswers: s.LoseClaimAnswers,
 		Begin: func(ctx context.Context) (storetest.Tx, error) {
 			tx, err := app.BeginTx(ctx, nil)
 			return sqlTx{tx, writer}, err

@@ -28,6 +28,7 @@ func RunStore(t *testing.T, newHarness Factory) {
 		{"CompleteReplayAndFencing", testCompleteFencing},
 		{"LeaseExpiryFencesOldClaim", testLeaseExpiryFencing},
 		{"AbandonedBatchClaimedAgain", testAbandonedBatchClaimedAgain},
+		{"ClaimWhoseAnswerWasLost", testClaimAnswerLost},
 		{"RetryBacksOffFollowers", testRetryDefersFollowers},
 		{"RetriedHeadNotStarvedByNewerFollowers", testRetriedHeadNotStarved},
 		{"PileBehindBackoffDoesNotStarveOthers", testPileBehindBackoff},

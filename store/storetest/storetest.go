@@ -57,6 +57,10 @@ type Harness struct {
 	// detector): the tests that count deadlines met under a backlog skip,
 	// saying so. The claim-order tests of the same features still run.
 	NoDeadlineTiming string
+	// LoseClaimAnswers, when set, makes Store's next n claims commit and
+	// then return an error, as a claim does whose deadline or connection
+	// ends while its result is read after the commit.
+	LoseClaimAnswers func(n int)
 }
 
 // Factory returns a fresh harness on new tables; it registers its own cleanup.

@@ -193,12 +193,12 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		}
 		n, err := f.processed(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("count the PROCESSED events (before kill %d): %v\n%s", f.Kills+1, err, f.diagnose(relay))
 		}
 		var left int
 		if n > start {
 			if left, err = f.leftByKills(ctx); err != nil {
-				t.Fatal(err)
+				t.Fatalf("count what the kills left (before kill %d): %v\n%s", f.Kills+1, err, f.diagnose(relay))
 			}
 		}
 		switch {
@@ -226,11 +226,11 @@ func (f *Fixture) killMidBatch(ctx context.Context, sinkURL string, lockFirst bo
 		case <-tick.C:
 		}
 		if pending, err = f.chargedUnrecorded(ctx, lock); err != nil {
-			t.Fatal(err)
+			t.Fatalf("look for a charged event still PROCESSING (kill %d): %v\n%s", f.Kills+1, err, f.diagnose(relay))
 		}
 		if len(pending) == 0 {
 			if n, err := f.processed(ctx); err != nil {
-				t.Fatal(err)
+				t.Fatalf("count the PROCESSED events (kill %d): %v\n%s", f.Kills+1, err, f.diagnose(relay))
 			} else if n == f.N {
 				return false
 			}
@@ -258,6 +258,49 @@ func (f *Fixture) processed(ctx context.Context) (int, error) {
 	var n int
 	err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`" WHERE status = 'PROCESSED'`).Scan(&n)
 	return n, err
+}
+
+// diagnose describes a stuck kill: the database sessions of the test's
+// database that are not idle (what each runs, and the lock it waits
+// for), the outbox's counts by status, and the relay's log. It has its
+// own deadline, since it runs when the test's has passed.
+func (f *Fixture) diagnose(relay *e2etest.Process) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	rows, err := f.DB.QueryContext(ctx, `SELECT pid, application_name, state, COALESCE(wait_event_type, ''), COALESCE(wait_event, ''),
+		COALESCE(pg_blocking_pids(pid)::text, ''), left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+		FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid() ORDER BY pid`)
+	if err != nil {
+		fmt.Fprintf(&b, "sessions: %v\n", err)
+	} else {
+		b.WriteString("sessions (pid, application, state, wait, blocked by, query):\n")
+		for rows.Next() {
+			var pid int
+			var app, state, waitType, wait, blockers, query string
+			if err := rows.Scan(&pid, &app, &state, &waitType, &wait, &blockers, &query); err != nil {
+				fmt.Fprintf(&b, "  %v\n", err)
+				break
+			}
+			fmt.Fprintf(&b, "  %d %s %s %s/%s %s %s\n", pid, app, state, waitType, wait, blockers, query)
+		}
+		rows.Close()
+	}
+	var counts string
+	if err := f.DB.QueryRowContext(ctx, `SELECT COALESCE(string_agg(status || '=' || n, ' '), 'none') FROM (
+		SELECT status, count(*) AS n FROM "`+f.Backlog.Table+`" GROUP BY status) s`).Scan(&counts); err != nil {
+		counts = err.Error()
+	}
+	var claims int
+	if err := f.DB.QueryRowContext(ctx, `SELECT count(*) FROM "`+f.Backlog.Table+`_claims"`).Scan(&claims); err != nil {
+		claims = -1
+	}
+	charged, err := f.Charged(ctx)
+	if err != nil {
+		charged = -1
+	}
+	fmt.Fprintf(&b, "outbox: %s; %d claims in flight; %d charges\nrelay log:\n%s", counts, claims, charged, relay.Log())
+	return b.String()
 }
 
 // noteKilledTokens adds the tokens of the claims in flight (the killed

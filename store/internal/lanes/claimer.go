@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -268,6 +269,16 @@ func (c *Claimer) claimOnce(ctx context.Context, rs *relayState, req store.Claim
 	res, err := c.b.CommitClaim(ctx, CommitRequest{RelayID: req.RelayID, Token: claim.Token, IDs: plan.Claim, Lanes: laneOf,
 		Fence: fence, MinLeaseMS: max(req.Lease.Milliseconds()/2, 1), Block: plan.Block, Defer: plan.Defer})
 	if err != nil {
+		// The claim may have committed with only its answer lost (the
+		// claim's deadline, or the connection, ending while the result
+		// was read). A claim the relay does not know of holds its events
+		// for as long as their lanes stay under the same tokens, and the
+		// relay would renew them for good: the events would never be
+		// sent. So the lanes it was fenced by are taken again under new
+		// tokens, which ends that claim if it exists (the sweeper then
+		// removes it); the relay's claims in flight on those lanes are
+		// fenced too, and their events delivered again.
+		rs.forget(slices.Collect(maps.Keys(fence)))
 		return true, err
 	}
 	if !res.OK {

@@ -106,17 +106,24 @@ func (rs *relayState) dropAbandoned(now time.Time, lease time.Duration, own []st
 			continue
 		}
 		delete(rs.inflight, token)
-		for l := range cl.byLane {
-			if rs.held[l] == nil {
-				continue
-			}
-			// A new token fences the lane's other claims too, as a lane
-			// lost does (see balance).
-			delete(rs.held, l)
-			rs.stale = true
-			for _, other := range rs.inflight {
-				delete(other.byLane, l)
-			}
+		rs.forget(slices.Collect(maps.Keys(cl.byLane)))
+	}
+}
+
+// forget drops lanes from those the relay holds, so that the next
+// balance takes them again under new tokens: that fences every claim made
+// under the old ones, those the relay knows of (its claims in flight lose
+// the lanes, and their completions are fenced, as when a lane is lost; see
+// balance) and one it may not know of. mu must be held.
+func (rs *relayState) forget(lanes []int) {
+	for _, l := range lanes {
+		if rs.held[l] == nil {
+			continue
+		}
+		delete(rs.held, l)
+		rs.stale = true
+		for _, other := range rs.inflight {
+			delete(other.byLane, l)
 		}
 	}
 }
