@@ -331,7 +331,7 @@ func TestRefusedCredentialsKeepRetrying(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSink(t, natssink.Config{URL: strings.Replace(e.URL, "nats://", "nats://relay:wrong-pass-7@", 1), ReconnectWait: 20 * time.Millisecond})
-	sinktest.Eventually(t, 10*time.Second, "two refusals of the credentials", func() bool {
+	sinktest.Eventually(t, time.Minute, "two refusals of the credentials", func() bool {
 		_, err, _ := s.Reachable()
 		return err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization")
 	})

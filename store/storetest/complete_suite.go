@@ -180,17 +180,8 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	want := Enqueue(t, h, PaymentEvent("abandoned", 1), PaymentEvent("abandoned", 2))
-	// The lease must outlast one claim (its lanes' balance, read and
-	// record) on a loaded machine: a claim whose lanes' leases ended
-	// before its record committed claims nothing.
-	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 2 * time.Second, FailedBlocks: true}
-	old, err := h.Store.Claim(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(old.Events) != 2 {
-		t.Fatalf("claimed %d, want 2", len(old.Events))
-	}
+	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 300 * time.Millisecond, FailedBlocks: true}
+	old := claimShortLease(t, h.Store, req, 2)
 	// The relay lists no batch as its own any more: it gave the old one up.
 	var again *store.Claim
 	wait.Until(t, 30*time.Second, "the relay to claim the given-up batch's events again", func() (bool, error) {
@@ -259,10 +250,7 @@ func testClaimAnswerLost(t *testing.T, h *Harness) {
 func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	Enqueue(t, h, PaymentEvent("lease", 1))
-	old := claim(t, h.Store, 10, 150*time.Millisecond, true)
-	if len(old.Events) != 1 {
-		t.Fatalf("claimed %d", len(old.Events))
-	}
+	old := claimShortLease(t, h.Store, store.ClaimRequest{RelayID: "test", Limit: 10, Lease: 150 * time.Millisecond, FailedBlocks: true}, 1)
 	var reaped int64
 	wait.Until(t, 10*time.Second, "the reaper to return the expired lease", func() (bool, error) {
 		res, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true})

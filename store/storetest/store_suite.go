@@ -3,11 +3,13 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -54,6 +56,21 @@ func claim(t testing.TB, s store.Store, limit int, lease time.Duration, failedBl
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
+	return c
+}
+
+// claimShortLease claims under a lease so short that a claim on a loaded
+// machine may outlast half of it: such a claim records nothing and takes
+// nothing (its lanes must have half the lease left when it records), so it
+// is tried again until it takes want events.
+func claimShortLease(t testing.TB, s store.Store, req store.ClaimRequest, want int) *store.Claim {
+	t.Helper()
+	var c *store.Claim
+	wait.Until(t, 30*time.Second, fmt.Sprintf("a claim under a %s lease to take %d events", req.Lease, want), func() (bool, error) {
+		var err error
+		c, err = s.Claim(context.Background(), req)
+		return err == nil && len(c.Events) == want, err
+	})
 	return c
 }
 
