@@ -206,47 +206,6 @@ func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 	}
 }
 
-// testClaimAnswerLost: a claim that committed but whose answer the relay
-// never got (its deadline ended while it read the result) holds events the
-// relay does not know it has. They must come back to the relay long before
-// the lease it claimed them under ends: the relay keeps its lanes, and a
-// claim it does not know of would hold them for as long as it does.
-func testClaimAnswerLost(t *testing.T, h *Harness) {
-	if h.LoseClaimAnswers == nil {
-		t.Skip("this harness cannot lose a claim's answer")
-	}
-	ctx := context.Background()
-	want := Enqueue(t, h, PaymentEvent("answer-lost", 1), PaymentEvent("answer-lost", 2))
-	req := store.ClaimRequest{RelayID: "loses-answers", Limit: 10, Lease: 10 * time.Minute, FailedBlocks: true}
-	h.LoseClaimAnswers(1)
-	if c, err := h.Store.Claim(ctx, req); err == nil {
-		t.Fatalf("claim = %v, want the lost answer's error", ids(c))
-	}
-	var again *store.Claim
-	wait.Until(t, 30*time.Second, "the relay to claim the events of the claim whose answer was lost", func() (bool, error) {
-		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
-			return false, err
-		}
-		c, err := h.Store.Claim(ctx, req)
-		if err != nil || len(c.Events) == 0 {
-			return false, err
-		}
-		again = c
-		return true, nil
-	})
-	if len(again.Events) != 2 || again.Events[0].EventID != want[0] || again.Events[1].EventID != want[1] {
-		t.Fatalf("claimed again %v, want the events %v", ids(again), want)
-	}
-	if res := complete(t, h.Store, again, true, outcomes(again, store.Delivered)); len(res.Applied) != 2 {
-		t.Fatalf("the new claim's completion = %+v, want both applied", res)
-	}
-	for _, id := range want {
-		if r, err := h.Store.GetEvent(ctx, id); err != nil || r.Status != outbox.StatusProcessed {
-			t.Fatalf("event %s after the completion = %+v, %v; want PROCESSED", id, r, err)
-		}
-	}
-}
-
 func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	Enqueue(t, h, PaymentEvent("lease", 1))

@@ -31,6 +31,7 @@ func RunStore(t *testing.T, newHarness Factory) {
 		{"LeaseExpiryFencesOldClaim", testLeaseExpiryFencing},
 		{"AbandonedBatchClaimedAgain", testAbandonedBatchClaimedAgain},
 		{"ClaimWhoseAnswerWasLost", testClaimAnswerLost},
+		{"BusyLanesStayWithTheirRelay", testBusyLanesStayWithTheirRelay},
 		{"RetryBacksOffFollowers", testRetryDefersFollowers},
 		{"RetriedHeadNotStarvedByNewerFollowers", testRetriedHeadNotStarved},
 		{"PileBehindBackoffDoesNotStarveOthers", testPileBehindBackoff},

@@ -1,0 +1,127 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/lanes"
+)
+
+// testClaimAnswerLost: a claim that committed but whose answer the relay
+// never got (its deadline ended while it read the result) holds events the
+// relay does not know it has. They must come back to the relay long before
+// the lease it claimed them under ends: the relay keeps its lanes, and a
+// claim it does not know of would hold them for as long as it does.
+func testClaimAnswerLost(t *testing.T, h *Harness) {
+	if h.LoseClaimAnswers == nil {
+		t.Skip("this harness cannot lose a claim's answer")
+	}
+	ctx := context.Background()
+	want := Enqueue(t, h, PaymentEvent("answer-lost", 1), PaymentEvent("answer-lost", 2))
+	req := store.ClaimRequest{RelayID: "loses-answers", Limit: 10, Lease: 10 * time.Minute, FailedBlocks: true}
+	h.LoseClaimAnswers(1)
+	if c, err := h.Store.Claim(ctx, req); err == nil {
+		t.Fatalf("claim = %v, want the lost answer's error", ids(c))
+	}
+	var again *store.Claim
+	wait.Until(t, 30*time.Second, "the relay to claim the events of the claim whose answer was lost", func() (bool, error) {
+		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
+			return false, err
+		}
+		c, err := h.Store.Claim(ctx, req)
+		if err != nil || len(c.Events) == 0 {
+			return false, err
+		}
+		again = c
+		return true, nil
+	})
+	if len(again.Events) != 2 || again.Events[0].EventID != want[0] || again.Events[1].EventID != want[1] {
+		t.Fatalf("claimed again %v, want the events %v", ids(again), want)
+	}
+	if res := complete(t, h.Store, again, true, outcomes(again, store.Delivered)); len(res.Applied) != 2 {
+		t.Fatalf("the new claim's completion = %+v, want both applied", res)
+	}
+	for _, id := range want {
+		if r, err := h.Store.GetEvent(ctx, id); err != nil || r.Status != outbox.StatusProcessed {
+			t.Fatalf("event %s after the completion = %+v, %v; want PROCESSED", id, r, err)
+		}
+	}
+}
+
+// testBusyLanesStayWithTheirRelay: a relay that gives lanes to a relay
+// that joins gives only lanes with nothing in flight, and keeps renewing
+// the others, whatever part of its batch it has recorded: the newcomer
+// claims none of the events still in flight, the two hold every lane
+// between them, once each, and the first relay's outcomes are applied.
+func testBusyLanesStayWithTheirRelay(t *testing.T, h *Harness) {
+	holder, ok := h.Store.(store.LaneHolder)
+	if !ok {
+		t.Skip("the store does not lease lanes")
+	}
+	ctx := context.Background()
+	const n, left = 100, 10
+	var events []outbox.Event
+	for i := range n {
+		events = append(events, PaymentEvent(fmt.Sprintf("busy-lane-%03d", i), 1))
+	}
+	Enqueue(t, h, events...)
+	const lease = time.Minute
+	a := store.ClaimRequest{RelayID: "lanes-a", Limit: n, Lease: lease, FailedBlocks: true, StrictFIFO: true}
+	if err := holder.BalanceLanes(ctx, a.RelayID, lease); err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.Store.Claim(ctx, a)
+	if err != nil || len(c.Events) != n {
+		t.Fatalf("relay a claimed %d events (%v), want all %d", len(c.Events), err, n)
+	}
+	// Relay a records all but the last few of its batch.
+	completeAs := func(relayID string, part *store.Claim) store.CompleteResult {
+		t.Helper()
+		res, err := h.Store.Complete(ctx, store.CompleteRequest{Token: part.Token, RelayID: relayID, FailedBlocks: true,
+			Outcomes: outcomes(part, store.Delivered)})
+		if err != nil {
+			t.Fatalf("complete: %v", err)
+		}
+		return res
+	}
+	done := &store.Claim{Token: c.Token, DBTime: c.DBTime, Events: c.Events[:n-left]}
+	if res := completeAs(a.RelayID, done); len(res.Applied) != n-left {
+		t.Fatalf("relay a's first completion = %+v, want %d applied", res, n-left)
+	}
+	// Relay b joins; a gives it its surplus; b takes it.
+	b := store.ClaimRequest{RelayID: "lanes-b", Limit: n, Lease: lease, FailedBlocks: true, StrictFIFO: true}
+	for _, relay := range []string{b.RelayID, a.RelayID, b.RelayID} {
+		if err := holder.BalanceLanes(ctx, relay, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldA, heldB := holder.HeldLanes(a.RelayID), holder.HeldLanes(b.RelayID)
+	all := map[int]bool{}
+	for l := range heldA {
+		all[l] = true
+	}
+	for l := range heldB {
+		if all[l] {
+			t.Fatalf("lane %d is held by both relays", l)
+		}
+		all[l] = true
+	}
+	if len(heldA) != lanes.Count/2 || len(heldB) != lanes.Count/2 || len(all) != lanes.Count {
+		t.Fatalf("relay a holds %d lanes %v, b %d %v; want %d each, every lane held",
+			len(heldA), slices.Sorted(maps.Keys(heldA)), len(heldB), slices.Sorted(maps.Keys(heldB)), lanes.Count/2)
+	}
+	if cb, err := h.Store.Claim(ctx, b); err != nil || len(cb.Events) != 0 {
+		t.Fatalf("relay b claimed %v (%v); want nothing: every event is delivered or in relay a's batch", ids(cb), err)
+	}
+	rest := &store.Claim{Token: c.Token, DBTime: c.DBTime, Events: c.Events[n-left:]}
+	if res := completeAs(a.RelayID, rest); len(res.Applied) != left {
+		t.Fatalf("relay a's last completion = %+v, want %d applied", res, left)
+	}
+}
