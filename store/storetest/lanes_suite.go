@@ -95,12 +95,18 @@ func testBusyLanesStayWithTheirRelay(t *testing.T, h *Harness) {
 	if res := completeAs(a.RelayID, done); len(res.Applied) != n-left {
 		t.Fatalf("relay a's first completion = %+v, want %d applied", res, n-left)
 	}
-	// Relay b joins; a gives it its surplus; b takes it.
+	// Relay b joins; a gives it its surplus and renews the rest (under a
+	// longer lease, so that the renewal shows); b takes the surplus.
 	b := store.ClaimRequest{RelayID: "lanes-b", Limit: n, Lease: lease, FailedBlocks: true, StrictFIFO: true}
-	for _, relay := range []string{b.RelayID, a.RelayID, b.RelayID} {
-		if err := holder.BalanceLanes(ctx, relay, lease); err != nil {
-			t.Fatal(err)
-		}
+	if err := holder.BalanceLanes(ctx, b.RelayID, lease); err != nil {
+		t.Fatal(err)
+	}
+	_, untilBefore := h.leaseEnds(t, a.RelayID)
+	if err := holder.BalanceLanes(ctx, a.RelayID, 2*lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.BalanceLanes(ctx, b.RelayID, lease); err != nil {
+		t.Fatal(err)
 	}
 	heldA, heldB := holder.HeldLanes(a.RelayID), holder.HeldLanes(b.RelayID)
 	all := map[int]bool{}
@@ -117,6 +123,11 @@ func testBusyLanesStayWithTheirRelay(t *testing.T, h *Harness) {
 		t.Fatalf("relay a holds %d lanes %v, b %d %v; want %d each, every lane held",
 			len(heldA), slices.Sorted(maps.Keys(heldA)), len(heldB), slices.Sorted(maps.Keys(heldB)), lanes.Count/2)
 	}
+	if h.SQL != nil && h.Table != "" {
+		if renewed, _ := h.leaseEnds(t, a.RelayID); renewed <= untilBefore {
+			t.Fatalf("relay a's lanes were not renewed when it gave lanes up: the earliest lease ends at %d ms, no later than %d before", renewed, untilBefore)
+		}
+	}
 	if cb, err := h.Store.Claim(ctx, b); err != nil || len(cb.Events) != 0 {
 		t.Fatalf("relay b claimed %v (%v); want nothing: every event is delivered or in relay a's batch", ids(cb), err)
 	}
@@ -124,4 +135,22 @@ func testBusyLanesStayWithTheirRelay(t *testing.T, h *Harness) {
 	if res := completeAs(a.RelayID, rest); len(res.Applied) != left {
 		t.Fatalf("relay a's last completion = %+v, want %d applied", res, left)
 	}
+}
+
+// leaseEnds returns the earliest and the latest end of the leases of the
+// lanes relayID holds, in milliseconds of the database clock (0, 0 without
+// SQL access to the tables).
+func (h *Harness) leaseEnds(t *testing.T, relayID string) (earliest, latest int64) {
+	t.Helper()
+	if h.SQL == nil || h.Table == "" {
+		return 0, 0
+	}
+	q := "SELECT COALESCE(min(lease_until_ms), 0), COALESCE(max(lease_until_ms), 0) FROM " + h.Table + "_lanes WHERE owner = ?"
+	if h.Bind != nil {
+		q = h.Bind(q)
+	}
+	if err := h.SQL.QueryRowContext(context.Background(), q, relayID).Scan(&earliest, &latest); err != nil {
+		t.Fatalf("read the lanes' leases: %v", err)
+	}
+	return earliest, latest
 }
