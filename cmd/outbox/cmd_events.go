@@ -201,7 +201,7 @@ type EventsRetryCmd struct {
 	TTL     time.Duration `help:"A new deadline, from now. Without it, a deadline that has passed is removed."`
 
 	Status        string `help:"Requeue every event in this status (FAILED or EXPIRED) that matches the other filters." placeholder:"FAILED"`
-	ErrorLike     string `help:"Only events whose last error matches this SQL LIKE pattern (% any run, _ one character; ASCII case ignored), e.g. '%503%'."`
+	ErrorLike     string `help:"Only events whose last error matches this SQL LIKE pattern (% any run, _ one character; ASCII case ignored), e.g. '%status 503%' (a bare '%503%' also matches event ids and times that contain 503)."`
 	Since         string `help:"Only events that ended at or after this time (RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration ago, e.g. 2h)."`
 	Until         string `help:"Only events that ended before this time (same forms as --since)."`
 	AggregateType string `help:"Only events of this aggregate type."`
