@@ -135,6 +135,20 @@ func testBusyLanesStayWithTheirRelay(t *testing.T, h *Harness) {
 	if res := completeAs(a.RelayID, rest); len(res.Applied) != left {
 		t.Fatalf("relay a's last completion = %+v, want %d applied", res, left)
 	}
+	// Relay a stops: it gives its lanes back and leaves, so b takes every
+	// lane at its next balance (a live a would keep b at half).
+	if err := holder.ReleaseLanes(ctx, a.RelayID); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.BalanceLanes(ctx, b.RelayID, lease); err != nil {
+		t.Fatal(err)
+	}
+	if got, left := len(holder.HeldLanes(b.RelayID)), len(holder.HeldLanes(a.RelayID)); got != lanes.Count || left != 0 {
+		t.Fatalf("after relay a stopped: b holds %d lanes, a %d; want b all %d", got, left, lanes.Count)
+	}
+	if err := holder.BalanceLanes(ctx, b.RelayID, 0); err == nil {
+		t.Fatal("a balance under a lease of 0 was accepted")
+	}
 }
 
 // leaseEnds returns the earliest and the latest end of the leases of the
