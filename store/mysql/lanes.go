@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
@@ -166,6 +168,13 @@ func (s *Store) heldLanes(ctx context.Context, tx *sql.Tx, m map[int]int64, marg
 // PENDING (under a share lock: an operator's change or the sweeper's waits
 // for this transaction, or this one for it and then finds the row
 // changed), and the claim's row.
+// Refused implements lanes.Backend: the server refused a statement of
+// the claim's transaction (or its COMMIT), so it was rolled back.
+func (b claimBackend) Refused(err error) bool {
+	var me *mysqldrv.MySQLError
+	return errors.As(err, &me)
+}
+
 func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (lanes.CommitResult, error) {
 	s := b.s
 	var res lanes.CommitResult

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
@@ -312,6 +314,13 @@ SELECT f.ok, COALESCE(f.until, 0), now(), e.id, e.event_id, e.aggregate_type, e.
 FROM f LEFT JOIN e ON true`
 
 // CommitClaim implements lanes.Backend.
+// Refused implements lanes.Backend: the server's error ended the claim's
+// statement, and with it its implicit transaction.
+func (b claimBackend) Refused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}
+
 func (b claimBackend) CommitClaim(ctx context.Context, c lanes.CommitRequest) (lanes.CommitResult, error) {
 	s := b.s
 	var res lanes.CommitResult

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
+	sqlite "modernc.org/sqlite"
 )
 
 var _ store.LaneHolder = (*Store)(nil)
@@ -327,6 +329,13 @@ INSERT INTO "{{.Outbox}}_claims" (token, relay_id, lanes, lane_tokens, ids, crea
 VALUES (?, ?, ?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))`
 
 // CommitClaim implements lanes.Backend, in one BEGIN IMMEDIATE transaction.
+// Refused implements lanes.Backend: SQLite refused a statement of the
+// claim's transaction (or its COMMIT), so it was rolled back.
+func (b claimBackend) Refused(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se)
+}
+
 func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (lanes.CommitResult, error) {
 	s := b.s
 	var res lanes.CommitResult

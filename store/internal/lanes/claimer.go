@@ -26,6 +26,10 @@ type Backend interface {
 	// row and returns the claimed events (those still PENDING); otherwise
 	// it changes nothing and returns OK false.
 	CommitClaim(ctx context.Context, c CommitRequest) (CommitResult, error)
+	// Refused reports whether err, from CommitClaim, is the database's
+	// own refusal, after which nothing of the claim was committed (rather
+	// than no answer: a deadline, a cancellation, a connection lost).
+	Refused(err error) bool
 }
 
 // LaneRead is one lane of a read.
@@ -269,16 +273,19 @@ func (c *Claimer) claimOnce(ctx context.Context, rs *relayState, req store.Claim
 	res, err := c.b.CommitClaim(ctx, CommitRequest{RelayID: req.RelayID, Token: claim.Token, IDs: plan.Claim, Lanes: laneOf,
 		Fence: fence, MinLeaseMS: max(req.Lease.Milliseconds()/2, 1), Block: plan.Block, Defer: plan.Defer})
 	if err != nil {
-		// The claim may have committed with only its answer lost (the
-		// claim's deadline, or the connection, ending while the result
-		// was read). A claim the relay does not know of holds its events
-		// for as long as their lanes stay under the same tokens, and the
-		// relay would renew them for good: the events would never be
-		// sent. So the lanes it was fenced by are taken again under new
-		// tokens, which ends that claim if it exists (the sweeper then
-		// removes it); the relay's claims in flight on those lanes are
-		// fenced too, and their events delivered again.
-		rs.forget(slices.Collect(maps.Keys(fence)))
+		// Unless the database refused it, the claim may have committed
+		// with only its answer lost (the claim's deadline, or the
+		// connection, ending while the result was read). A claim the
+		// relay does not know of holds its events for as long as their
+		// lanes stay under the same tokens, and the relay would renew them
+		// for good: the events would never be sent. So the lanes it was
+		// fenced by are taken again under new tokens, which ends that
+		// claim if it exists (the sweeper then removes it); the relay's
+		// claims in flight on those lanes are fenced too, and their
+		// events delivered again.
+		if !c.b.Refused(err) {
+			rs.forget(slices.Collect(maps.Keys(fence)))
+		}
 		return true, err
 	}
 	if !res.OK {

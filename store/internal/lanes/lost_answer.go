@@ -25,6 +25,11 @@ type losingBackend struct {
 	left atomic.Int64
 }
 
+// Refused: a lost answer is no refusal.
+func (b *losingBackend) Refused(err error) bool {
+	return !errors.Is(err, ErrAnswerLost) && b.Backend.Refused(err)
+}
+
 func (b *losingBackend) CommitClaim(ctx context.Context, r CommitRequest) (CommitResult, error) {
 	res, err := b.Backend.CommitClaim(ctx, r)
 	if err != nil || b.left.Add(-1) < 0 {
