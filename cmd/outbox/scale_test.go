@@ -486,16 +486,18 @@ func scaleNoKills(t *testing.T, bc backendCase) {
 	// over, so nothing is delivered twice. The gate holds the first
 	// relay's requests until a second relay has started and taken lanes,
 	// which on a loaded machine can outlast the HTTP sink's default 10 s
-	// timeout: a request that timed out is retried, and the gateway,
-	// which recorded it once the gate opened, would count the retry as a
-	// duplicate. So the requests may wait as long as the test does.
-	args := append(scaleRelayArgs(dsn, table, "1m"), "--drain")
+	// timeout, and even a publish budget of 80% of a 1-minute lease (seen
+	// at a load of 25 to 40): a request that timed out, or a batch given
+	// back, is sent again, and the gateway, which recorded the first
+	// request once the gate opened, would count a duplicate. So the
+	// requests may wait as long as the test does.
+	args := append(scaleRelayArgs(dsn, table, "6m"), "--drain")
 	var procs []*relayProc
 	for i := range scaleRelays {
-		procs = append(procs, startScaleRelay(t, fmt.Sprintf("relay-%d", i+1), srv.URL, "timeout=4m", args...))
+		procs = append(procs, startScaleRelay(t, fmt.Sprintf("relay-%d", i+1), srv.URL, "timeout=5m", args...))
 	}
 	for _, p := range procs {
-		if err := p.wait(t, 4*time.Minute); err != nil {
+		if err := p.wait(t, 5*time.Minute); err != nil {
 			t.Fatalf("%s --drain: %v\n%s", p.name, err, p.stderr.String())
 		}
 	}
