@@ -185,10 +185,19 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 			}
 			// The late event is expired either by the relay's batch (route
 			// default) or, if the sweeper saw it first, by the sweeper
-			// (route "sweeper"): count it over the routes.
+			// (route "sweeper"): count it over the routes. A claim does not
+			// write the event row, so the sweeper can expire the late event
+			// while a claim of the relay that it did not see yet holds it;
+			// the relay's EXPIRED for it is then fenced, and counted as a
+			// lease lost (seen under load).
+			bySweeper, _ := sample(t, reg, "outbox_deliveries_total", "route", "sweeper", "outcome", string(relay.OutcomeExpired))
 			for outcome, n := range want {
-				if got := sum(t, reg, "outbox_deliveries_total", "outcome", string(outcome)); got != n {
-					t.Errorf("outbox_deliveries_total{outcome=%q} = %v, want %v", outcome, got, n)
+				got := sum(t, reg, "outbox_deliveries_total", "outcome", string(outcome))
+				if outcome == relay.OutcomeFenced && got <= bySweeper {
+					continue
+				}
+				if got != n {
+					t.Errorf("outbox_deliveries_total{outcome=%q} = %v, want %v (expired by the sweeper: %v)", outcome, got, n, bySweeper)
 				}
 			}
 			// The poison's follower is given back unsent (released) each time
@@ -210,8 +219,8 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 					t.Errorf("%s samples = %v", name, got)
 				}
 			}
-			if got := mustSample(t, reg, "outbox_lease_lost_total"); got != 0 {
-				t.Errorf("lease lost = %v", got)
+			if got := mustSample(t, reg, "outbox_lease_lost_total"); got > bySweeper {
+				t.Errorf("lease lost = %v, want 0 (or 1 when the sweeper expired the late event under the relay's claim)", got)
 			}
 			for _, op := range []string{"claim", "complete", "sweep", "purge", "count", "snapshot"} {
 				if got := mustSample(t, reg, "outbox_store_errors_total", "op", op); got != 0 {

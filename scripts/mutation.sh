@@ -4,7 +4,7 @@
 # takes tens of minutes. Usage:
 #
 #   go install github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-#   scripts/mutation.sh [relay] [postgres] [mysql] [mysql-claim] [sqlite] [lanes]   # default: all, one at a time
+#   scripts/mutation.sh [relay] [postgres] [mysql] [mysql-claim] [sqlite] [lanes] [lanes-pg]   # default: all, one at a time
 #
 # The services of the README's test section must be up (PostgreSQL, MariaDB).
 # Reports go to ${OUTBOX_MUTATION_OUT:-mutation-out}/<target>.{txt,json}.
@@ -78,7 +78,7 @@ all_but() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(relay postgres mysql mysql-claim sqlite lanes)
+[ ${#targets[@]} -gt 0 ] || targets=(relay postgres mysql mysql-claim sqlite lanes lanes-pg)
 for t in "${targets[@]}"; do
 	case $t in
 	relay) # claim.go, publish.go (expiry, deadlines, outcomes), complete.go (the outcome write and its retries), pipeline.go (order across batches), relay.go, sweeper.go
@@ -96,11 +96,14 @@ for t in "${targets[@]}"; do
 	sqlite) # relay.go (sweep), lanes.go (the lanes' read and record), complete.go (the outcome write), store.go (the clock, write transactions)
 		target sqlite store/sqlite "$(all_but store/sqlite relay lanes complete store)" \
 			"./store/sqlite" '^(TestConformance|TestRelayConformance|TestClaim|TestComplete|TestReaper|TestExpiry|TestConcurrentRelays|TestFormatTime)' 'TestConformance/Snapshot' ;;
-	lanes) # plan.go (window, runs, order), claimer.go (reads, fences, cursors), lease.go (leases, balancing), horizon.go (late commits), lanesql.go
-		target lanes store/internal/lanes '^$' \
-			"./store/internal/lanes ./store/sqlite ./store/postgres" '^(TestConformance|TestRelayConformance|TestClaim|TestUpgradeToLanes|TestEnqueueCommitVisibleRollbackInvisible|TestInterleaving|TestTruncate|TestHorizon|TestPlan|TestLanes)' 'TestConformance/Snapshot' ;;
+	lanes) # claimer.go (reads, fences, cursors), lease.go (leases, balancing), plan.go (window, runs, order), lanesql.go: the Go the three backends share, tested through SQLite (the fastest backend to run the suites on); horizon.go is lanes-pg's
+		target lanes store/internal/lanes '(^|/)(horizon|lost_answer)\.go$' \
+			"./store/internal/lanes ./store/sqlite" '^(TestPlan.*|TestHorizon.*|TestClaim.*|TestConformance|TestRelayConformance|TestUpgradeToLanes|TestConcurrentRelays|TestReaperAfterShortLease|TestExpiry)$' 'TestConformance/(Snapshot|Requeue|Producers|Routes)|TestRelayConformance/Outcome/OutcomeRefusedWithoutClassIsIsolated' ;;
+	lanes-pg) # horizon.go (PostgreSQL's late-commit horizon), through PostgreSQL
+		target lanes-pg store/internal/lanes '(^|/)(claimer|lease|plan|lanesql|lost_answer)\.go$' \
+			"./store/internal/lanes ./store/postgres" '^(TestHorizon.*|TestInterleaving.*|TestTruncate.*|TestClaimIDs.*|TestConformance)$' 'TestConformance/(Snapshot|Requeue|Producers|Routes|Deadlines)' ;;
 	*)
-		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite, lanes)" >&2
+		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite, lanes, lanes-pg)" >&2
 		exit 2
 		;;
 	esac
