@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"crypto/md5"
 	"fmt"
 	"maps"
 	"slices"
@@ -167,4 +168,62 @@ func (h *Harness) leaseEnds(t *testing.T, relayID string) (earliest, latest int6
 		t.Fatalf("read the lanes' leases: %v", err)
 	}
 	return earliest, latest
+}
+
+// postgresLane is the lane PostgreSQL's insert trigger gives an aggregate:
+// the first byte of md5("type:id"), modulo the lane count.
+func postgresLane(aggregateType, aggregateID string) int {
+	sum := md5.Sum([]byte(aggregateType + ":" + aggregateID))
+	return int(sum[0]) % lanes.Count
+}
+
+// testLateCommitInOneLane: of two aggregates of one lane, the event that
+// drew the lower id commits after the other was claimed and delivered. A
+// lane's read position (PostgreSQL's cursor) must not have passed it.
+func testLateCommitInOneLane(t *testing.T, h *Harness) {
+	if h.SingleWriter {
+		t.Skip("the database has one writer: a transaction cannot stay open while another commits")
+	}
+	ctx := context.Background()
+	first := "one-lane-a"
+	second := ""
+	for i := 0; second == ""; i++ {
+		if id := fmt.Sprintf("one-lane-b-%d", i); postgresLane("payment", id) == postgresLane("payment", first) {
+			second = id
+		}
+	}
+	// A read before the late transaction begins: the next read, which
+	// sees that one's transaction ended, knows every id up to it settled
+	// (PostgreSQL's horizon), but none after the late transaction's.
+	if c := claim(t, h.Store, 10, time.Minute, true); len(c.Events) != 0 {
+		t.Fatalf("claimed %v from an empty table", ids(c))
+	}
+	late, err := h.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = late.Rollback(context.Background()) })
+	lateID, err := late.Enqueue(ctx, PaymentEvent(first, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := Enqueue(t, h, PaymentEvent(second, 1))
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 1 || c.Events[0].EventID != early[0] {
+		t.Fatalf("claim with the lower id uncommitted = %v, want only the committed event %s", ids(c), early[0])
+	}
+	complete(t, h.Store, c, true, outcomes(c, store.Delivered))
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var again *store.Claim
+	wait.Until(t, 10*time.Second, "the late commit to be claimed", func() (bool, error) {
+		var err error
+		again, err = h.Store.Claim(ctx, store.ClaimRequest{RelayID: "test", Limit: 10, Lease: time.Minute, FailedBlocks: true})
+		return err == nil && len(again.Events) > 0, err
+	})
+	if len(again.Events) != 1 || again.Events[0].EventID != lateID[0] {
+		t.Fatalf("claim after the late commit = %v, want the late event %s", ids(again), lateID[0])
+	}
+	complete(t, h.Store, again, true, outcomes(again, store.Delivered))
 }

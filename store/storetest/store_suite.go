@@ -32,6 +32,7 @@ func RunStore(t *testing.T, newHarness Factory) {
 		{"AbandonedBatchClaimedAgain", testAbandonedBatchClaimedAgain},
 		{"ClaimWhoseAnswerWasLost", testClaimAnswerLost},
 		{"BusyLanesStayWithTheirRelay", testBusyLanesStayWithTheirRelay},
+		{"LateCommitInOneLane", testLateCommitInOneLane},
 		{"RetryBacksOffFollowers", testRetryDefersFollowers},
 		{"RetriedHeadNotStarvedByNewerFollowers", testRetriedHeadNotStarved},
 		{"PileBehindBackoffDoesNotStarveOthers", testPileBehindBackoff},
