@@ -105,8 +105,17 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	if num(m, "failed") != 0 {
 		t.Errorf("maintenance: %d events FAILED; the breaker must keep an outage from spending retries\n%s", num(m, "failed"), out)
 	}
-	if num(m, "expired_unavailable") < 1 || num(m, "expired_unavailable") > num(m, "expired") {
-		t.Errorf("maintenance: %d EXPIRED, %d of them \"destination unavailable since\"; want at least 1\n%s", num(m, "expired"), num(m, "expired_unavailable"), out)
+	// Which of the relay (with the route's state: "destination
+	// unavailable since") and the sweeper (without it: "deadline was")
+	// expires an event first is a race the demo's short maintenance
+	// window leaves open: on a loaded machine the sweeper won every one
+	// (fresh-clone CI runs). The reason itself is asserted by
+	// relay/breaker_e2e_test.go (at least 90% of a longer outage's
+	// expiries); the demo shows whichever it got.
+	if num(m, "expired_unavailable") > num(m, "expired") {
+		t.Errorf("maintenance: %d EXPIRED, %d of them \"destination unavailable since\"\n%s", num(m, "expired"), num(m, "expired_unavailable"), out)
+	} else if num(m, "expired_unavailable") == 0 {
+		t.Logf("maintenance: none of the %d EXPIRED says \"destination unavailable since\": the sweeper expired them first", num(m, "expired"))
 	}
 	if got := num(m, "processed") + num(m, "expired"); got != num(m, "events") || num(m, "events") == 0 {
 		t.Errorf("maintenance: %d events, %d delivered + %d expired; want every one final and none FAILED", num(m, "events"), num(m, "processed"), num(m, "expired"))
