@@ -178,26 +178,11 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 // claiming under the same relay id gets the batch's events again, and the
 // given-up batch's completion is fenced.
 func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
-	ctx := context.Background()
 	want := Enqueue(t, h, PaymentEvent("abandoned", 1), PaymentEvent("abandoned", 2))
 	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 300 * time.Millisecond, FailedBlocks: true}
 	old := claimShortLease(t, h.Store, req, 2)
 	// The relay lists no batch as its own any more: it gave the old one up.
-	var again *store.Claim
-	wait.Until(t, 30*time.Second, "the relay to claim the given-up batch's events again", func() (bool, error) {
-		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
-			return false, err
-		}
-		c, err := h.Store.Claim(ctx, req)
-		if err != nil || len(c.Events) == 0 {
-			return false, err
-		}
-		again = c
-		return true, nil
-	})
-	if len(again.Events) != 2 || again.Events[0].EventID != want[0] || again.Events[1].EventID != want[1] {
-		t.Fatalf("claimed again %v, want the events %v", ids(again), want)
-	}
+	again := claimAgainAfterSweeps(t, h, req, "the relay to claim the given-up batch's events again", want)
 	if res := complete(t, h.Store, old, true, outcomes(old, store.Delivered)); len(res.Applied) != 0 || len(res.Fenced) != 2 {
 		t.Fatalf("the given-up batch's completion = %+v, want both fenced", res)
 	}

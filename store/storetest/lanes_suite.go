@@ -31,21 +31,7 @@ func testClaimAnswerLost(t *testing.T, h *Harness) {
 	if c, err := h.Store.Claim(ctx, req); err == nil {
 		t.Fatalf("claim = %v, want the lost answer's error", ids(c))
 	}
-	var again *store.Claim
-	wait.Until(t, 30*time.Second, "the relay to claim the events of the claim whose answer was lost", func() (bool, error) {
-		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
-			return false, err
-		}
-		c, err := h.Store.Claim(ctx, req)
-		if err != nil || len(c.Events) == 0 {
-			return false, err
-		}
-		again = c
-		return true, nil
-	})
-	if len(again.Events) != 2 || again.Events[0].EventID != want[0] || again.Events[1].EventID != want[1] {
-		t.Fatalf("claimed again %v, want the events %v", ids(again), want)
-	}
+	again := claimAgainAfterSweeps(t, h, req, "the relay to claim the events of the claim whose answer was lost", want)
 	if res := complete(t, h.Store, again, true, outcomes(again, store.Delivered)); len(res.Applied) != 2 {
 		t.Fatalf("the new claim's completion = %+v, want both applied", res)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,33 @@ func claimShortLease(t testing.TB, s store.Store, req store.ClaimRequest, want i
 		return err == nil && len(c.Events) == want, err
 	})
 	return c
+}
+
+// claimAgainAfterSweeps sweeps and claims until a claim takes events,
+// and checks that it took exactly want, in order.
+func claimAgainAfterSweeps(t testing.TB, h *Harness, req store.ClaimRequest, what string, want []outbox.EventID) *store.Claim {
+	t.Helper()
+	ctx := context.Background()
+	var again *store.Claim
+	wait.Until(t, 30*time.Second, what, func() (bool, error) {
+		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
+			return false, err
+		}
+		c, err := h.Store.Claim(ctx, req)
+		if err != nil || len(c.Events) == 0 {
+			return false, err
+		}
+		again = c
+		return true, nil
+	})
+	got := make([]outbox.EventID, len(again.Events))
+	for i, e := range again.Events {
+		got[i] = e.EventID
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed again %v, want the events %v", ids(again), want)
+	}
+	return again
 }
 
 func outcomes(c *store.Claim, kind store.OutcomeKind) []store.Outcome {
