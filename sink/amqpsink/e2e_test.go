@@ -92,9 +92,9 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	r := newQueueReader(t, u, ex, "#", true)
 	_, ch := dialT(t, u)
 
-	// The rate limit stretches the drain over about 20 s, so that the
-	// restart (rabbitmqctl takes seconds to start) lands in the middle of
-	// it on a fast machine too.
+	// The rate limit stretches the drain over about 20 s, so that most of
+	// the backlog is still to send when the relay is frozen for the
+	// restart, on a fast machine too.
 	relay := e2etest.StartCLI(t, b.RelayArgs(fmt.Sprintf("%s?exchange=%s&publish_timeout=2s&reconnect_wait=100ms&rate=%d/s&burst=100", u, ex, n/20),
 		"--batch", "100", "--backoff-min", "10ms", "--backoff-max", "500ms", "--max-retries", "1000")...)
 
@@ -113,7 +113,16 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	if relay.Exited() {
 		t.Fatalf("the relay exited (%v) before the restart:\n%s", relay.Err(), relay.Log())
 	}
-	if err := node.restart(ctx, t); err != nil {
+	// The relay is frozen while rabbitmqctl stops the application: on a
+	// loaded machine rabbitmqctl can take longer than the rest of the
+	// drain, which would then finish before the broker went away. Thawed,
+	// the relay finds its connection closed and the broker down until
+	// start_app is done.
+	relay.Freeze(t)
+	node.rabbitmqctl(t, "stop_app")
+	relay.Thaw(t)
+	node.rabbitmqctl(t, "start_app")
+	if err := node.awaitAMQP(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.connect(); err != nil {
