@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -354,9 +355,19 @@ func scaleKillsAndJoins(t *testing.T, bc backendCase) {
 	gw := newScaleGateway(0)
 	srv := httptest.NewServer(gw)
 	t.Cleanup(func() { close(gw.quit); srv.Close() })
-	args := scaleRelayArgs(dsn, table, "5s")
+	// A lease short enough that a killed relay's events are taken over
+	// within seconds, long enough that a claim (which may take half of it)
+	// gets through on a loaded shared MariaDB.
+	args := scaleRelayArgs(dsn, table, "10s")
 
 	procs := map[string]*relayProc{}
+	// Registered before the relays' own cleanups, so it runs after them,
+	// once every relay has exited and its log can be read.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logRelayTails(t, slices.Collect(maps.Values(procs)))
+		}
+	})
 	started := 0
 	start := func() {
 		started++
@@ -493,6 +504,11 @@ func scaleNoKills(t *testing.T, bc backendCase) {
 	// requests may wait as long as the test does.
 	args := append(scaleRelayArgs(dsn, table, "6m"), "--drain")
 	var procs []*relayProc
+	t.Cleanup(func() {
+		if t.Failed() {
+			logRelayTails(t, procs)
+		}
+	})
 	for i := range scaleRelays {
 		procs = append(procs, startScaleRelay(t, fmt.Sprintf("relay-%d", i+1), srv.URL, "timeout=5m", args...))
 	}
@@ -560,4 +576,15 @@ func perRelay(by map[string][]string) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, len(by[k])))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// logRelayTails logs the end of each relay's log, for a failed test: run
+// from a cleanup registered before the relays', so that every relay has
+// exited by then.
+func logRelayTails(t *testing.T, procs []*relayProc) {
+	slices.SortFunc(procs, func(a, b *relayProc) int { return strings.Compare(a.name, b.name) })
+	for _, p := range procs {
+		lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+		t.Logf("%s, the last %d lines of its log:\n%s", p.name, min(len(lines), 20), strings.Join(lines[max(0, len(lines)-20):], "\n"))
+	}
 }
