@@ -4,7 +4,7 @@
 # takes tens of minutes. Usage:
 #
 #   go install github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-#   scripts/mutation.sh [relay] [postgres] [mysql] [mysql-claim] [sqlite] [lanes] [lanes-pg]   # default: all, one at a time
+#   scripts/mutation.sh [relay] [postgres] [mysql] [mysql-claim] [sqlite] [lanes] [lanes-pg] [lanes-plan]   # default: all, one at a time
 #
 # The services of the README's test section must be up (PostgreSQL, MariaDB).
 # Reports go to ${OUTBOX_MUTATION_OUT:-mutation-out}/<target>.{txt,json}.
@@ -99,11 +99,14 @@ for t in "${targets[@]}"; do
 	lanes) # claimer.go (reads, fences, cursors), lease.go (leases, balancing), plan.go (window, runs, order), lanesql.go: the Go the three backends share, tested through SQLite (the fastest backend to run the suites on); horizon.go is lanes-pg's
 		target lanes store/internal/lanes '(^|/)(horizon|lost_answer)\.go$' \
 			"./store/internal/lanes ./store/sqlite" '^(TestPlan.*|TestHorizon.*|TestClaim.*|TestConformance|TestRelayConformance|TestUpgradeToLanes|TestConcurrentRelays|TestReaperAfterShortLease|TestExpiry)$' 'TestConformance/(Snapshot|Requeue|Producers|Routes)|TestRelayConformance/Outcome/OutcomeRefusedWithoutClassIsIsolated' ;;
+	lanes-plan) # plan.go alone (the planner: window, runs, holding back), with lanes' tests: a shorter run than lanes for a change to the planner
+		target lanes-plan store/internal/lanes '(^|/)(claimer|lease|lanesql|horizon|lost_answer)\.go$' \
+			"./store/internal/lanes ./store/sqlite" '^(TestPlan.*|TestClaim.*|TestConformance|TestRelayConformance|TestUpgradeToLanes|TestConcurrentRelays|TestReaperAfterShortLease|TestExpiry)$' 'TestConformance/(Snapshot|Requeue|Producers|Routes)|TestRelayConformance/Outcome/OutcomeRefusedWithoutClassIsIsolated' ;;
 	lanes-pg) # horizon.go (PostgreSQL's late-commit horizon), through PostgreSQL
 		target lanes-pg store/internal/lanes '(^|/)(claimer|lease|plan|lanesql|lost_answer)\.go$' \
 			"./store/internal/lanes ./store/postgres" '^(TestHorizon.*|TestInterleaving.*|TestTruncate.*|TestClaimIDs.*|TestConformance)$' 'TestConformance/(Snapshot|Requeue|Producers|Routes|Deadlines)' ;;
 	*)
-		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite, lanes, lanes-pg)" >&2
+		echo "unknown target $t (relay, postgres, mysql, mysql-claim, sqlite, lanes, lanes-pg, lanes-plan)" >&2
 		exit 2
 		;;
 	esac

@@ -114,18 +114,21 @@ func testPausedRelayFenced(t *testing.T, h *storetest.Harness) {
 	gate := NewGate(outbox.Permanent(fmt.Errorf("stale relay's late answer")))
 	slow := &Recorder{Name: "paused", Fail: gate.Fail}
 	cfgA := testConfig(h, slow, "relay-paused")
-	cfgA.Lease = 300 * time.Millisecond
+	// A lease that ends soon, but leaves a claim (which gets half of it)
+	// time on a loaded machine: under 300 ms no claim got through in 30 s
+	// at a load of 40.
+	cfgA.Lease = 2 * time.Second
 	a := newRelay(t, cfgA)
 	stopA := runRelays(t, a)
 	select {
 	case <-gate.Entered():
-	case <-time.After(30 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the first relay never started publishing")
 	}
 	good := &Recorder{Name: "good"}
 	b := newRelay(t, testConfig(h, good, "relay-healthy"))
 	stopB := runRelays(t, b)
-	wait.Until(t, 30*time.Second, "the healthy relay to deliver the reaped event", func() (bool, error) {
+	wait.Until(t, time.Minute, "the healthy relay to deliver the reaped event", func() (bool, error) {
 		r, err := h.Store.GetEvent(ctx, id)
 		return r.Status == outbox.StatusProcessed, err
 	})

@@ -179,9 +179,14 @@ func testCompleteFencing(t *testing.T, h *Harness) {
 // given-up batch's completion is fenced.
 func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 	want := Enqueue(t, h, PaymentEvent("abandoned", 1), PaymentEvent("abandoned", 2))
-	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 300 * time.Millisecond, FailedBlocks: true}
+	// A lease that ends soon, but gives a claim (which may take half of
+	// it) time on a loaded shared server: 300 ms claimed nothing for 30 s
+	// on MariaDB at a load of 20.
+	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 2 * time.Second, FailedBlocks: true}
 	old := claimShortLease(t, h.Store, req, 2)
 	// The relay lists no batch as its own any more: it gave the old one up.
+	// (It claims under the same lease: a claim renews the relay's lanes,
+	// and the given-up batch comes back once their lease has ended.)
 	again := claimAgainAfterSweeps(t, h, req, "the relay to claim the given-up batch's events again", want)
 	if res := complete(t, h.Store, old, true, outcomes(old, store.Delivered)); len(res.Applied) != 0 || len(res.Fenced) != 2 {
 		t.Fatalf("the given-up batch's completion = %+v, want both fenced", res)
@@ -194,9 +199,9 @@ func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	Enqueue(t, h, PaymentEvent("lease", 1))
-	old := claimShortLease(t, h.Store, store.ClaimRequest{RelayID: "test", Limit: 10, Lease: 150 * time.Millisecond, FailedBlocks: true}, 1)
+	old := claimShortLease(t, h.Store, store.ClaimRequest{RelayID: "test", Limit: 10, Lease: time.Second, FailedBlocks: true}, 1)
 	var reaped int64
-	wait.Until(t, 10*time.Second, "the reaper to return the expired lease", func() (bool, error) {
+	wait.Until(t, 30*time.Second, "the reaper to return the expired lease", func() (bool, error) {
 		res, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true})
 		reaped += res.Reaped
 		return reaped == 1, err
