@@ -24,3 +24,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 // LoseClaimAnswers makes the store's next n claims commit and then fail,
 // as a claim whose answer is lost does (storetest.Harness.LoseClaimAnswers).
 func (s *Store) LoseClaimAnswers(n int) { s.claimer.LoseCommitAnswers(n) }
+
+// BetweenReapReads makes the sweeper run f between its read of the claims
+// and its read of the lanes (set it before the store is used).
+func (s *Store) BetweenReapReads(f func()) { s.betweenReapReads = f }

@@ -59,6 +59,10 @@ type Store struct {
 
 	deadlocks, lockWaits, gaveUp atomic.Int64
 
+	// betweenReapReads, when set (by a test), runs between the sweeper's
+	// read of the claims and its read of the lanes.
+	betweenReapReads func()
+
 	observers backend.EnqueueObservers
 }
 

@@ -58,8 +58,47 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 // a new token), so a claim found dead stays dead. It returns the rows
 // audited.
 func (s *Store) reapClaims(ctx context.Context, tx *sql.Tx, limit int, relay string) (int64, error) {
+	// The claims first, then the lanes: each statement of this READ
+	// COMMITTED transaction sees what was committed when it ran, so a claim
+	// read first is checked against lanes read after it, and a lane's token
+	// never comes back once it changed. Read the other way round, a claim
+	// committed between the two reads on a lane taken meanwhile would be
+	// checked against the lanes as they were before it, found dead, and its
+	// events delivered again.
+	type claimLanes struct {
+		token string
+		lanes map[int]int64
+	}
+	var claims []claimLanes
+	rows, err := tx.QueryContext(ctx, s.q.allClaims)
+	if err != nil {
+		return 0, err
+	}
+	for rows.Next() {
+		var (
+			token      string
+			ls, tokens []byte
+		)
+		if err := rows.Scan(&token, &ls, &tokens); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		m, err := laneTokens(token, ls, tokens)
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		claims = append(claims, claimLanes{token, m})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(claims) == 0 {
+		return 0, err
+	}
+	if s.betweenReapReads != nil {
+		s.betweenReapReads()
+	}
 	live := map[int]int64{}
-	rows, err := tx.QueryContext(ctx, s.q.allLanes)
+	rows, err = tx.QueryContext(ctx, s.q.allLanes)
 	if err != nil {
 		return 0, err
 	}
@@ -76,39 +115,21 @@ func (s *Store) reapClaims(ctx context.Context, tx *sql.Tx, limit int, relay str
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	rows, err = tx.QueryContext(ctx, s.q.allClaims)
-	if err != nil {
-		return 0, err
-	}
 	var dead []any
-	for rows.Next() {
-		var (
-			token      string
-			ls, tokens []byte
-		)
-		if err := rows.Scan(&token, &ls, &tokens); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		m, err := laneTokens(token, ls, tokens)
-		if err != nil {
-			rows.Close()
-			return 0, err
-		}
+	for _, c := range claims {
 		alive := false
-		for l, t := range m {
+		for l, t := range c.lanes {
 			if lt, ok := live[l]; ok && lt == t {
 				alive = true
 				break
 			}
 		}
 		if !alive && len(dead) < limit {
-			dead = append(dead, token)
+			dead = append(dead, c.token)
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(dead) == 0 {
-		return 0, err
+	if len(dead) == 0 {
+		return 0, nil
 	}
 	marks := fragments{Marks: "?" + strings.Repeat(",?", len(dead)-1)}
 	lock, err := s.q.render("dead_claims", marks)
