@@ -152,3 +152,63 @@ func TestHorizonSettlesAfterTheTransactionsEnd(t *testing.T) {
 		t.Fatalf("settled = %d, %v; want 3", settled, ok)
 	}
 }
+
+func TestPlanEmpty(t *testing.T) {
+	for _, tc := range []struct {
+		p    Plan
+		want bool
+	}{
+		{Plan{}, true},
+		{Plan{Claim: []int64{1}}, false},
+		{Plan{Block: []int64{1}}, false},
+		{Plan{Defer: map[int64]time.Time{1: t0}}, false},
+	} {
+		if got := tc.p.Empty(); got != tc.want {
+			t.Errorf("%+v.Empty() = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}
+
+// The window is the first Limit due rows by available_at, not by id: a
+// row retried (due later) does not keep an older due row out of it.
+func TestPlanWindowIsByDueTime(t *testing.T) {
+	late := row(1, "a", PartFIFO)
+	late.AvailableAt = t0.Add(2 * time.Second)
+	early := row(2, "b", PartFIFO)
+	early.AvailableAt = t0.Add(time.Second)
+	p := PlanClaim(PlanInput{Now: t0.Add(time.Minute), Limit: 1, FIFO: 1, Rows: window(late, early)})
+	if want := []int64{2}; !slices.Equal(p.Claim, want) {
+		t.Fatalf("claim = %v, want %v: the row due first", p.Claim, want)
+	}
+}
+
+// Among heads of equal place and priority (here a FIFO head and a
+// deadline head, more than Limit), the one whose aggregate was due first
+// goes first, whatever the ids.
+func TestPlanHeadsByFirstDue(t *testing.T) {
+	fifo := row(1, "a", PartFIFO)
+	fifo.AvailableAt = t0.Add(2 * time.Second)
+	edf := row(2, "b", PartDeadline)
+	edf.AvailableAt = t0.Add(time.Second)
+	p := PlanClaim(PlanInput{Now: t0.Add(time.Minute), Limit: 1, FIFO: 1, Rows: window(fifo, edf)})
+	if want := []int64{2}; !slices.Equal(p.Claim, want) {
+		t.Fatalf("claim = %v, want %v: the head due first", p.Claim, want)
+	}
+}
+
+// Behind a FAILED head, the aggregate's window rows past its run as read
+// are BLOCKED too: each claim clears its window of what it cannot take,
+// however long the pile behind the head.
+func TestPlanBlocksWindowRowsPastTheRun(t *testing.T) {
+	failed := row(1, "a", PartRun)
+	failed.Status = outbox.StatusFailed
+	rows := []Row{failed, row(2, "a", PartRun), row(2, "a", PartFIFO), row(7, "a", PartFIFO)}
+	rows = append(rows, window(row(3, "b", PartFIFO))...)
+	p := PlanClaim(PlanInput{Now: t0.Add(time.Minute), Limit: 10, FIFO: 10, FailedBlocks: true, Rows: rows})
+	if want := []int64{2, 7}; !slices.Equal(p.Block, want) {
+		t.Fatalf("block = %v, want %v: the run's row and the window's row past the run", p.Block, want)
+	}
+	if want := []int64{3}; !slices.Equal(p.Claim, want) {
+		t.Fatalf("claim = %v, want %v", p.Claim, want)
+	}
+}
