@@ -141,7 +141,9 @@ var statements = sqltext.MustParse("lanesql", `
 {{define "holdings"}}SELECT m.relay_id, (SELECT count(*) FROM {{.Q}}{{.Lanes}}{{.Q}} l
 		WHERE l.owner = m.relay_id AND l.lease_until_ms > {{.P 1}}) FROM {{.Q}}{{.Members}}{{.Q}} m WHERE m.seen_ms > {{.P 2}}{{end}}
 
-{{define "prune"}}DELETE FROM {{.Q}}{{.Members}}{{.Q}} WHERE seen_ms < {{.P 1}}{{end}}
+{{define "stale"}}SELECT relay_id FROM {{.Q}}{{.Members}}{{.Q}} WHERE seen_ms < {{.P 1}}{{end}}
+
+{{define "prune"}}DELETE FROM {{.Q}}{{.Members}}{{.Q}} WHERE relay_id = {{.P 1}} AND seen_ms < {{.P 2}}{{end}}
 
 {{define "leave"}}DELETE FROM {{.Q}}{{.Members}}{{.Q}} WHERE relay_id = {{.P 1}}{{end}}
 

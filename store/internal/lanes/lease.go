@@ -232,7 +232,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 		if _, err := q.Exec(ctx, c.d.render(c.t, "member", names{}), relayID, now); err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, c.d.render(c.t, "prune", names{}), now-100*max(leaseMS, liveMS)); err != nil {
+		if err := c.prune(ctx, q, now-100*max(leaseMS, liveMS)); err != nil {
 			return err
 		}
 		hunger, err := c.hunger(ctx, q, now, now-liveMS, relayID)
@@ -360,6 +360,39 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 	rs.held, rs.stuck = next, stuck
 	rs.balanced = c.now()
 	rs.stale = false
+	return nil
+}
+
+// prune removes the members not seen since before: it finds them with a
+// plain read and deletes each by its key. One DELETE with a range on
+// seen_ms would lock, on InnoDB, the first row past the range too: the
+// row of a live relay, which that relay's balance holds from its own
+// upsert until it commits, while it waits on lanes this balance holds
+// (a deadlock that, with several relays balancing every second, kept the
+// lanes from moving).
+func (c *Claimer) prune(ctx context.Context, q Querier, before int64) error {
+	rows, err := q.Query(ctx, c.d.render(c.t, "stale", names{}), before)
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		stale = append(stale, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, id := range stale {
+		if _, err := q.Exec(ctx, c.d.render(c.t, "prune", names{}), id, before); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
