@@ -82,6 +82,7 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 	return &storetest.Harness{
 		Store:            s,
 		LoseClaimAnswers: s.LoseClaimAnswers,
+		Conflict:         isConflict,
 		Begin: func(ctx context.Context) (storetest.Tx, error) {
 			tx, err := db.BeginTx(ctx, nil)
 			return myTx{tx, s}, err

@@ -142,7 +142,7 @@ func testSeqConcurrentEnqueue(t *testing.T, h *Harness) {
 				if h.SingleWriter {
 					writeMu.Lock()
 				}
-				err := func() error {
+				produce := func() error {
 					tx, err := h.Begin(ctx)
 					if err != nil {
 						return err
@@ -160,7 +160,14 @@ func testSeqConcurrentEnqueue(t *testing.T, h *Harness) {
 						return tx.Rollback(ctx)
 					}
 					return tx.Commit(ctx)
-				}()
+				}
+				err := produce()
+				// A deadlock rolled the transaction back: retried as a
+				// whole, as an application does (its numbers, too, must
+				// leave no gap).
+				for try := 1; err != nil && h.Conflict != nil && h.Conflict(err) && try < 20; try++ {
+					err = produce()
+				}
 				if h.SingleWriter {
 					writeMu.Unlock()
 				}

@@ -61,6 +61,11 @@ type Harness struct {
 	// then return an error, as a claim does whose deadline or connection
 	// ends while its result is read after the commit.
 	LoseClaimAnswers func(n int)
+	// Conflict, when set, reports whether err, from a producer's
+	// transaction, is a lock conflict that the database rolled the
+	// transaction back for (a deadlock): an application retries such a
+	// transaction as a whole, and so do the producer tests.
+	Conflict func(err error) bool
 }
 
 // Factory returns a fresh harness on new tables; it registers its own cleanup.
