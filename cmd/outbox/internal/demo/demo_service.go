@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	sqlitedrv "modernc.org/sqlite"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store/postgres"
@@ -427,6 +428,12 @@ func (s *paymentService) record(id outbox.EventID, committed bool, err error, e 
 // row: the incidents' extra load) and files them as committed.
 func (s *paymentService) enqueueDirect(ctx context.Context, evs ...outbox.Event) ([]outbox.EventID, error) {
 	tx, err := s.db.db.BeginTx(ctx, nil)
+	// SQLite's BEGIN IMMEDIATE gives up after its busy timeout (10 s) when
+	// the relays hold the write lock that long, as on a loaded machine:
+	// nothing happened, so it is tried again, as an application would.
+	for try := 1; err != nil && sqliteBusy(err) && try < 5; try++ {
+		tx, err = s.db.db.BeginTx(ctx, nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
@@ -454,4 +461,10 @@ func (s *paymentService) enqueueDirect(ctx context.Context, evs ...outbox.Event)
 		s.nudge()
 	}
 	return ids, nil
+}
+
+// sqliteBusy reports whether err is SQLite's SQLITE_BUSY.
+func sqliteBusy(err error) bool {
+	var se *sqlitedrv.Error
+	return errors.As(err, &se) && se.Code()&0xff == 5
 }
