@@ -72,14 +72,15 @@ func RemoveCLI() {
 	}
 }
 
-// RunCLI runs `outbox args...` with stdin, waits at most five minutes, and
-// fails the test unless it exits 0. It returns what the command printed on
-// stdout.
+// RunCLI runs `outbox args...` with stdin, waits at most five minutes for
+// it (the first call's build of the CLI not counted), and fails the test
+// unless it exits 0. It returns what the command printed on stdout.
 func RunCLI(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
+	path := BuildCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, BuildCLI(t), args...)
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
