@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 )
@@ -14,7 +16,14 @@ import (
 // minutes (15 s with -short) while `outbox relay` at its default retry and
 // breaker settings drains a backlog: the route's breaker opens, nothing
 // ends FAILED, no retry is counted beyond the opening, and once the server
-// is back the backlog drains within 60 s, in order.
+// is back the backlog drains within 60 s, in order, with no event in the
+// stream twice.
+//
+// A publish that the server stored but whose PubAck the stop lost is sent
+// again after the outage, and the stream drops that repeat only within its
+// duplicate window (2 minutes by default, as long as the outage): the test
+// creates the stream the sink would, with a window longer than the whole
+// test, as a deployment that rides out long outages without repeats does.
 func TestE2EServerDownBehindBreaker(t *testing.T) {
 	t.Parallel()
 	outage := e2etest.BrokerOutage(testenv.Short())
@@ -24,6 +33,13 @@ func TestE2EServerDownBehindBreaker(t *testing.T) {
 	_, js := jsClient(t, e.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), outage+4*time.Minute)
 	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:       "OUTBOX",
+		Subjects:   []string{"payment.events", "merchant.events"},
+		Duplicates: outage + 5*time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// A rate limit keeps most of the backlog waiting when the server stops.
 	relay := e2etest.StartCLI(t, append(b.RelayArgs(e.URL+"?reconnect_wait=50ms&rate=100/s"), "--poll-interval", "1s", "--batch", "100")...)
 	relay.Await(ctx, t, 20*time.Millisecond, fmt.Sprintf("%d events in the stream", n/10), func() bool {

@@ -104,7 +104,11 @@
 // dropped, fails retryably, and the relay sends it again. A repeat within
 // the duplicate window is dropped by the stream, so a server restart
 // yields no duplicates in the stream unless an event is retried after its
-// window ended. [Sink.Close] waits for the calls in flight, then drains
+// window ended: a publish the server stored just before it stopped, whose
+// PubAck was lost, is sent again only once the server is back. To ride out
+// longer outages without repeats, create the stream with a duplicate
+// window (Duplicates) longer than them before the relay starts; the sink
+// uses an existing stream as it is. [Sink.Close] waits for the calls in flight, then drains
 // the connection.
 //
 // # URL form
