@@ -68,7 +68,8 @@ func newBrowser(t *testing.T) context.Context {
 	return ctx
 }
 
-// step runs actions with a deadline.
+// step runs actions with a deadline. The deadlines of step, text and
+// shoot bound a hang: Chromium on a loaded 2-core machine is slow.
 func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -80,7 +81,7 @@ func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Ac
 
 func text(t *testing.T, ctx context.Context, css string) string {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(css)))
 	if err != nil {
@@ -93,7 +94,7 @@ func text(t *testing.T, ctx context.Context, css string) string {
 // $OUTBOX_SCREENSHOTS_DIR when set (how docs/screenshots is made).
 func shoot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)) // 100: PNG
 	if err != nil {

@@ -220,13 +220,14 @@ func TestSIGKILLMidBatch(t *testing.T) {
 	}
 }
 
-// startRelay runs the test binary as `outbox <args>`.
-func startRelay(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+// startRelay runs the test binary as `outbox <args>`. Its stderr may be
+// read while the relay runs.
+func startRelay(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "OUTBOX_TEST_EXEC_MAIN=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &syncWriter{w: &stderr}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -236,18 +237,26 @@ func startRelay(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
 			_, _ = cmd.Process.Wait()
 		}
 	})
-	return cmd, &stderr
+	return cmd, stderr
 }
 
-type syncWriter struct {
+// lockedBuffer is a bytes.Buffer that a process's output can be copied
+// into while the test reads it.
+type lockedBuffer struct {
 	mu sync.Mutex
-	w  io.Writer
+	b  bytes.Buffer
 }
 
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 var _ = testenv.InCI

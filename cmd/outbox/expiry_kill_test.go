@@ -168,7 +168,7 @@ func TestSIGKILLMidExpiry(t *testing.T) {
 			}))
 			defer gw.Close()
 			relayArgs := []string{"relay", "--db", dsn, "--table", table, "--sink", gw.URL, "--batch", "10",
-				"--poll-interval", "10ms", "--lease", "1s", "--sweep-interval", "100ms", "--progress", "0"}
+				"--poll-interval", "10ms", "--lease", "3s", "--sweep-interval", "100ms", "--progress", "0"}
 
 			kind := bc.name
 			wait, release, ok := holdAggregateLock(t, kind, dsn, table, "payment", "exp-150")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -256,7 +255,7 @@ func lanesOf(t *testing.T, bc backendCase, dsn, table string) map[int]int {
 type relayProc struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
 	err    error // set once done has been received
 }

@@ -53,11 +53,13 @@ func TestScenariosSmoke(t *testing.T) {
 	prefix := fmt.Sprintf("outbox_bench_test_%d_", os.Getpid())
 	var progress bytes.Buffer
 	rep, err := benchkit.Run(ctx, benchkit.Config{
-		DSN:          dsn,
-		Events:       300,
-		Aggregates:   10,
-		Producers:    2,
-		Duration:     300 * time.Millisecond,
+		DSN:        dsn,
+		Events:     300,
+		Aggregates: 10,
+		Producers:  2,
+		// 2 s, not less: on a loaded machine a producer may commit
+		// nothing in a few hundred milliseconds, and steady needs a rate.
+		Duration:     2 * time.Second,
 		Rates:        []int{100},
 		Runs:         1,
 		Batch:        100,

@@ -121,7 +121,9 @@ func startRabbitNode(t testing.TB, conf ...string) *rabbitNode {
 		n.kill()
 		stdin.Close()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Erlang boots a node in seconds on a quiet machine; under two copies
+	// of the suite it took more than 2 minutes once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := n.awaitAMQP(ctx); err != nil {
 		msg := fmt.Sprintf("the private RabbitMQ node %s did not start: %v\n%s", n.Name, err, n.logTail())
