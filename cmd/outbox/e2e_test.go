@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -222,11 +221,11 @@ func TestSIGKILLMidBatch(t *testing.T) {
 
 // startRelay runs the test binary as `outbox <args>`. Its stderr may be
 // read while the relay runs.
-func startRelay(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+func startRelay(t *testing.T, args ...string) (*exec.Cmd, *testenv.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "OUTBOX_TEST_EXEC_MAIN=1")
-	stderr := &lockedBuffer{}
+	stderr := &testenv.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -238,25 +237,6 @@ func startRelay(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
 		}
 	})
 	return cmd, stderr
-}
-
-// lockedBuffer is a bytes.Buffer that a process's output can be copied
-// into while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var _ = testenv.InCI

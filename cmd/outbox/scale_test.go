@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/internal/testenv/wait"
 )
 
@@ -255,7 +256,7 @@ func lanesOf(t *testing.T, bc backendCase, dsn, table string) map[int]int {
 type relayProc struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testenv.Buffer
 	done   chan error
 	err    error // set once done has been received
 }
