@@ -48,10 +48,27 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 			t.Errorf("%s = %d, want 0\n%s", k, n(k), out)
 		}
 	}
-	for _, k := range []string{"delivered", "retried", "failed", "expired", "rolled_back", "committed"} {
+	for _, k := range []string{"delivered", "retried", "expired", "rolled_back", "committed"} {
 		if n(k) <= 0 {
 			t.Errorf("%s = %d, want > 0 (the incident did not show)\n%s", k, n(k), out)
 		}
+	}
+	// Incident 2 (the poison merchant) may not show on a machine too slow
+	// for the compressed QR lifetime: every approval ran out before a
+	// relay sent it. The demo says so, and the gateway's own count proves
+	// it: it refused no request of the merchant.
+	poisonShown := true
+	switch slow := tooSlow(sum, "incident 2"); {
+	case n("failed") > 0 && slow:
+		t.Errorf("%d events FAILED, yet the demo says incident 2 could not show:\n%s", n("failed"), out)
+	case n("failed") > 0:
+	case n("poison_refused") > 0:
+		t.Errorf("the gateway refused %d requests of the poison merchant, yet no event FAILED\n%s", n("poison_refused"), out)
+	case !slow:
+		t.Errorf("no event FAILED, and the demo does not say it was too slow to show incident 2\n%s", out)
+	default:
+		poisonShown = false
+		t.Logf("the machine was too slow to show incident 2 (no 400 reached the gateway): checked that the demo said so")
 	}
 	if got := n("processed") + n("failed") + n("expired") + n("blocked"); got != n("committed") {
 		t.Errorf("processed+failed+expired+blocked = %d, committed %d: some events are in no final state", got, n("committed"))
@@ -63,8 +80,17 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 		t.Errorf("ok = %v", sum["ok"])
 	}
 	checkDemoIncidents56(t, out, sum)
-	for _, want := range []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "INCIDENT 5", "INCIDENT 6", "ALARM",
-		"status      FAILED", "EXPIRED (retry_count", "summary:", "result: ok"} {
+	wants := []string{"INCIDENT 1", "INCIDENT 2", "INCIDENT 3", "INCIDENT 4", "INCIDENT 5", "INCIDENT 6",
+		"EXPIRED (retry_count", "summary:", "result: ok"}
+	if poisonShown {
+		wants = append(wants, "ALARM", "status      FAILED")
+	}
+	if _, slow := sum["too_slow"]; slow {
+		wants = append(wants, "too slow: this machine could not show every incident", "try --time-scale")
+	} else if strings.Contains(out, "too slow:") {
+		t.Errorf("the output says the machine was too slow, the JSON summary does not:\n%s", out)
+	}
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -99,8 +125,25 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 		return int(v)
 	}
 	m := obj("maintenance")
-	if num(m, "breaker_opened") < 1 || num(m, "breaker_closed") < 1 {
-		t.Errorf("maintenance: breaker opened %d, closed %d times; want both at least once\n%s", num(m, "breaker_opened"), num(m, "breaker_closed"), out)
+	// On a machine too slow for the compressed QR lifetime, the events
+	// written during the maintenance can run out before a relay claims
+	// them: then no relay meets enough 503s in a row to open the breaker.
+	// The demo says so, and the gateway's count of requests per relay
+	// during the outage proves it.
+	slow := tooSlow(sum, "incident 5")
+	switch most, limit := num(m, "most_outage_requests_one_relay"), num(m, "breaker_consecutive_failures"); {
+	case num(m, "breaker_opened") >= 1 && slow:
+		t.Errorf("maintenance: the breaker opened, yet the demo says incident 5 could not show:\n%s", out)
+	case num(m, "breaker_opened") >= 1:
+		if num(m, "breaker_closed") < 1 {
+			t.Errorf("maintenance: breaker opened %d, closed %d times; want both at least once\n%s", num(m, "breaker_opened"), num(m, "breaker_closed"), out)
+		}
+	case most >= limit || limit < 1:
+		t.Errorf("maintenance: a relay met %d 503s during the outage (%d in a row open the breaker), yet the breaker never opened\n%s", most, limit, out)
+	case !slow:
+		t.Errorf("maintenance: the breaker never opened, and the demo does not say it was too slow to show incident 5\n%s", out)
+	default:
+		t.Logf("the machine was too slow to show incident 5 (at most %d requests from one relay during the outage): checked that the demo said so", most)
 	}
 	if num(m, "failed") != 0 {
 		t.Errorf("maintenance: %d events FAILED; the breaker must keep an outage from spending retries\n%s", num(m, "failed"), out)
@@ -117,8 +160,12 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	} else if num(m, "expired_unavailable") == 0 {
 		t.Logf("maintenance: none of the %d EXPIRED says \"destination unavailable since\": the sweeper expired them first", num(m, "expired"))
 	}
-	if got := num(m, "processed") + num(m, "expired"); got != num(m, "events") || num(m, "events") == 0 {
-		t.Errorf("maintenance: %d events, %d delivered + %d expired; want every one final and none FAILED", num(m, "events"), num(m, "processed"), num(m, "expired"))
+	// Without an open breaker, the events met 503s and retries instead:
+	// they may still be moving when the demo stops waiting for them (the
+	// run's final accounting, checkDemoSummary's, covers them).
+	if got := num(m, "processed") + num(m, "expired") + num(m, "moving"); got != num(m, "events") || num(m, "events") == 0 ||
+		(num(m, "moving") > 0 && !slow) {
+		t.Errorf("maintenance: %d events, %d delivered + %d expired, %d moving; want every one final and none FAILED", num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "moving"))
 	}
 	want := fmt.Sprintf("breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
 		num(m, "breaker_opened"), num(m, "breaker_closed"), num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "expired_unavailable"))
@@ -142,6 +189,18 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	if routes, _ := sum["routes"].(map[string]any); routes["merchant.events"] == nil {
 		t.Errorf("no event reached merchant.events: %v", sum["routes"])
 	}
+}
+
+// tooSlow reports whether the summary says the machine was too slow to
+// show the incident (e.g. "incident 5").
+func tooSlow(sum map[string]any, incident string) bool {
+	list, _ := sum["too_slow"].([]any)
+	for _, v := range list {
+		if s, _ := v.(string); strings.HasPrefix(s, incident+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestDemoShortSQLite runs the short demo on its default backend and checks

@@ -60,6 +60,7 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 		Delivered: len(rep.Accepted), Duplicates: rep.Duplicates, OrderViolations: len(rep.Violations),
 		DeadLetters: int(st.DeadLetters), Alarms: int(d.alarms.Load()),
 		GatewayRequests: rep.Requests, DeliveredBy: rep.ByRelay, Routes: rep.ByRoute,
+		PoisonRefused: d.gw.PoisonRefused(), TooSlow: d.tooSlow,
 	}
 	// The first FAILED event of each aggregate: later events wait behind it.
 	failedAt := map[string]int64{}
@@ -139,7 +140,8 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 	}
 	if m := d.maint; m.ran {
 		s.Maintenance = &MaintenanceSummary{BreakerOpened: m.opened, BreakerClosed: m.closed, Events: m.events,
-			Processed: m.processed, Failed: m.failed, Expired: m.expired, ExpiredUnavailable: m.expiredBy}
+			Processed: m.processed, Failed: m.failed, Expired: m.expired, ExpiredUnavailable: m.expiredBy,
+			Moving: m.moving, MostOutageRequests: m.mostFaults, BreakerThreshold: m.threshold}
 	}
 	if e := d.edf; e.ran {
 		s.EDF = &EDFSummary{Backlog: e.backlog, DeadlineMS: e.deadline.Milliseconds(),

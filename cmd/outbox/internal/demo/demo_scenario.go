@@ -327,7 +327,8 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 	var approvals, cancels []outbox.EventID
 	var final map[outbox.Status]int
 	var left []outbox.EventID
-	for round, from := 1, 0; ; round++ {
+	round := 1
+	for from := 0; ; round++ {
 		var err error
 		approvals, cancels, from, err = d.poisonRound(ctx, from)
 		if err != nil {
@@ -366,6 +367,10 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
+	}
+	if d.gw.PoisonRefused() == 0 {
+		d.noteTooSlow(fmt.Sprintf("incident 2: the gateway refused no request of %s: in %s every approval ran out before a relay sent it",
+			poisonMerchant, plural(round, "round", "rounds")))
 	}
 	after, _ := d.gw.Counts()
 	d.con.Printf("INCIDENT 2", "%d of %d approvals FAILED and were dead-lettered%s; %d CancelRequested wait BLOCKED behind them",

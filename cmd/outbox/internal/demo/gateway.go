@@ -109,6 +109,8 @@ type Gateway struct {
 	duplicates int
 	dupByEvent map[string]int
 	outageHits map[string]bool
+	outageBy   map[string]int // 503s of the last outage, by relay
+	refused    int            // 400s to the poison merchant
 	byRelay    map[string]int
 	byRoute    map[string]int
 	latency    time.Duration
@@ -151,6 +153,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		lastSeq:    map[string]int{},
 		dupByEvent: map[string]int{},
 		outageHits: map[string]bool{},
+		outageBy:   map[string]int{},
 		byRelay:    map[string]int{},
 		byRoute:    map[string]int{},
 		latency:    cfg.Latency,
@@ -196,6 +199,7 @@ func (g *Gateway) SetDown(down bool) {
 	g.down = down
 	if down {
 		clear(g.outageHits)
+		clear(g.outageBy)
 	}
 }
 
@@ -227,6 +231,27 @@ func (g *Gateway) OutageHits() []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// MostOutageRequests returns the most requests one relay sent during the
+// last outage (each answered 503), and that relay.
+func (g *Gateway) MostOutageRequests() (n int, relay string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for r, c := range g.outageBy {
+		if c > n || (c == n && r < relay) {
+			n, relay = c, r
+		}
+	}
+	return n, relay
+}
+
+// PoisonRefused returns how many requests of the poison merchant the
+// gateway refused (400 Bad Request).
+func (g *Gateway) PoisonRefused() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refused
 }
 
 // HoldNext makes the gateway accept the next request from relay (its
@@ -322,6 +347,7 @@ func (g *Gateway) decideLocked(key string, d Delivery, p payload, jsonErr error)
 		if key != "" {
 			g.outageHits[key] = true
 		}
+		g.outageBy[d.Relay]++
 		return http.StatusServiceUnavailable, "gateway unavailable (outage)", nil
 	case g.cfg.FailRate > 0 && g.rnd.Float64() < g.cfg.FailRate:
 		return http.StatusServiceUnavailable, "gateway busy, try again", nil
@@ -330,6 +356,7 @@ func (g *Gateway) decideLocked(key string, d Delivery, p payload, jsonErr error)
 	case jsonErr != nil:
 		return http.StatusBadRequest, "the body is not JSON: " + jsonErr.Error(), nil
 	case g.cfg.PoisonMerchant != "" && p.MerchantID == g.cfg.PoisonMerchant:
+		g.refused++
 		return http.StatusBadRequest, "merchant " + p.MerchantID + ": invalid business registration", nil
 	}
 	if _, seen := g.accepted[key]; seen {

@@ -68,10 +68,23 @@ func TestGatewayJudges(t *testing.T) {
 	if got := post(t, g, "r1", "e5", "T3", 0, "M-0001"); got != 503 {
 		t.Fatalf("during an outage: %d, want 503", got)
 	}
+	post(t, g, "r2", "e6", "T4", 0, "M-0001")
+	post(t, g, "r2", "e6", "T4", 0, "M-0001")
 	g.SetDown(false)
-	if hits := g.OutageHits(); len(hits) != 1 || hits[0] != "e5" {
-		t.Fatalf("outage hits %v, want [e5]", hits)
+	if hits := g.OutageHits(); len(hits) != 2 || hits[0] != "e5" || hits[1] != "e6" {
+		t.Fatalf("outage hits %v, want [e5 e6]", hits)
 	}
+	if n, relay := g.MostOutageRequests(); n != 2 || relay != "r2" {
+		t.Fatalf("most outage requests %d from %q, want 2 from r2", n, relay)
+	}
+	if n := g.PoisonRefused(); n != 1 {
+		t.Fatalf("poison refused %d, want 1", n)
+	}
+	g.SetDown(true) // a new outage counts afresh
+	if n, _ := g.MostOutageRequests(); n != 0 {
+		t.Fatalf("most outage requests %d at the start of a new outage, want 0", n)
+	}
+	g.SetDown(false)
 
 	r := g.Report()
 	if len(r.Accepted) != 4 || r.Duplicates != 1 || r.DupByEvent["e1"] != 1 {
@@ -83,7 +96,7 @@ func TestGatewayJudges(t *testing.T) {
 	if r.ByRelay["r1"] != 1 || r.ByRelay["r2"] != 3 || r.ByRoute["payment.events"] != 4 {
 		t.Fatalf("by relay %v, by route %v", r.ByRelay, r.ByRoute)
 	}
-	if r.ByStatus[400] != 2 || r.ByStatus[503] != 1 || r.Requests != 8 {
+	if r.ByStatus[400] != 2 || r.ByStatus[503] != 3 || r.Requests != 10 {
 		t.Fatalf("statuses %v of %d requests", r.ByStatus, r.Requests)
 	}
 }

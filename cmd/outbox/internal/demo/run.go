@@ -193,6 +193,18 @@ type demoRun struct {
 	expiredSample outbox.EventID
 	maint         maintenanceResult
 	edf           edfResult
+	// tooSlow says which incidents this machine was too slow to show at
+	// this time scale (see noteTooSlow).
+	tooSlow []string
+}
+
+// noteTooSlow records, and says, that an incident could not show because
+// this machine was too slow for the compressed QR lifetime: the events
+// ran out before a relay could send them. The guarantees are still
+// checked; the summary repeats the note with a time scale to try.
+func (d *demoRun) noteTooSlow(why string) {
+	d.tooSlow = append(d.tooSlow, why)
+	d.con.Printf("", "   this machine is too slow for a %s QR lifetime: %s", d.plan.ttl, why)
 }
 
 // Run runs the demo: sets it up, plays the scenario, checks the guarantees

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -81,6 +82,15 @@ type Summary struct {
 	Maintenance *MaintenanceSummary `json:"maintenance,omitempty"`
 	EDF         *EDFSummary         `json:"edf,omitempty"`
 
+	// PoisonRefused counts the poison merchant's requests the gateway
+	// refused (400).
+	PoisonRefused int `json:"poison_refused"`
+	// TooSlow says which incidents could not show because this machine
+	// was too slow for the compressed QR lifetime (the events ran out
+	// before a relay sent them), and what it measured. The guarantees
+	// hold all the same; a smaller --time-scale shows the incidents.
+	TooSlow []string `json:"too_slow,omitempty"`
+
 	GatewayRequests int            `json:"gateway_requests"`
 	DeliveredBy     map[string]int `json:"delivered_by"`
 	Routes          map[string]int `json:"routes"`
@@ -102,6 +112,13 @@ type MaintenanceSummary struct {
 	Failed             int `json:"failed"`
 	Expired            int `json:"expired"`
 	ExpiredUnavailable int `json:"expired_unavailable"`
+	// Moving counts the events not yet final when the demo stopped
+	// waiting for them (they are accounted for at the end of the run).
+	Moving int `json:"moving"`
+	// MostOutageRequests is the most requests one relay sent during the
+	// outage; BreakerThreshold the faults in a row that open the breaker.
+	MostOutageRequests int `json:"most_outage_requests_one_relay"`
+	BreakerThreshold   int `json:"breaker_consecutive_failures"`
 }
 
 // EDFSummary compares how many short-deadline approvals met their
@@ -187,6 +204,13 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("reaped", s.Reaped, "returned to PENDING after a dead relay's lease")
 	row("lost", s.Lost, must0(s.Lost)+": committed, in no final state, never seen by the gateway")
 	row("order violations", s.OrderViolations, must0(s.OrderViolations)+": per aggregate, as the gateway saw them")
+	if len(s.TooSlow) > 0 {
+		fmt.Fprintf(&b, "too slow: this machine could not show every incident with a %s QR lifetime (the guarantees above are checked all the same); try --time-scale %g:\n",
+			time.Duration(s.QRTTLMS)*time.Millisecond, max(1, math.Floor(s.TimeScale/4)))
+		for _, why := range s.TooSlow {
+			fmt.Fprintf(&b, "  - %s\n", why)
+		}
+	}
 	if p := s.Problems(); len(p) > 0 {
 		fmt.Fprintf(&b, "result: BROKEN: %s\n", strings.Join(p, "; "))
 	} else {

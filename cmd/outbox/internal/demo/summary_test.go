@@ -66,3 +66,35 @@ func TestSummaryJSONKeys(t *testing.T) {
 		t.Errorf("a run with a lost event must have ok false: %s", b)
 	}
 }
+
+// TestSummaryTooSlow: the table names the incidents a slow machine could
+// not show and a smaller time scale to try; a run without them says
+// nothing of the kind.
+func TestSummaryTooSlow(t *testing.T) {
+	t.Parallel()
+	s := Summary{Committed: 5, Delivered: 5, Processed: 5, TimeScale: 22, QRTTLMS: 3000,
+		TooSlow: []string{"incident 5: the breaker did not open: X", "incident 2: the gateway refused no request: Y"}}
+	var buf bytes.Buffer
+	if err := s.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"too slow: this machine could not show every incident with a 3s QR lifetime", "try --time-scale 5:",
+		"  - incident 5: the breaker did not open: X\n", "  - incident 2: the gateway refused no request: Y\n", "result: ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	s.TimeScale, s.TooSlow = 2, s.TooSlow[:1]
+	buf.Reset()
+	_ = s.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "try --time-scale 1:") {
+		t.Errorf("at --time-scale 2 the advice must be 1 (real time):\n%s", buf.String())
+	}
+	s.TooSlow = nil
+	buf.Reset()
+	_ = s.WriteTable(&buf)
+	if strings.Contains(buf.String(), "too slow") {
+		t.Errorf("a run that showed every incident says it was too slow:\n%s", buf.String())
+	}
+}
