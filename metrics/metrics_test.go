@@ -118,7 +118,7 @@ func event(agg string, n int) outbox.Event {
 // once and is then delivered, one poison event with a follower (FAILED, a
 // blocked aggregate), one already past its deadline and one with a
 // deadline an hour away, and drains them through a relay observed by m.
-func drainWithFailures(t *testing.T, b *backend, m relay.Observer, log *slog.Logger) {
+func drainWithFailures(t *testing.T, b *backend, m relay.Observer, log *slog.Logger, logs *testenv.Buffer) {
 	t.Helper()
 	var events []outbox.Event
 	for i := range 5 {
@@ -151,10 +151,13 @@ func drainWithFailures(t *testing.T, b *backend, m relay.Observer, log *slog.Log
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Ten events take well under a second; the deadline bounds a hang, on
+	// a machine that may be running other suites (SQLite under -race at
+	// load 28 took longer than 30 s).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := r.Drain(ctx); err != nil {
-		t.Fatalf("drain: %v", err)
+		t.Fatalf("drain: %v; the relay's log:\n%s", err, logs.String())
 	}
 }
 
@@ -173,7 +176,7 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			drainWithFailures(t, b, m, log)
+			drainWithFailures(t, b, m, log, &logs)
 
 			route := sink.DefaultDestination
 			want := map[relay.Outcome]float64{

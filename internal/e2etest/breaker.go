@@ -82,7 +82,11 @@ func (b *Backlog) OutageFigures(t testing.TB) (byStatus map[string]int, maxRetri
 // CheckOutage asserts what a broker outage behind the breaker must leave:
 // every event PROCESSED (none FAILED, BLOCKED or lost), no retry counted
 // beyond the one the opening may cost, the breaker opened and closed again,
-// and the drain done within 60 s of the broker's return. It logs the figures.
+// and the drain done within 3 minutes of the broker's return. It logs the
+// figures. The bound catches a breaker that stays open or a relay that
+// stopped, not a slow drain: a probe comes within 30 s at the defaults and
+// the rest of the backlog takes seconds, but on a 2-core machine running
+// two copies of the suite (load 44) one drain took 78 s.
 func (b *Backlog) CheckOutage(t testing.TB, n int, outage, drain time.Duration) {
 	t.Helper()
 	byStatus, maxRetries := b.OutageFigures(t)
@@ -98,8 +102,8 @@ func (b *Backlog) CheckOutage(t testing.TB, n int, outage, drain time.Duration) 
 	if len(moves) == 0 || moves[0] != string(store.BreakerOpen) || moves[len(moves)-1] != string(store.BreakerClosed) {
 		t.Errorf("breaker moves %v: want it opened and closed again", moves)
 	}
-	if drain > 60*time.Second {
-		t.Errorf("drained %s after the broker returned, want within 60s", drain)
+	if drain > 3*time.Minute {
+		t.Errorf("drained %s after the broker returned, want within 3 minutes", drain)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -389,19 +391,29 @@ func testCompleteOutageOutlastsLease(t *testing.T, h *storetest.Harness) {
 	fs := &flakyStore{Store: h.Store, outage: true}
 	var once sync.Once
 	rec := &Recorder{Name: "sink", Fail: func(outbox.Message) error {
-		once.Do(func() { fs.until.Store(time.Now().Add(1500 * time.Millisecond).UnixNano()) })
+		once.Do(func() { fs.until.Store(time.Now().Add(6 * time.Second).UnixNano()) })
 		return nil
 	}}
 	cfg := testConfig(h, rec, "outage")
 	cfg.Store = fs
 	cfg.BatchSize = 20
-	cfg.Lease = time.Second
+	// An outage one and a half leases long. The lease is 4 s, not 1 s: a
+	// claim may take half of it, and at load 44 (two copies of the suite
+	// on 2 cores) claims under a 1 s lease kept timing out on MariaDB and
+	// PostgreSQL, so the drain claimed too little in 3 minutes.
+	cfg.Lease = 4 * time.Second
 	cfg.SweepInterval = 20 * time.Millisecond
+	var logs testenv.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	r := newRelay(t, cfg)
 	// The bound is for a drain that never ends: SQLite under -race on a
-	// loaded machine took over a minute, its batches outliving the 1 s
-	// lease now and then.
-	drain(t, r, 3*time.Minute)
+	// loaded machine took over a minute, its batches outliving the lease
+	// now and then.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := r.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v (stats %+v); the relay's log:\n%s", err, r.Stats(), logs.String())
+	}
 	if fs.injected.Load() == 0 {
 		t.Fatal("no fault injected: the test tested nothing")
 	}

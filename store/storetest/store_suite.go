@@ -69,7 +69,10 @@ func claim(t testing.TB, s store.Store, limit int, lease time.Duration, failedBl
 func claimShortLease(t testing.TB, s store.Store, req store.ClaimRequest, want int) *store.Claim {
 	t.Helper()
 	var c *store.Claim
-	wait.Until(t, 30*time.Second, fmt.Sprintf("a claim under a %s lease to take %d events", req.Lease, want), func() (bool, error) {
+	// The deadline bounds a hang: under load a claim under a short lease
+	// times out (it gets half the lease) many times before one is quick
+	// enough.
+	wait.Until(t, 2*time.Minute, fmt.Sprintf("a claim under a %s lease to take %d events", req.Lease, want), func() (bool, error) {
 		var err error
 		c, err = s.Claim(context.Background(), req)
 		return err == nil && len(c.Events) == want, err
