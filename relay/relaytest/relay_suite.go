@@ -103,7 +103,9 @@ func testConcurrentRelays(t *testing.T, h *storetest.Harness) {
 		rs = append(rs, newRelay(t, cfg))
 	}
 	stop := runRelays(t, rs...)
-	wait.Until(t, 2*time.Minute, "all events PROCESSED", func() (bool, error) {
+	// A bound for a hang: SQLite under -race with two copies of the suite
+	// on 2 cores (load 40) took longer than 2 minutes.
+	wait.Until(t, 5*time.Minute, "all events PROCESSED", func() (bool, error) {
 		st, err := h.Store.Stats(context.Background(), true)
 		return st.Counts[outbox.StatusProcessed] == int64(n), err
 	})

@@ -86,7 +86,9 @@ func claimAgainAfterSweeps(t testing.TB, h *Harness, req store.ClaimRequest, wha
 	t.Helper()
 	ctx := context.Background()
 	var again *store.Claim
-	wait.Until(t, 30*time.Second, what, func() (bool, error) {
+	// A bound for a hang: at load 45 (two copies of the suite) MariaDB
+	// took longer than 30 s.
+	wait.Until(t, 2*time.Minute, what, func() (bool, error) {
 		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
 			return false, err
 		}

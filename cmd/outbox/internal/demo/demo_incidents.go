@@ -279,3 +279,15 @@ func (d *demoRun) edfLoad(ctx context.Context, tag string, backlog int, deadline
 	ph.took = time.Since(start)
 	return ph, nil
 }
+
+// poisonOutcomes returns how many of the poison merchant's events the
+// gateway refused, and how many of those ended FAILED.
+func (d *demoRun) poisonOutcomes(ctx context.Context) (refused, failed int) {
+	for _, id := range parseIDs(d.gw.PoisonRefused()) {
+		refused++
+		if r, err := d.b.Store.GetEvent(ctx, id); err == nil && r.Status == outbox.StatusFailed {
+			failed++
+		}
+	}
+	return refused, failed
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
@@ -60,7 +62,7 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 		Delivered: len(rep.Accepted), Duplicates: rep.Duplicates, OrderViolations: len(rep.Violations),
 		DeadLetters: int(st.DeadLetters), Alarms: int(d.alarms.Load()),
 		GatewayRequests: rep.Requests, DeliveredBy: rep.ByRelay, Routes: rep.ByRoute,
-		PoisonRefused: d.gw.PoisonRefused(), TooSlow: d.tooSlow,
+		TooSlow: d.tooSlow,
 	}
 	// The first FAILED event of each aggregate: later events wait behind it.
 	failedAt := map[string]int64{}
@@ -136,6 +138,20 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 	for id := range rep.Accepted {
 		if !known[id] {
 			s.UnknownDelivered++
+		}
+	}
+	if s.Failed > 0 {
+		// A poison event whose outcome was recorded after incident 2
+		// stopped waiting for it: the incident did show.
+		s.TooSlow = slices.DeleteFunc(slices.Clone(s.TooSlow), func(why string) bool { return strings.HasPrefix(why, "incident 2:") })
+		if len(s.TooSlow) == 0 {
+			s.TooSlow = nil
+		}
+	}
+	for _, id := range d.gw.PoisonRefused() {
+		s.PoisonRefused++
+		if eid, err := outbox.ParseEventID(id); err == nil && recs[eid].Status == outbox.StatusExpired {
+			s.PoisonRefusedExpired++
 		}
 	}
 	if m := d.maint; m.ran {

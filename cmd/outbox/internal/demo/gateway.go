@@ -109,8 +109,8 @@ type Gateway struct {
 	duplicates int
 	dupByEvent map[string]int
 	outageHits map[string]bool
-	outageBy   map[string]int // 503s of the last outage, by relay
-	refused    int            // 400s to the poison merchant
+	outageBy   map[string]int  // 503s of the last outage, by relay
+	refused    map[string]bool // events of the poison merchant refused (400)
 	byRelay    map[string]int
 	byRoute    map[string]int
 	latency    time.Duration
@@ -154,6 +154,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		dupByEvent: map[string]int{},
 		outageHits: map[string]bool{},
 		outageBy:   map[string]int{},
+		refused:    map[string]bool{},
 		byRelay:    map[string]int{},
 		byRoute:    map[string]int{},
 		latency:    cfg.Latency,
@@ -246,12 +247,17 @@ func (g *Gateway) MostOutageRequests() (n int, relay string) {
 	return n, relay
 }
 
-// PoisonRefused returns how many requests of the poison merchant the
+// PoisonRefused returns the ids of the poison merchant's events the
 // gateway refused (400 Bad Request).
-func (g *Gateway) PoisonRefused() int {
+func (g *Gateway) PoisonRefused() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.refused
+	ids := make([]string, 0, len(g.refused))
+	for id := range g.refused {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 // HoldNext makes the gateway accept the next request from relay (its
@@ -356,7 +362,9 @@ func (g *Gateway) decideLocked(key string, d Delivery, p payload, jsonErr error)
 	case jsonErr != nil:
 		return http.StatusBadRequest, "the body is not JSON: " + jsonErr.Error(), nil
 	case g.cfg.PoisonMerchant != "" && p.MerchantID == g.cfg.PoisonMerchant:
-		g.refused++
+		if key != "" {
+			g.refused[key] = true
+		}
 		return http.StatusBadRequest, "merchant " + p.MerchantID + ": invalid business registration", nil
 	}
 	if _, seen := g.accepted[key]; seen {

@@ -77,8 +77,8 @@ func TestGatewayJudges(t *testing.T) {
 	if n, relay := g.MostOutageRequests(); n != 2 || relay != "r2" {
 		t.Fatalf("most outage requests %d from %q, want 2 from r2", n, relay)
 	}
-	if n := g.PoisonRefused(); n != 1 {
-		t.Fatalf("poison refused %d, want 1", n)
+	if ids := g.PoisonRefused(); len(ids) != 1 || ids[0] != "p1" {
+		t.Fatalf("poison refused %v, want [p1]", ids)
 	}
 	g.SetDown(true) // a new outage counts afresh
 	if n, _ := g.MostOutageRequests(); n != 0 {

@@ -82,9 +82,12 @@ type Summary struct {
 	Maintenance *MaintenanceSummary `json:"maintenance,omitempty"`
 	EDF         *EDFSummary         `json:"edf,omitempty"`
 
-	// PoisonRefused counts the poison merchant's requests the gateway
-	// refused (400).
-	PoisonRefused int `json:"poison_refused"`
+	// PoisonRefused counts the poison merchant's events the gateway
+	// refused (400); PoisonRefusedExpired those of them that ended
+	// EXPIRED: their relay lost its lease before it recorded the answer,
+	// and the event ran out before it was sent again.
+	PoisonRefused        int `json:"poison_refused"`
+	PoisonRefusedExpired int `json:"poison_refused_expired"`
 	// TooSlow says which incidents could not show because this machine
 	// was too slow for the compressed QR lifetime (the events ran out
 	// before a relay sent them), and what it measured. The guarantees
