@@ -226,12 +226,7 @@ func (g *Gateway) IsDown() bool {
 func (g *Gateway) OutageHits() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ids := make([]string, 0, len(g.outageHits))
-	for id := range g.outageHits {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return sortedKeys(g.outageHits)
 }
 
 // MostOutageRequests returns the most requests one relay sent during the
@@ -252,8 +247,13 @@ func (g *Gateway) MostOutageRequests() (n int, relay string) {
 func (g *Gateway) PoisonRefused() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ids := make([]string, 0, len(g.refused))
-	for id := range g.refused {
+	return sortedKeys(g.refused)
+}
+
+// sortedKeys returns the keys of set in order.
+func sortedKeys(set map[string]bool) []string {
+	ids := make([]string, 0, len(set))
+	for id := range set {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
