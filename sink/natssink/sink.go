@@ -126,7 +126,10 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	if nc.IsConnected() {
 		s.signalConnected()
 	} else {
-		s.connectFailed(nats.ErrNoServers)
+		// The connection reports the first attempt's error on its own
+		// goroutine, which may have run already: a refusal of the
+		// credentials must not be overwritten with this vaguer one.
+		s.health.DownIfUntried(fmt.Errorf("nats sink: %s: %w", s.server, nats.ErrNoServers))
 	}
 	go s.watch()
 	return s, nil
@@ -139,6 +142,22 @@ func (s *Sink) signalConnected() {
 	}
 }
 
+// noteRefusal records the connection's last error while it is not
+// connected, unless it is the error already recorded.
+func (s *Sink) noteRefusal() {
+	if s.nc.IsConnected() {
+		return
+	}
+	err := s.nc.LastError()
+	if err == nil {
+		return
+	}
+	if _, cause, _ := s.health.Reachable(); cause != nil && strings.HasSuffix(cause.Error(), err.Error()) {
+		return
+	}
+	s.connectFailed(err)
+}
+
 // connectFailed records a failed connection attempt.
 func (s *Sink) connectFailed(err error) {
 	s.health.Failed(fmt.Errorf("nats sink: %s: %w", s.server, err))
@@ -146,12 +165,22 @@ func (s *Sink) connectFailed(err error) {
 
 // watch checks JetStream whenever the connection is (re)established,
 // retrying with a growing pause while it does not answer, until Close.
+//
+// While the connection is down, it also records the connection's own last
+// error every ReconnectWait: nats.go passes a failed dial to the
+// ReconnectErrHandler, but a server that answers and then refuses (wrong
+// credentials, an expired token) reaches no handler, only LastError.
 func (s *Sink) watch() {
 	defer close(s.watchDone)
+	tick := time.NewTicker(max(s.cfg.ReconnectWait, 10*time.Millisecond))
+	defer tick.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-tick.C:
+			s.noteRefusal()
+			continue
 		case <-s.connected:
 		}
 		wait := s.cfg.ReconnectWait

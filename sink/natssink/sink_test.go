@@ -329,6 +329,31 @@ func TestCloseWaitsThenRefuses(t *testing.T) {
 // Credentials the server refuses: the sink keeps trying (it does not end
 // up closed), publishes fail retryably, and the password never shows;
 // once the server takes them (here: it no longer asks), the sink connects.
+// TestRefusalDuringReconnectIsReported: nats.go hands a refusal of the
+// credentials met while reconnecting to no handler. The sink first fails
+// to dial a stopped server; when the server comes back and refuses the
+// credentials, Reachable must say so, not keep the dial's error.
+func TestRefusalDuringReconnectIsReported(t *testing.T) {
+	e := startEmbedded(t)
+	e.stop()
+	s := newSink(t, natssink.Config{URL: strings.Replace(e.URL, "nats://", "nats://relay:wrong-pass-8@", 1), ReconnectWait: 20 * time.Millisecond})
+	if ok, lastErr, _ := s.Reachable(); ok || lastErr == nil {
+		t.Fatalf("Reachable() with the server stopped = %v, %v; want false with an error", ok, lastErr)
+	}
+	e.opts.Username, e.opts.Password = "relay", "right-pass"
+	if err := e.restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	sinktest.Eventually(t, time.Minute, "a refusal of the credentials", func() bool {
+		_, last, _ = s.Reachable()
+		return last != nil && strings.Contains(strings.ToLower(last.Error()), "authorization")
+	})
+	if strings.Contains(last.Error(), "wrong-pass-8") {
+		t.Fatalf("Reachable() error %q shows the password", last)
+	}
+}
+
 func TestRefusedCredentialsKeepRetrying(t *testing.T) {
 	e := startEmbedded(t)
 	e.stop()
@@ -337,8 +362,9 @@ func TestRefusedCredentialsKeepRetrying(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSink(t, natssink.Config{URL: strings.Replace(e.URL, "nats://", "nats://relay:wrong-pass-7@", 1), ReconnectWait: 20 * time.Millisecond})
-	// Three minutes: at a load of 25 the server's refusal can lose the race
-	// with the dial's timeout for a minute; the failure prints the last
+	// Under load the first dial can time out before the server refuses;
+	// the refusal of a later attempt must then show (see
+	// TestRefusalDuringReconnectIsReported). The failure prints the last
 	// error seen.
 	wait.Until(t, 3*time.Minute, "a refusal of the credentials", func() (bool, error) {
 		_, err, _ := s.Reachable()

@@ -101,6 +101,18 @@ func (r *Reachability) Down(err error) (changed bool) {
 	return changed
 }
 
+// DownIfUntried records err as Down does, but only while the destination
+// has never been tried: no attempt has failed or succeeded yet. It keeps a
+// more precise error that a concurrent attempt recorded first.
+func (r *Reachability) DownIfUntried(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ok || r.lastErr != nil {
+		return
+	}
+	r.since, r.lastErr = time.Now(), err
+}
+
 // Reachable implements [sink.Health].
 func (r *Reachability) Reachable() (ok bool, lastErr error, since time.Time) {
 	r.mu.Lock()
