@@ -69,10 +69,18 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 			h.count(t, outbox.StatusFailed), h.count(t, outbox.StatusBlocked), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing))
 	})
 	// Every transaction is settled: the slot may move past all of them.
-	eventually(t, 10*time.Second, "the confirmed position to pass every transaction", func() bool {
+	// Past the last commit, the slot moves only with the server's
+	// keepalives, which come when the server has decoded the WAL written
+	// since: under load (other tests writing WAL to the same server) that
+	// took more than 10 s. The bound catches a position that never moves.
+	eventually(t, 2*time.Minute, "the confirmed position to pass every transaction", func() bool {
 		var passed bool
 		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lastLSN).Scan(&passed)
 		return err == nil && passed
+	}, func() string {
+		var confirmed, current string
+		_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
+		return fmt.Sprintf("confirmed %s, want %s (server now at %s)", confirmed, lastLSN, current)
 	})
 	stop()
 
