@@ -2,6 +2,7 @@ package cdc_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -39,7 +40,11 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 		h.enqueue(t, "after", 5)
 	}
 	eventually(t, 60*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 200 },
-		func() string { return "" })
+		func() string {
+			return fmt.Sprintf("processed %d, pending %d, processing %d; delivered %d, %d by the stream, %d by the safety-net poll; streaming %v",
+				h.count(t, outbox.StatusProcessed), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing),
+				len(rec.Deliveries()), src.ClaimedByStream(), src.ClaimedByPoll(), src.Streaming())
+		})
 	eventually(t, 30*time.Second, "the relay to stream again", src.Streaming)
 	stop()
 	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
