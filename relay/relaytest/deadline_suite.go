@@ -204,8 +204,13 @@ func drainEDFBacklog(t *testing.T, h *storetest.Harness, strictFIFO bool, ttl ti
 	for i := range edfUrgent {
 		urgent = append(urgent, storetest.DeadlineEvent(fmt.Sprintf("qr-%03d", i), ttl))
 	}
-	before := gw.delivered()
 	ids := storetest.Enqueue(t, h, urgent...)
+	// Counted from the commit on: backlog delivered while the enqueue
+	// ran went before the urgent events existed. Counted from before the
+	// enqueue, a CI run beside other work found 900 against the bound of
+	// 700, one batch more. Deliveries between the commit and this read
+	// are left out, a window of a few milliseconds.
+	before := gw.delivered()
 	wait.Until(t, 2*time.Minute, "every urgent event to be final", func() (bool, error) {
 		met, expired = 0, 0
 		for _, id := range ids {

@@ -16,11 +16,21 @@ import (
 // A PostgreSQL restart during the stream (a private cluster of this test):
 // the relay reconnects, resumes from the slot's confirmed position and
 // delivers what was committed before and after the restart.
+//
+// The safety-net poll runs, as it does by default: around a restart some
+// events are the table's, not the stream's, to hand out. A batch whose
+// outcome could not be recorded before its lease ended goes back to
+// PENDING by the reaper; a claim by id that timed out after it committed
+// holds its events until the reaper frees them. When the stream had
+// settled those ids already, only the poll brings them (with the poll off, 1
+// run in 8 beside other work left 190 events PENDING for a minute).
 func TestPostgresRestartStreamResumes(t *testing.T) {
 	t.Parallel()
 	cluster := testenv.StartPostgresCluster(t)
 	h := newHarnessOn(t, cluster.DSN())
-	src := h.source(t, cdcConfig())
+	cfg := cdcConfig()
+	cfg.PollInterval = 2 * time.Second
+	src := h.source(t, cfg)
 	rec := &relaytest.Recorder{}
 	_, stop := runRelay(t, src, rec, relay.Config{BatchSize: 20})
 	eventually(t, 30*time.Second, "the relay to stream", src.Streaming)
@@ -36,8 +46,13 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 	if err := cluster.Start(); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, 60*time.Second, "the relay to stream again", src.Streaming)
 	for i := 0; i < 20; i++ {
 		h.enqueue(t, "after", 5)
+	}
+	var lastLSN string
+	if err := h.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lastLSN); err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, 60*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 200 },
 		func() string {
@@ -45,14 +60,21 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 				h.count(t, outbox.StatusProcessed), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing),
 				len(rec.Deliveries()), src.ClaimedByStream(), src.ClaimedByPoll(), src.Streaming())
 		})
-	eventually(t, 30*time.Second, "the relay to stream again", src.Streaming)
+	// The resumed stream read the transactions committed after the
+	// restart and settled them: the slot's confirmed position passes the
+	// last one. How many events came by the poll depends on the two cases
+	// above (all of an aggregate's events behind a reaped head), so it is
+	// logged, not bounded.
+	eventually(t, 2*time.Minute, "the slot's confirmed position to pass the last commit", func() bool {
+		var passed bool
+		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lastLSN).Scan(&passed)
+		return err == nil && passed
+	})
 	stop()
 	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
 		t.Error(err)
 	}
-	if src.ClaimedByPoll() != 0 {
-		t.Errorf("%d events came by the safety-net poll; the resumed stream should have brought them", src.ClaimedByPoll())
-	}
+	t.Logf("claimed by the stream %d, by the safety-net poll %d", src.ClaimedByStream(), src.ClaimedByPoll())
 }
 
 // The slot disappears under a streaming relay (as after a primary failover
