@@ -326,9 +326,6 @@ func TestCloseWaitsThenRefuses(t *testing.T) {
 	}
 }
 
-// Credentials the server refuses: the sink keeps trying (it does not end
-// up closed), publishes fail retryably, and the password never shows;
-// once the server takes them (here: it no longer asks), the sink connects.
 // TestRefusalDuringReconnectIsReported: nats.go hands a refusal of the
 // credentials met while reconnecting to no handler. The sink first fails
 // to dial a stopped server; when the server comes back and refuses the
@@ -354,6 +351,9 @@ func TestRefusalDuringReconnectIsReported(t *testing.T) {
 	}
 }
 
+// Credentials the server refuses: the sink keeps trying (it does not end
+// up closed), publishes fail retryably, and the password never shows;
+// once the server takes them (here: it no longer asks), the sink connects.
 func TestRefusedCredentialsKeepRetrying(t *testing.T) {
 	e := startEmbedded(t)
 	e.stop()

@@ -132,6 +132,34 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool, st
 	}
 }
 
+// currentLSN returns the server's WAL position now.
+func (h *harness) currentLSN(t testing.TB) string {
+	t.Helper()
+	var lsn string
+	if err := h.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// waitSlotPast waits up to d for the slot's confirmed position to reach
+// lsn, and prints both positions if it does not. Past the last commit the
+// slot moves only with the server's keepalives, which come once the
+// walsender has caught up with the WAL written since: under load, with
+// other tests writing WAL to the same server, that took more than 10 s.
+func (h *harness) waitSlotPast(t testing.TB, d time.Duration, lsn string) {
+	t.Helper()
+	eventually(t, d, "the slot's confirmed position to pass "+lsn, func() bool {
+		var passed bool
+		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lsn).Scan(&passed)
+		return err == nil && passed
+	}, func() string {
+		var confirmed, current string
+		_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
+		return fmt.Sprintf("confirmed %s (server now at %s)", confirmed, current)
+	})
+}
+
 func (h *harness) source(t testing.TB, cfg cdc.Config) *cdc.Source {
 	t.Helper()
 	cfg.Slot, cfg.Publication = h.slot, h.pub

@@ -50,10 +50,7 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		h.enqueue(t, "after", 5)
 	}
-	var lastLSN string
-	if err := h.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lastLSN); err != nil {
-		t.Fatal(err)
-	}
+	lastLSN := h.currentLSN(t)
 	eventually(t, 60*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 200 },
 		func() string {
 			return fmt.Sprintf("processed %d, pending %d, processing %d; delivered %d, %d by the stream, %d by the safety-net poll; streaming %v",
@@ -65,11 +62,7 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 	// last one. How many events came by the poll depends on the two cases
 	// above (all of an aggregate's events behind a reaped head), so it is
 	// logged, not bounded.
-	eventually(t, 2*time.Minute, "the slot's confirmed position to pass the last commit", func() bool {
-		var passed bool
-		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lastLSN).Scan(&passed)
-		return err == nil && passed
-	})
+	h.waitSlotPast(t, 2*time.Minute, lastLSN)
 	stop()
 	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
 		t.Error(err)

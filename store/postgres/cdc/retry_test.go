@@ -49,10 +49,7 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 		h.enqueue(t, fmt.Sprintf("good-%d", i%4), 5)
 	}
 	h.enqueue(t, "flaky", 2) // committed while the first flaky event waits in backoff
-	var lastLSN string
-	if err := h.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lastLSN); err != nil {
-		t.Fatal(err)
-	}
+	lastLSN := h.currentLSN(t)
 	eventually(t, 30*time.Second, "the good aggregates delivered", func() bool {
 		n := 0
 		for _, d := range rec.Deliveries() {
@@ -69,19 +66,7 @@ func TestFailingSinkHandsAggregateToRetryPath(t *testing.T) {
 			h.count(t, outbox.StatusFailed), h.count(t, outbox.StatusBlocked), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing))
 	})
 	// Every transaction is settled: the slot may move past all of them.
-	// Past the last commit, the slot moves only with the server's
-	// keepalives, which come when the server has decoded the WAL written
-	// since: under load (other tests writing WAL to the same server) that
-	// took more than 10 s. The bound catches a position that never moves.
-	eventually(t, 2*time.Minute, "the confirmed position to pass every transaction", func() bool {
-		var passed bool
-		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lastLSN).Scan(&passed)
-		return err == nil && passed
-	}, func() string {
-		var confirmed, current string
-		_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
-		return fmt.Sprintf("confirmed %s, want %s (server now at %s)", confirmed, lastLSN, current)
-	})
+	h.waitSlotPast(t, 2*time.Minute, lastLSN) // the bound catches a position that never moves
 	stop()
 
 	if err := relaytest.CheckOrder(rec.Deliveries()); err != nil {
