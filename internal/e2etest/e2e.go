@@ -103,7 +103,7 @@ func tail(s string) string {
 type Process struct {
 	args string
 	cmd  *exec.Cmd
-	log  SyncBuffer
+	log  testenv.Buffer
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -190,27 +190,6 @@ func (p *Process) Wait(ctx context.Context, t testing.TB) {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
-}
-
-// SyncBuffer is a bytes.Buffer safe for the writer goroutines of a process
-// and a reader of its own.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p to the buffer.
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what was written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // EventType is the event type of every event a Backlog enqueues.

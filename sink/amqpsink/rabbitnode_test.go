@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 )
 
@@ -33,7 +32,7 @@ type rabbitNode struct {
 	ctl  string // the rabbitmqctl script
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  e2etest.SyncBuffer
+	log  testenv.Buffer
 }
 
 // RabbitMQ's own scripts; Debian's /usr/sbin wrappers run them as the
