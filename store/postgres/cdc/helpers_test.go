@@ -160,6 +160,17 @@ func (h *harness) waitSlotPast(t testing.TB, d time.Duration, lsn string) {
 	})
 }
 
+// progress describes where a stream stands, for a wait's failure message:
+// the rows by status, what the source streamed and claimed, and the slot's
+// confirmed position against the server's.
+func (h *harness) progress(t testing.TB, src *cdc.Source, delivered int) string {
+	var confirmed, current string
+	_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
+	return fmt.Sprintf("processed %d, pending %d, processing %d; delivered %d; streamed %d, %d claimed by the stream, %d by the safety-net poll; streaming %v; slot confirmed %s (server now at %s)",
+		h.count(t, outbox.StatusProcessed), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing),
+		delivered, src.Streamed(), src.ClaimedByStream(), src.ClaimedByPoll(), src.Streaming(), confirmed, current)
+}
+
 func (h *harness) source(t testing.TB, cfg cdc.Config) *cdc.Source {
 	t.Helper()
 	cfg.Slot, cfg.Publication = h.slot, h.pub

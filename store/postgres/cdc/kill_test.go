@@ -95,11 +95,11 @@ func TestKilledStreamingRelayStandbyTakesOver(t *testing.T) {
 		t.Fatalf("all %d events were delivered before the kill; the kill did not land mid-stream", d)
 	}
 	a = e2etest.StartCLI(t, relayArgs("relay-a")...)
-	eventually(t, 60*time.Second, "the first round delivered", func() bool { return h.count(t, outbox.StatusProcessed) == perRound })
+	eventually(t, 2*time.Minute, "the first round delivered", func() bool { return h.count(t, outbox.StatusProcessed) == perRound })
 
 	produce()
 	kill(b, "relay-b", "relay-a", perRound+perRound/4)
-	eventually(t, 60*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 2*perRound })
+	eventually(t, 2*time.Minute, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 2*perRound })
 	a.Kill()
 
 	distinct, total := rec.counts()

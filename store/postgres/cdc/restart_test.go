@@ -2,7 +2,6 @@ package cdc_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -52,11 +51,7 @@ func TestPostgresRestartStreamResumes(t *testing.T) {
 	}
 	lastLSN := h.currentLSN(t)
 	eventually(t, 60*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == 200 },
-		func() string {
-			return fmt.Sprintf("processed %d, pending %d, processing %d; delivered %d, %d by the stream, %d by the safety-net poll; streaming %v",
-				h.count(t, outbox.StatusProcessed), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing),
-				len(rec.Deliveries()), src.ClaimedByStream(), src.ClaimedByPoll(), src.Streaming())
-		})
+		func() string { return h.progress(t, src, len(rec.Deliveries())) })
 	// The resumed stream read the transactions committed after the
 	// restart and settled them: the slot's confirmed position passes the
 	// last one. How many events came by the poll depends on the two cases

@@ -37,7 +37,11 @@ func TestStreamDeliversConcurrentBacklogInOrder(t *testing.T) {
 	}
 	wg.Wait()
 	total := producers * txns * perTxn
-	eventually(t, 60*time.Second, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == total })
+	// Every walsender on the server decodes all of its WAL: with another
+	// copy of the suite writing to the same server, 400 events took more
+	// than a minute to arrive.
+	eventually(t, 2*time.Minute, "every event PROCESSED", func() bool { return h.count(t, outbox.StatusProcessed) == total },
+		func() string { return h.progress(t, src, len(rec.Deliveries())) })
 
 	var walsenders int
 	if err := h.pool.QueryRow(context.Background(), `
