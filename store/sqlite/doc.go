@@ -58,6 +58,11 @@
 //     other's rows (Features().SkipLocked is false). Several relays may run
 //     against one file, on one machine; they serialize on that lock, so more
 //     relays add availability, not throughput. An idle poll only reads.
+//     The application's transactions wait for the lock in SQLite's busy
+//     handler, which polls while the relays' writers hand it on to each
+//     other: with a backlog draining on a slow machine, a BEGIN can wait
+//     out busy_timeout and fail with SQLITE_BUSY. Nothing of such a
+//     transaction was committed; retry it as a whole.
 //   - No LISTEN/NOTIFY (Features().Notify is false): relays find new events
 //     by polling, plus the in-process nudge after a commit.
 //   - Timestamps are stored as UTC text 'YYYY-MM-DD HH:MM:SS.SSS': to the

@@ -24,3 +24,8 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 // LoseClaimAnswers makes the store's next n claims commit and then fail,
 // as a claim whose answer is lost does (storetest.Harness.LoseClaimAnswers).
 func (s *Store) LoseClaimAnswers(n int) { s.claimer.LoseCommitAnswers(n) }
+
+// IsBusy reports SQLITE_BUSY or SQLITE_LOCKED: a transaction that could not
+// have the write lock within busy_timeout, and so committed nothing
+// (storetest.Harness.Conflict).
+var IsBusy = isBusy

@@ -62,9 +62,10 @@ type Harness struct {
 	// ends while its result is read after the commit.
 	LoseClaimAnswers func(n int)
 	// Conflict, when set, reports whether err, from a producer's
-	// transaction, is a lock conflict that the database rolled the
-	// transaction back for (a deadlock): an application retries such a
-	// transaction as a whole, and so do the producer tests.
+	// transaction, is a lock conflict that left the transaction uncommitted
+	// (a deadlock on MySQL, rolled back; the write lock not had within
+	// busy_timeout on SQLite): an application retries such a transaction as
+	// a whole, and so do the producer tests.
 	Conflict func(err error) bool
 }
 
