@@ -131,6 +131,9 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 			if eid, err := outbox.ParseEventID(exp); err == nil && recs[eid].Status == outbox.StatusExpired && known[eid.String()] {
 				s.Compensations++
 				known[r.EventID.String()] = true
+				if id, ok := failedAt[r.AggregateType+"\x00"+r.AggregateID]; ok && id < r.ID && r.Status == outbox.StatusBlocked {
+					s.CompensationsBlocked++ // behind its payment's dead letter
+				}
 			}
 		}
 	}
@@ -234,11 +237,18 @@ func (d *demoRun) firstWithStatus(ctx context.Context, status outbox.Status, eve
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return outbox.EventID{}
 	}
-	var found outbox.EventID
+	var found, oldest outbox.EventID
 	for _, r := range recs { // newest first: keep the last match
+		oldest = r.EventID
 		if r.EventType == eventType {
 			found = r.EventID
 		}
+	}
+	if found.IsZero() {
+		// None of that type: on a slow machine the poison merchant's
+		// approval can expire before its refusal, and a later event of the
+		// payment is the one that fails.
+		return oldest
 	}
 	return found
 }

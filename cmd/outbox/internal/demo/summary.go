@@ -74,9 +74,12 @@ type Summary struct {
 
 	// Compensations counts the compensating events (ApprovalExpired) the
 	// store enqueued for expired approvals; CompensationsDelivered those
-	// the gateway accepted (under merchant.events).
+	// the gateway accepted (under merchant.events), and
+	// CompensationsBlocked those that wait BLOCKED behind a dead letter of
+	// their payment (for an operator, as any event there).
 	Compensations          int `json:"compensations"`
 	CompensationsDelivered int `json:"compensations_delivered"`
+	CompensationsBlocked   int `json:"compensations_blocked,omitempty"`
 
 	// Maintenance is incident 5's outcome, EDF incident 6's.
 	Maintenance *MaintenanceSummary `json:"maintenance,omitempty"`
@@ -195,7 +198,11 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	if s.Blocked > 0 {
 		row("BLOCKED", s.Blocked, "wait behind a dead letter of their aggregate for an operator (outbox events retry|skip)")
 	}
-	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired); %d reached the gateway under merchant.events", s.CompensationsDelivered))
+	blockedComp := ""
+	if s.CompensationsBlocked > 0 {
+		blockedComp = fmt.Sprintf(", %d wait BLOCKED behind their payment's dead letter", s.CompensationsBlocked)
+	}
+	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired); %d reached the gateway under merchant.events%s", s.CompensationsDelivered, blockedComp))
 	if m := s.Maintenance; m != nil {
 		row("maintenance FAILED", m.Failed, fmt.Sprintf("incident 5: breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
 			m.BreakerOpened, m.BreakerClosed, m.Events, m.Processed, m.Expired, m.ExpiredUnavailable))

@@ -98,3 +98,25 @@ func TestSummaryTooSlow(t *testing.T) {
 		t.Errorf("a run that showed every incident says it was too slow:\n%s", buf.String())
 	}
 }
+
+// TestSummaryBlockedCompensations: a compensation that waits behind its
+// payment's dead letter is named in the table, and the run is still ok.
+func TestSummaryBlockedCompensations(t *testing.T) {
+	t.Parallel()
+	s := Summary{Committed: 3, Delivered: 2, Failed: 1, Expired: 1, Compensations: 2, CompensationsDelivered: 1, CompensationsBlocked: 1}
+	var buf bytes.Buffer
+	if err := s.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "1 reached the gateway under merchant.events, 1 wait BLOCKED behind their payment's dead letter") || !strings.Contains(out, "result: ok") {
+		t.Errorf("the table does not name the blocked compensation, or calls the run broken:\n%s", out)
+	}
+	b, err := s.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"compensations_blocked":1`)) {
+		t.Errorf("JSON lacks compensations_blocked: %s", b)
+	}
+}
