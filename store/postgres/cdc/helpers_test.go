@@ -154,18 +154,23 @@ func (h *harness) waitSlotPast(t testing.TB, d time.Duration, lsn string) {
 		err := h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lsn).Scan(&passed)
 		return err == nil && passed
 	}, func() string {
-		var confirmed, current string
-		_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
+		confirmed, current := h.slotPositions()
 		return fmt.Sprintf("confirmed %s (server now at %s)", confirmed, current)
 	})
+}
+
+// slotPositions returns the slot's confirmed position and the server's WAL
+// position now, for failure messages (empty if they cannot be read).
+func (h *harness) slotPositions() (confirmed, current string) {
+	_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
+	return confirmed, current
 }
 
 // progress describes where a stream stands, for a wait's failure message:
 // the rows by status, what the source streamed and claimed, and the slot's
 // confirmed position against the server's.
 func (h *harness) progress(t testing.TB, src *cdc.Source, delivered int) string {
-	var confirmed, current string
-	_ = h.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&confirmed, &current)
+	confirmed, current := h.slotPositions()
 	return fmt.Sprintf("processed %d, pending %d, processing %d; delivered %d; streamed %d, %d claimed by the stream, %d by the safety-net poll; streaming %v; slot confirmed %s (server now at %s)",
 		h.count(t, outbox.StatusProcessed), h.count(t, outbox.StatusPending), h.count(t, outbox.StatusProcessing),
 		delivered, src.Streamed(), src.ClaimedByStream(), src.ClaimedByPoll(), src.Streaming(), confirmed, current)
