@@ -391,17 +391,19 @@ func testCompleteOutageOutlastsLease(t *testing.T, h *storetest.Harness) {
 	fs := &flakyStore{Store: h.Store, outage: true}
 	var once sync.Once
 	rec := &Recorder{Name: "sink", Fail: func(outbox.Message) error {
-		once.Do(func() { fs.until.Store(time.Now().Add(6 * time.Second).UnixNano()) })
+		once.Do(func() { fs.until.Store(time.Now().Add(15 * time.Second).UnixNano()) })
 		return nil
 	}}
 	cfg := testConfig(h, rec, "outage")
 	cfg.Store = fs
 	cfg.BatchSize = 20
-	// An outage one and a half leases long. The lease is 4 s, not 1 s: a
-	// claim may take half of it, and at load 44 (two copies of the suite
-	// on 2 cores) claims under a 1 s lease kept timing out on MariaDB and
-	// PostgreSQL, so the drain claimed too little in 3 minutes.
-	cfg.Lease = 4 * time.Second
+	// An outage one and a half leases long. The lease is 10 s: a claim
+	// gets half of it, and at a load of 40 to 44 (two copies of the suite
+	// on 2 cores) claims on MariaDB failed every time after the outage,
+	// under a 1 s and then a 4 s lease: 17 claim errors, whose backoff
+	// (doubling to 30 s) adds up to the drain's 5 minutes, and nothing
+	// delivered.
+	cfg.Lease = 10 * time.Second
 	cfg.SweepInterval = 20 * time.Millisecond
 	var logs testenv.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))

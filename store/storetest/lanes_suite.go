@@ -31,7 +31,7 @@ func testClaimAnswerLost(t *testing.T, h *Harness) {
 	if c, err := h.Store.Claim(ctx, req); err == nil {
 		t.Fatalf("claim = %v, want the lost answer's error", ids(c))
 	}
-	again := claimAgainAfterSweeps(t, h, req, "the relay to claim the events of the claim whose answer was lost", want)
+	again, _ := claimAgainAfterSweeps(t, h, req, "the relay to claim the events of the claim whose answer was lost", want)
 	if res := complete(t, h.Store, again, true, outcomes(again, store.Delivered)); len(res.Applied) != 2 {
 		t.Fatalf("the new claim's completion = %+v, want both applied", res)
 	}

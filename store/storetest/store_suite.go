@@ -81,17 +81,23 @@ func claimShortLease(t testing.TB, s store.Store, req store.ClaimRequest, want i
 }
 
 // claimAgainAfterSweeps sweeps and claims until a claim takes events,
-// and checks that it took exactly want, in order.
-func claimAgainAfterSweeps(t testing.TB, h *Harness, req store.ClaimRequest, what string, want []outbox.EventID) *store.Claim {
+// and checks that it took exactly want, in order. It returns the claim and
+// when the call that made it began (the claim's lease runs from a moment
+// after that).
+func claimAgainAfterSweeps(t testing.TB, h *Harness, req store.ClaimRequest, what string, want []outbox.EventID) (*store.Claim, time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	var again *store.Claim
+	var (
+		again *store.Claim
+		began time.Time
+	)
 	// A bound for a hang: at load 45 (two copies of the suite) MariaDB
 	// took longer than 30 s.
 	wait.Until(t, 2*time.Minute, what, func() (bool, error) {
 		if _, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true}); err != nil {
 			return false, err
 		}
+		began = time.Now()
 		c, err := h.Store.Claim(ctx, req)
 		if err != nil || len(c.Events) == 0 {
 			return false, err
@@ -106,7 +112,7 @@ func claimAgainAfterSweeps(t testing.TB, h *Harness, req store.ClaimRequest, wha
 	if !slices.Equal(got, want) {
 		t.Fatalf("claimed again %v, want the events %v", ids(again), want)
 	}
-	return again
+	return again, began
 }
 
 func outcomes(c *store.Claim, kind store.OutcomeKind) []store.Outcome {
