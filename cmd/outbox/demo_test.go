@@ -73,8 +73,19 @@ func checkDemoSummary(t *testing.T, out string, sum map[string]any) {
 		poisonShown = false
 		t.Logf("the machine was too slow to show incident 2 (%d refused, all EXPIRED): checked that the demo said so", n("poison_refused"))
 	}
-	if got := n("processed") + n("failed") + n("expired") + n("blocked"); got != n("committed") {
-		t.Errorf("processed+failed+expired+blocked = %d, committed %d: some events are in no final state", got, n("committed"))
+	// On a loaded machine the demo may stop waiting with events still
+	// moving (86 on SQLite at load 30, in two copies of the suite): they
+	// must be in the outbox, counted as unsettled, and the result say so.
+	if got := n("processed") + n("failed") + n("expired") + n("blocked") + n("unsettled"); got != n("committed") {
+		t.Errorf("processed+failed+expired+blocked+unsettled = %d, committed %d: some events are unaccounted for", got, n("committed"))
+	}
+	if n("unsettled") > 0 {
+		if !strings.Contains(out, "gave up waiting after") || !strings.Contains(out, "result: ok, not settled: "+fmt.Sprint(n("unsettled"))) {
+			t.Errorf("%d events unsettled, yet the output does not say the demo gave up waiting and was not settled:\n%s", n("unsettled"), out)
+		}
+		t.Logf("%d committed events were still moving when the demo stopped waiting (this machine is slow); each is in the outbox", n("unsettled"))
+	} else if strings.Contains(out, "not settled") {
+		t.Errorf("the output says not settled, the JSON summary counts no unsettled event:\n%s", out)
 	}
 	if n("delivered") < n("processed") {
 		t.Errorf("delivered %d < processed %d: events marked PROCESSED that the gateway never accepted", n("delivered"), n("processed"))
@@ -189,11 +200,16 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	// A compensation goes on its payment's aggregate: behind a dead letter
 	// there (the poison merchant's, when its approval expired first) it
 	// waits BLOCKED for an operator, as any event does.
+	// Or still moving when the demo stopped waiting; such a compensation
+	// may have reached the gateway before its outcome was recorded.
 	comp := int(sum["compensations"].(float64))
+	delivered := int(sum["compensations_delivered"].(float64))
 	blockedComp, _ := sum["compensations_blocked"].(float64)
-	if comp == 0 || int(sum["compensations_delivered"].(float64))+int(blockedComp) != comp {
-		t.Errorf("compensations %v, delivered %v, blocked behind a dead letter %v: want every expired approval's ApprovalExpired at the gateway or BLOCKED",
-			sum["compensations"], sum["compensations_delivered"], blockedComp)
+	unsettledComp, _ := sum["compensations_unsettled"].(float64)
+	if comp == 0 || delivered+int(blockedComp) > comp || delivered+int(blockedComp)+int(unsettledComp) < comp ||
+		(unsettledComp == 0 && delivered+int(blockedComp) != comp) {
+		t.Errorf("compensations %d, delivered %d, blocked behind a dead letter %v, still moving %v: want every expired approval's ApprovalExpired at the gateway, BLOCKED or still moving",
+			comp, delivered, blockedComp, unsettledComp)
 	}
 	if routes, _ := sum["routes"].(map[string]any); routes["merchant.events"] == nil {
 		t.Errorf("no event reached merchant.events: %v", sum["routes"])

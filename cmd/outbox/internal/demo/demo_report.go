@@ -111,8 +111,12 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 		if r.RetryCount > 1 || (r.RetryCount == 1 && r.Status != outbox.StatusFailed) {
 			s.Retried++ // went back to PENDING for a retry at least once
 		}
-		if !seen && !(r.Status == outbox.StatusFailed || r.Status == outbox.StatusExpired || r.Status == outbox.StatusSkipped) {
-			s.Lost++ // not final, or PROCESSED without the gateway having it
+		unsettled, lost := unaccounted(r.Status, seen)
+		if unsettled {
+			s.Unsettled++
+		}
+		if lost {
+			s.Lost++
 		}
 	}
 	for _, id := range rolledBack {
@@ -133,6 +137,8 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 				known[r.EventID.String()] = true
 				if id, ok := failedAt[r.AggregateType+"\x00"+r.AggregateID]; ok && id < r.ID && r.Status == outbox.StatusBlocked {
 					s.CompensationsBlocked++ // behind its payment's dead letter
+				} else if !r.Status.Final() {
+					s.CompensationsUnsettled++
 				}
 			}
 		}
@@ -180,6 +186,20 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// unaccounted classifies a committed event found in the outbox with
+// status st, which the gateway did (seen) or did not accept: unsettled if
+// it is not final (the demo stopped waiting for it; a relay delivers it
+// later), lost if it is PROCESSED without the gateway having it.
+func unaccounted(st outbox.Status, seen bool) (unsettled, lost bool) {
+	switch {
+	case !st.Final():
+		return true, false
+	case !seen && st == outbox.StatusProcessed:
+		return false, true
+	}
+	return false, false
 }
 
 // report prints the audit trails, the summary table and, with --json, the

@@ -57,8 +57,14 @@ type Summary struct {
 	// Reaped counts events returned to PENDING after a dead relay's lease.
 	Reaped int `json:"reaped"`
 
-	// Lost counts committed events in no final state (or missing) that
-	// the gateway never accepted, other than Blocked ones. Must be 0.
+	// Unsettled counts committed events still PENDING or PROCESSING (or
+	// BLOCKED, but not behind a dead letter) when the demo stopped waiting
+	// for them: the relays fell behind on a loaded machine. They are in
+	// the outbox, so not lost; the relays would deliver them.
+	Unsettled int `json:"unsettled"`
+	// Lost counts committed events missing from the outbox that the
+	// gateway never accepted, and events PROCESSED that it never
+	// accepted. Must be 0.
 	Lost int `json:"lost"`
 	// OrderViolations counts events the gateway accepted after a later
 	// event of their aggregate. Must be 0.
@@ -80,6 +86,9 @@ type Summary struct {
 	Compensations          int `json:"compensations"`
 	CompensationsDelivered int `json:"compensations_delivered"`
 	CompensationsBlocked   int `json:"compensations_blocked,omitempty"`
+	// CompensationsUnsettled counts those still moving when the demo
+	// stopped waiting (see Unsettled).
+	CompensationsUnsettled int `json:"compensations_unsettled,omitempty"`
 
 	// Maintenance is incident 5's outcome, EDF incident 6's.
 	Maintenance *MaintenanceSummary `json:"maintenance,omitempty"`
@@ -202,6 +211,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	if s.CompensationsBlocked > 0 {
 		blockedComp = fmt.Sprintf(", %d wait BLOCKED behind their payment's dead letter", s.CompensationsBlocked)
 	}
+	if s.CompensationsUnsettled > 0 {
+		blockedComp += fmt.Sprintf(", %d still moving when the demo stopped waiting", s.CompensationsUnsettled)
+	}
 	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired); %d reached the gateway under merchant.events%s", s.CompensationsDelivered, blockedComp))
 	if m := s.Maintenance; m != nil {
 		row("maintenance FAILED", m.Failed, fmt.Sprintf("incident 5: breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
@@ -212,7 +224,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 			e.Approvals, time.Duration(e.DeadlineMS)*time.Millisecond, e.Backlog, e.FIFOMet, e.FIFOApprovals))
 	}
 	row("reaped", s.Reaped, "returned to PENDING after a dead relay's lease")
-	row("lost", s.Lost, must0(s.Lost)+": committed, in no final state, never seen by the gateway")
+	if s.Unsettled > 0 {
+		row("unsettled", s.Unsettled, "still PENDING or PROCESSING when the demo stopped waiting: in the outbox, not lost (the relays fell behind on this machine)")
+	}
+	row("lost", s.Lost, must0(s.Lost)+": committed, yet missing from the outbox or PROCESSED without the gateway having it")
 	row("order violations", s.OrderViolations, must0(s.OrderViolations)+": per aggregate, as the gateway saw them")
 	if len(s.TooSlow) > 0 {
 		fmt.Fprintf(&b, "too slow: this machine could not show every incident with a %s QR lifetime (the guarantees above are checked all the same); try --time-scale %g:\n",
@@ -223,6 +238,8 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	}
 	if p := s.Problems(); len(p) > 0 {
 		fmt.Fprintf(&b, "result: BROKEN: %s\n", strings.Join(p, "; "))
+	} else if s.Unsettled > 0 {
+		fmt.Fprintf(&b, "result: ok, not settled: %d committed events were still moving when the demo stopped waiting (in the outbox, not lost); nothing rolled back was sent; order held\n", s.Unsettled)
 	} else {
 		b.WriteString("result: ok: every committed event was delivered, dead-lettered or expired; nothing rolled back was sent; order held\n")
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/txoutbox/outbox"
 )
 
 func TestSummaryProblems(t *testing.T) {
@@ -118,5 +120,55 @@ func TestSummaryBlockedCompensations(t *testing.T) {
 	}
 	if !bytes.Contains(b, []byte(`"compensations_blocked":1`)) {
 		t.Errorf("JSON lacks compensations_blocked: %s", b)
+	}
+}
+
+// TestSummaryUnsettled: events still moving when the demo stopped waiting
+// are named in the table and the JSON, are not lost, and the run is ok but
+// not settled.
+func TestSummaryUnsettled(t *testing.T) {
+	t.Parallel()
+	s := Summary{Committed: 5, Delivered: 3, Processed: 3, Unsettled: 2, Compensations: 2, CompensationsDelivered: 1, CompensationsUnsettled: 1}
+	var buf bytes.Buffer
+	if err := s.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"  unsettled                  2   still PENDING or PROCESSING when the demo stopped waiting: in the outbox, not lost",
+		"1 reached the gateway under merchant.events, 1 still moving when the demo stopped waiting",
+		"result: ok, not settled: 2 committed events were still moving"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := s.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"unsettled":2`)) || !bytes.Contains(b, []byte(`"lost":0`)) || !bytes.Contains(b, []byte(`"ok":true`)) {
+		t.Errorf("JSON of an unsettled run: %s", b)
+	}
+	s.Unsettled = 0
+	buf.Reset()
+	_ = s.WriteTable(&buf)
+	if strings.Contains(buf.String(), "unsettled") || strings.Contains(buf.String(), "not settled") {
+		t.Errorf("a settled run's table mentions unsettled events:\n%s", buf.String())
+	}
+}
+
+// TestUnaccounted: a committed event the demo stopped waiting for is
+// unsettled whether or not the gateway has it; one PROCESSED that the
+// gateway never accepted is lost; a final one is neither.
+func TestUnaccounted(t *testing.T) {
+	t.Parallel()
+	for _, st := range outbox.Statuses {
+		for _, seen := range []bool{false, true} {
+			unsettled, lost := unaccounted(st, seen)
+			wantUnsettled := st == outbox.StatusPending || st == outbox.StatusProcessing || st == outbox.StatusBlocked
+			wantLost := st == outbox.StatusProcessed && !seen
+			if unsettled != wantUnsettled || lost != wantLost {
+				t.Errorf("unaccounted(%s, seen %v) = unsettled %v, lost %v; want %v, %v", st, seen, unsettled, lost, wantUnsettled, wantLost)
+			}
+		}
 	}
 }
