@@ -78,7 +78,11 @@ type Config struct {
 	// value claims again at once. A full batch is followed at once.
 	Linger time.Duration
 	// Lease is how long a claim is exclusive. It must exceed the time to
-	// publish and mark a batch by a wide margin. Default 2m.
+	// publish and mark a batch by a wide margin. The claim itself may take
+	// at most half of it (a claim that committed after its lease ended
+	// would hand out events another relay may take), so a lease of a few
+	// seconds on an overloaded database can leave every claim timing out.
+	// Default 2m.
 	Lease time.Duration
 	// MaxRetries is how many failed attempts are retried: the event ends
 	// FAILED when retry_count would exceed it. Default 5 (the source's
