@@ -6,6 +6,8 @@
 package wait
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -44,4 +46,38 @@ func Until(t testing.TB, timeout time.Duration, what string, cond func() (bool, 
 func For(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	Until(t, timeout, what, func() (bool, error) { return cond(), nil })
+}
+
+// WhileProgressing is Until for a long drain on a loaded machine: cond
+// returns whether the wait is over and a progress counter (events
+// delivered, say). The test fails only when the counter has not grown for
+// idle, or when limit has passed in all, so that a slow drain passes and
+// a stalled one fails within idle.
+func WhileProgressing(t testing.TB, idle, limit time.Duration, what string, cond func() (done bool, progress int64, err error)) {
+	t.Helper()
+	start := time.Now()
+	last, moved := int64(math.MinInt64), start
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		done, progress, err := cond()
+		now := time.Now()
+		if err != nil {
+			lastErr = err
+		} else if done {
+			return
+		} else if progress > last {
+			last, moved = progress, now
+		}
+		if now.Sub(moved) > idle || now.Sub(start) > limit {
+			msg := fmt.Sprintf("gave up after %s waiting for %s: progress %d, unchanged for %s (bounds: %s without progress, %s in all)",
+				now.Sub(start).Round(time.Millisecond), what, last, now.Sub(moved).Round(time.Millisecond), idle, limit)
+			if lastErr != nil {
+				msg += fmt.Sprintf(" (last error: %v)", lastErr)
+			}
+			t.Fatalf("%s", msg)
+		}
+		<-tick.C
+	}
 }
