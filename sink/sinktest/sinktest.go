@@ -417,7 +417,8 @@ func testRestart(t *testing.T, h *Harness) {
 	restarted := time.Since(began)
 	// Retry what fails while the sink reconnects, as the relay would. The
 	// recovery has a budget of its own: at a load of 30 (two copies of the
-	// suite) a private RabbitMQ node's restart took most of a shared one.
+	// suite) one budget for a private RabbitMQ node's restart and the
+	// sink's recovery ran out, how they shared it unrecorded.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*h.Timeout)
 	defer cancel()
 	pending := after
