@@ -149,8 +149,15 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	case num(m, "breaker_opened") >= 1 && slow:
 		t.Errorf("maintenance: the breaker opened, yet the demo says incident 5 could not show:\n%s", out)
 	case num(m, "breaker_opened") >= 1:
+		// Under heavy load the probe can take longer than the incident's
+		// wait: then the demo counts to the end of the run, and says so.
 		if num(m, "breaker_closed") < 1 {
-			t.Errorf("maintenance: breaker opened %d, closed %d times; want both at least once\n%s", num(m, "breaker_opened"), num(m, "breaker_closed"), out)
+			t.Errorf("maintenance: breaker opened %d, closed %d times by the end of the run; want both at least once\n%s", num(m, "breaker_opened"), num(m, "breaker_closed"), out)
+		} else if m["breaker_closed_late"] == true {
+			if !strings.Contains(out, "the breaker has not closed yet") {
+				t.Errorf("maintenance: the breaker closed after the incident, yet the incident's output does not say it had not closed yet\n%s", out)
+			}
+			t.Logf("maintenance: the breaker closed only after the incident stopped waiting for it (this machine is slow)")
 		}
 	case most >= limit || limit < 1:
 		t.Errorf("maintenance: a relay met %d 503s during the outage (%d in a row open the breaker), yet the breaker never opened\n%s", most, limit, out)
@@ -182,8 +189,12 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	} else if num(m, "moving") > 0 {
 		t.Logf("maintenance: %d of %d events were still moving when the demo stopped waiting (this machine is slow); the final accounting covers them", num(m, "moving"), num(m, "events"))
 	}
-	want := fmt.Sprintf("breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
-		num(m, "breaker_opened"), num(m, "breaker_closed"), num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "expired_unavailable"))
+	late := ""
+	if m["breaker_closed_late"] == true {
+		late = ", after the incident"
+	}
+	want := fmt.Sprintf("breaker opened %d, closed %d%s (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
+		num(m, "breaker_opened"), num(m, "breaker_closed"), late, num(m, "events"), num(m, "processed"), num(m, "expired"), num(m, "expired_unavailable"))
 	if !strings.Contains(out, want) {
 		t.Errorf("the summary table lacks %q:\n%s", want, out)
 	}

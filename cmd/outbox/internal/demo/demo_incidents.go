@@ -13,8 +13,14 @@ import (
 
 // maintenanceResult is what incident 5 measured.
 type maintenanceResult struct {
-	ran                bool
-	opened, closed     int // breaker transitions in the routes audit log
+	ran            bool
+	opened, closed int // breaker transitions in the routes audit log
+	// logBefore is the routes audit log's length before the incident
+	// (the log is newest first); closedLate that the breaker closed only
+	// after the incident stopped waiting for it, counted at the end of
+	// the run.
+	logBefore          int
+	closedLate         bool
 	events             int // events written during the maintenance, or refused by it
 	processed, failed  int
 	expired, expiredBy int // expiredBy: EXPIRED "destination unavailable since ..."
@@ -154,17 +160,9 @@ func (d *demoRun) incidentMaintenance(ctx context.Context) error {
 		entries = all[:max(0, len(all)-len(before))]
 	}
 	m := maintenanceResult{ran: true, events: len(ids), processed: final[outbox.StatusProcessed],
-		failed: final[outbox.StatusFailed], expired: final[outbox.StatusExpired], moving: len(left)}
-	for _, e := range entries {
-		switch e.To {
-		case store.BreakerOpen:
-			if e.From != store.BreakerHalfOpen {
-				m.opened++ // a failed probe re-opens: not a new outage
-			}
-		case store.BreakerClosed:
-			m.closed++
-		}
-	}
+		failed: final[outbox.StatusFailed], expired: final[outbox.StatusExpired], moving: len(left),
+		logBefore: len(before)}
+	m.opened, m.closed = breakerTransitions(entries)
 	for _, id := range ids {
 		if r, err := d.b.Store.GetEvent(ctx, id); err == nil && r.Status == outbox.StatusExpired &&
 			strings.Contains(r.LastError, "destination unavailable since") {
@@ -187,8 +185,47 @@ func (d *demoRun) incidentMaintenance(ctx context.Context) error {
 		plural(m.opened, "time", "times"), plural(m.closed, "time", "times"), m.events, m.processed, m.failed, m.expired,
 		others(final, outbox.StatusExpired, len(left)))
 	d.con.Printf("", "   %d of the EXPIRED say \"destination unavailable since ...\": their QR code ran out while the route was down", m.expiredBy)
+	if m.opened > 0 && m.closed == 0 {
+		d.con.Printf("", "   the breaker has not closed yet: no probe got through while the demo waited (this machine is slow for the compressed time); the summary counts its transitions to the end of the run")
+	}
 	d.setIncident("normal traffic")
 	return nil
+}
+
+// breakerTransitions counts, in entries of the routes audit log, the
+// breaker's openings (not a failed probe's re-opening: that is no new
+// outage) and closings.
+func breakerTransitions(entries []store.RouteLogEntry) (opened, closed int) {
+	for _, e := range entries {
+		switch e.To {
+		case store.BreakerOpen:
+			if e.From != store.BreakerHalfOpen {
+				opened++
+			}
+		case store.BreakerClosed:
+			closed++
+		}
+	}
+	return opened, closed
+}
+
+// closeLate, at the end of the run, counts the breaker's transitions
+// from the start of incident 5 when the breaker had not closed by the
+// time the incident stopped waiting for it: under heavy load its probe
+// can take longer than the incident's wait, and it closes while later
+// traffic flows.
+func (d *demoRun) closeLate(ctx context.Context) {
+	m := &d.maint
+	if !m.ran || m.opened == 0 || m.closed > 0 {
+		return
+	}
+	all, err := d.routeLog(ctx)
+	if err != nil {
+		return
+	}
+	if opened, closed := breakerTransitions(all[:max(0, len(all)-m.logBefore)]); closed > 0 {
+		m.opened, m.closed, m.closedLate = opened, closed, true
+	}
 }
 
 // incidentEDF is incident 6: the gateway slows down while a backlog of

@@ -163,8 +163,9 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 			s.PoisonRefusedExpired++
 		}
 	}
+	d.closeLate(ctx)
 	if m := d.maint; m.ran {
-		s.Maintenance = &MaintenanceSummary{BreakerOpened: m.opened, BreakerClosed: m.closed, Events: m.events,
+		s.Maintenance = &MaintenanceSummary{BreakerOpened: m.opened, BreakerClosed: m.closed, BreakerClosedLate: m.closedLate, Events: m.events,
 			Processed: m.processed, Failed: m.failed, Expired: m.expired, ExpiredUnavailable: m.expiredBy,
 			Moving: m.moving, MostOutageRequests: m.mostFaults, BreakerThreshold: m.threshold}
 	}

@@ -119,6 +119,10 @@ type MaintenanceSummary struct {
 	// OPEN (not after a failed probe) and to CLOSED, from the routes audit log.
 	BreakerOpened int `json:"breaker_opened"`
 	BreakerClosed int `json:"breaker_closed"`
+	// BreakerClosedLate says the breaker closed only after the incident
+	// stopped waiting for it (a machine too slow for the compressed time):
+	// then both counts run from the incident to the end of the run.
+	BreakerClosedLate bool `json:"breaker_closed_late,omitempty"`
 	// Events were written or refused during the outage; Processed, Failed
 	// and Expired count their final statuses; ExpiredUnavailable the
 	// EXPIRED ones whose reason is "destination unavailable since ...".
@@ -216,8 +220,12 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	}
 	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired); %d reached the gateway under merchant.events%s", s.CompensationsDelivered, blockedComp))
 	if m := s.Maintenance; m != nil {
-		row("maintenance FAILED", m.Failed, fmt.Sprintf("incident 5: breaker opened %d, closed %d (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
-			m.BreakerOpened, m.BreakerClosed, m.Events, m.Processed, m.Expired, m.ExpiredUnavailable))
+		late := ""
+		if m.BreakerClosedLate {
+			late = ", after the incident"
+		}
+		row("maintenance FAILED", m.Failed, fmt.Sprintf("incident 5: breaker opened %d, closed %d%s (routes audit log); of %d events %d delivered, %d EXPIRED (%d \"destination unavailable since ...\")",
+			m.BreakerOpened, m.BreakerClosed, late, m.Events, m.Processed, m.Expired, m.ExpiredUnavailable))
 	}
 	if e := s.EDF; e != nil {
 		row("EDF met deadline", e.Met, fmt.Sprintf("incident 6: of %d approvals (%s deadline, behind %d receipts); strict FIFO baseline: %d of %d",

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 )
 
 func TestSummaryProblems(t *testing.T) {
@@ -170,5 +171,52 @@ func TestUnaccounted(t *testing.T) {
 				t.Errorf("unaccounted(%s, seen %v) = unsettled %v, lost %v; want %v, %v", st, seen, unsettled, lost, wantUnsettled, wantLost)
 			}
 		}
+	}
+}
+
+// TestBreakerTransitions: openings count once per outage (a failed
+// probe's re-opening is not a new one), closings each time.
+func TestBreakerTransitions(t *testing.T) {
+	t.Parallel()
+	log := []store.RouteLogEntry{ // newest first, as the store returns it
+		{From: store.BreakerHalfOpen, To: store.BreakerClosed},
+		{From: store.BreakerOpen, To: store.BreakerHalfOpen},
+		{From: store.BreakerHalfOpen, To: store.BreakerOpen},
+		{From: store.BreakerOpen, To: store.BreakerHalfOpen},
+		{From: store.BreakerClosed, To: store.BreakerOpen},
+	}
+	if opened, closed := breakerTransitions(log); opened != 1 || closed != 1 {
+		t.Errorf("breakerTransitions = opened %d, closed %d; want 1 and 1", opened, closed)
+	}
+	if opened, closed := breakerTransitions(log[2:]); opened != 1 || closed != 0 {
+		t.Errorf("before the probe got through: opened %d, closed %d; want 1 and 0", opened, closed)
+	}
+}
+
+// TestSummaryBreakerClosedLate: a breaker that closed only after incident
+// 5 stopped waiting says so in the table and the JSON; one that closed in
+// time says nothing of the kind.
+func TestSummaryBreakerClosedLate(t *testing.T) {
+	t.Parallel()
+	m := &MaintenanceSummary{BreakerOpened: 1, BreakerClosed: 1, BreakerClosedLate: true, Events: 20, Expired: 4}
+	s := Summary{Committed: 20, Expired: 4, Processed: 16, Delivered: 16, Maintenance: m}
+	var buf bytes.Buffer
+	if err := s.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if want := "incident 5: breaker opened 1, closed 1, after the incident (routes audit log)"; !strings.Contains(buf.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, buf.String())
+	}
+	if b, _ := s.JSON(); !bytes.Contains(b, []byte(`"breaker_closed_late":true`)) {
+		t.Errorf("JSON lacks breaker_closed_late: %s", b)
+	}
+	m.BreakerClosedLate = false
+	buf.Reset()
+	_ = s.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "breaker opened 1, closed 1 (routes audit log)") {
+		t.Errorf("a breaker closed in time:\n%s", buf.String())
+	}
+	if b, _ := s.JSON(); bytes.Contains(b, []byte(`breaker_closed_late`)) {
+		t.Errorf("JSON of a breaker closed in time has breaker_closed_late: %s", b)
 	}
 }
