@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -179,12 +178,12 @@ func startCluster(settings ...string) (*PostgresCluster, error) {
 			return nil, err
 		}
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c.port = port
+	c.port = strconv.Itoa(port)
 	if out, err := c.run("initdb", "-D", c.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
@@ -211,14 +210,4 @@ func (c *PostgresCluster) run(bin string, args ...string) (string, error) {
 	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port, nil
 }

@@ -3,8 +3,6 @@ package amqpsink_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +59,7 @@ func startRabbitNode(t testing.TB, conf ...string) *rabbitNode {
 	if err != nil {
 		t.Skipf("this test needs a private RabbitMQ node, and rabbitmqctl is not installed (%v)", err)
 	}
-	ports := freePorts(t, 2)
+	ports := testenv.FreePorts(t, 2)
 	n := &rabbitNode{
 		Name: "outbox-test-" + uniq() + "@localhost",
 		URL:  fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", ports[0]),
@@ -215,23 +213,4 @@ func cleanEnv() []string {
 		}
 	}
 	return out
-}
-
-// freePorts returns n TCP ports free on 127.0.0.1 at the time of the call.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []io.Closer
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -51,6 +52,13 @@ type cluster struct {
 func newCluster(t testing.TB, opts ...kfake.Opt) *cluster {
 	t.Helper()
 	c := &cluster{t: t, opts: opts, dir: t.TempDir()}
+	// A port below the kernel's ephemeral range, which no client socket is
+	// given while the broker is down for a restart.
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.port = port
 	if err := c.start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -44,12 +43,10 @@ type embedded struct {
 
 func startEmbedded(t testing.TB) *embedded {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	e := &embedded{t: t, opts: &server.Options{
 		ServerName: "outbox-test-" + uniq(),
 		Host:       "127.0.0.1",

@@ -101,7 +101,7 @@ func startServer(t testing.TB, args ...string) *server {
 	defer cancel()
 	var err error
 	for try := 0; try < 5; try++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = testenv.FreePort(); err != nil {
 			continue
 		}
 		if err = s.start(ctx); err == nil {
@@ -113,15 +113,6 @@ func startServer(t testing.TB, args ...string) *server {
 	}
 	t.Cleanup(s.kill)
 	return s
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
