@@ -183,7 +183,7 @@ func testAbandonedBatchClaimedAgain(t *testing.T, h *Harness) {
 	// it) time on a loaded shared server: 300 ms claimed nothing for 30 s
 	// on MariaDB at a load of 20.
 	req := store.ClaimRequest{RelayID: "abandons", Limit: 10, Lease: 2 * time.Second, FailedBlocks: true}
-	old := claimShortLease(t, h.Store, req, 2)
+	old := claimShortLease(t, h.Store, &req, 2)
 	// The relay lists no batch as its own any more: it gave the old one up.
 	// (It claims under the same lease: a claim renews the relay's lanes,
 	// and the given-up batch comes back once their lease has ended.)
@@ -217,7 +217,7 @@ func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	// A lease that ends soon, but gives a claim (which may take half of
 	// it) time on a loaded shared server: 1 s claimed nothing for 30 s on
 	// MariaDB at load 44.
-	old := claimShortLease(t, h.Store, store.ClaimRequest{RelayID: "test", Limit: 10, Lease: 3 * time.Second, FailedBlocks: true}, 1)
+	old := claimShortLease(t, h.Store, &store.ClaimRequest{RelayID: "test", Limit: 10, Lease: 3 * time.Second, FailedBlocks: true}, 1)
 	var reaped int64
 	wait.Until(t, 2*time.Minute, "the reaper to return the expired lease", func() (bool, error) {
 		res, err := h.Store.Sweep(ctx, store.SweepRequest{RelayID: "sweeper", FailedBlocks: true})
