@@ -103,11 +103,25 @@ func testConcurrentRelays(t *testing.T, h *storetest.Harness) {
 		rs = append(rs, newRelay(t, cfg))
 	}
 	stop := runRelays(t, rs...)
-	// A bound for a hang: SQLite under -race with two copies of the suite
-	// on 2 cores (load 40) took longer than 2 minutes.
-	wait.Until(t, 5*time.Minute, "all events PROCESSED", func() (bool, error) {
+	var last store.Stats
+	defer func() {
+		if t.Failed() {
+			t.Logf("rows by status %v", last.Counts)
+			for i, r := range rs {
+				t.Logf("relay %d %+v", i, r.Stats())
+			}
+		}
+	}()
+	// Bounds for a stall, not a speed: SQLite under -race with two copies
+	// of the suite on 2 cores took 13 s to over 5 minutes (load 40), so
+	// the drain fails only after 2 minutes without an event PROCESSED, or
+	// 10 minutes in all.
+	wait.WhileProgressing(t, 2*time.Minute, 10*time.Minute, "all events PROCESSED", func() (bool, int64, error) {
 		st, err := h.Store.Stats(context.Background(), true)
-		return st.Counts[outbox.StatusProcessed] == int64(n), err
+		if err == nil {
+			last = st
+		}
+		return st.Counts[outbox.StatusProcessed] == int64(n), st.Counts[outbox.StatusProcessed], err
 	})
 	stop()
 	all := recs[0].Shared()
