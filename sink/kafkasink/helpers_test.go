@@ -59,7 +59,9 @@ func newCluster(t testing.TB, opts ...kfake.Opt) *cluster {
 		t.Fatal(err)
 	}
 	c.port = port
-	if err := c.start(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
