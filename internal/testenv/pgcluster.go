@@ -33,11 +33,15 @@ var (
 	sharedLogicalDSN  string
 	sharedLogicalErr  error
 	sharedCluster     *PostgresCluster
+	// sharedLogicalDB is the database of this process's own on the shared
+	// server (sharedLogicalServer), when LogicalPostgres uses that server.
+	sharedLogicalDB, sharedLogicalServer string
 )
 
 // LogicalPostgres returns the DSN of a PostgreSQL whose wal_level is
-// logical: $OUTBOX_TEST_LOGICAL_DSN when set; else the shared server
-// ($OUTBOX_TEST_POSTGRES) when its wal_level is logical; else a private
+// logical: $OUTBOX_TEST_LOGICAL_DSN when set; else, when the shared server
+// ($OUTBOX_TEST_POSTGRES) has wal_level logical, a database of the test
+// process's own on it (StopLogicalPostgres drops it); else a private
 // cluster started once for the test binary (StopLogicalPostgres, from
 // TestMain, stops it). When none can be had the test is skipped, or fails
 // under CI=true, with how to fix it.
@@ -53,7 +57,12 @@ func LogicalPostgres(t testing.TB) string {
 			shared = Postgres.Default
 		}
 		if walLevel(shared) == "logical" {
-			sharedLogicalDSN = shared
+			dsn, name, err := createLogicalDB(shared)
+			if err != nil {
+				sharedLogicalErr = err
+				return
+			}
+			sharedLogicalDSN, sharedLogicalDB, sharedLogicalServer = dsn, name, shared
 			return
 		}
 		c, err := startCluster()
@@ -76,8 +85,13 @@ func LogicalPostgres(t testing.TB) string {
 }
 
 // StopLogicalPostgres stops and removes the private cluster LogicalPostgres
-// started, if any. Call it from TestMain after m.Run.
+// started, or drops the database it created, if any. Call it from
+// TestMain after m.Run.
 func StopLogicalPostgres() {
+	if sharedLogicalDB != "" {
+		removeLogicalDB(sharedLogicalServer, sharedLogicalDB)
+		sharedLogicalDB = ""
+	}
 	if sharedCluster != nil {
 		sharedCluster.remove()
 		sharedCluster = nil

@@ -1,0 +1,114 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// logicalDBPrefix starts the name of the database each test process gets
+// on a shared server with wal_level=logical.
+//
+// Logical decoding reads the whole server's WAL but decodes only its own
+// database's changes. On the database the other packages' tests share,
+// a slot once stuck at a change it could not decode ("could not map
+// filenode ... to relation OID"), among the tables those tests create
+// and drop all the time. A database of the process's own keeps every
+// other process's tables out of its slots.
+const logicalDBPrefix = "outbox_logical_"
+
+// createLogicalDB creates a database of this process's own on the server
+// of dsn and returns its DSN and name. It first drops the databases that
+// earlier test processes on this machine left (killed before they could).
+func createLogicalDB(dsn string) (string, string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", "", fmt.Errorf("%s is not a postgres:// URL; set %s to the DSN of a database the CDC tests may use", Postgres.Var, LogicalVar)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", "", err
+	}
+	defer conn.Close(ctx)
+	dropOrphanLogicalDBs(ctx, conn)
+	name := fmt.Sprintf("%s%d_%08x", logicalDBPrefix, os.Getpid(), rand.Uint32())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u.Path = "/" + name
+	return u.String(), name, nil
+}
+
+// dropOrphanLogicalDBs drops the databases of test processes that no
+// longer run (their pid is in the name), best effort.
+func dropOrphanLogicalDBs(ctx context.Context, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE $1`, logicalDBPrefix+"%")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, logicalDBPrefix), "_", 2)[0])
+		if err != nil || processRuns(pid) {
+			continue
+		}
+		_ = dropLogicalDB(ctx, conn, name)
+	}
+}
+
+// dropLogicalDB ends the database's sessions, drops its replication slots
+// and then the database.
+func dropLogicalDB(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+	var errs []error
+	for range 50 { // a terminated walsender releases its slot a moment later
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, name)
+		var left int
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = $1`, name).Scan(&left)
+		}
+		if err == nil && left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			errs = append(errs, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		errs = append(errs, fmt.Errorf("drop database %s: %w", name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// removeLogicalDB drops the database createLogicalDB made, from the server
+// of dsn (the shared server's DSN).
+func removeLogicalDB(dsn, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: could not drop database %s: %v\n", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if err := dropLogicalDB(ctx, conn, name); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: could not drop database %s: %v\n", name, err)
+	}
+}
