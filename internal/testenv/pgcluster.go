@@ -59,7 +59,7 @@ func LogicalPostgres(t testing.TB) string {
 		if walLevel(shared) == "logical" {
 			dsn, name, err := createLogicalDB(shared)
 			if err != nil {
-				sharedLogicalErr = err
+				sharedLogicalErr = fmt.Errorf("the shared server's wal_level is logical, but the CDC tests could not have a database of their own on it (its role needs CREATEDB): %w", err)
 				return
 			}
 			sharedLogicalDSN, sharedLogicalDB, sharedLogicalServer = dsn, name, shared
