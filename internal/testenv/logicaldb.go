@@ -73,28 +73,31 @@ func dropOrphanLogicalDBs(ctx context.Context, conn *pgx.Conn) {
 // and then the database.
 func dropLogicalDB(ctx context.Context, conn *pgx.Conn, name string) error {
 	_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
-	var errs []error
-	for range 50 { // a terminated walsender releases its slot a moment later
+	slotsErr := dropSlots(ctx, conn, name)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return errors.Join(slotsErr, fmt.Errorf("drop database %s: %w", name, err))
+	}
+	return nil
+}
+
+// dropSlots drops the database's replication slots, waiting for the
+// walsenders just terminated to release theirs, until ctx ends.
+func dropSlots(ctx context.Context, conn *pgx.Conn, name string) error {
+	for {
 		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, name)
-		var left int
+		left := 0
 		if err == nil {
 			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = $1`, name).Scan(&left)
 		}
 		if err == nil && left == 0 {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			errs = append(errs, ctx.Err())
+			return fmt.Errorf("drop the replication slots of %s: %w (last error: %v)", name, ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
-			continue
 		}
-		break
 	}
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		errs = append(errs, fmt.Errorf("drop database %s: %w", name, err))
-	}
-	return errors.Join(errs...)
 }
 
 // removeLogicalDB drops the database createLogicalDB made, from the server

@@ -44,6 +44,17 @@ func connectOrFatal(t *testing.T, dsn string) *pgx.Conn {
 	return conn
 }
 
+// countDatabaseAndSlots counts the databases named name (0 or 1) and the
+// replication slots in it.
+func countDatabaseAndSlots(t *testing.T, server *pgx.Conn, name string) (dbs, slots int) {
+	t.Helper()
+	if err := server.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_database WHERE datname = $1),
+		(SELECT count(*) FROM pg_replication_slots WHERE database = $1)`, name).Scan(&dbs, &slots); err != nil {
+		t.Fatal(err)
+	}
+	return dbs, slots
+}
+
 // LogicalPostgres gives the process a database of its own on the shared
 // server, and StopLogicalPostgres drops it with its replication slots.
 func TestLogicalPostgresDatabaseOfItsOwn(t *testing.T) {
@@ -71,12 +82,7 @@ func TestLogicalPostgresDatabaseOfItsOwn(t *testing.T) {
 
 	StopLogicalPostgres()
 	server := connectOrFatal(t, shared)
-	var dbs, slots int
-	if err := server.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_database WHERE datname = $1),
-		(SELECT count(*) FROM pg_replication_slots WHERE database = $1)`, name).Scan(&dbs, &slots); err != nil {
-		t.Fatal(err)
-	}
-	if dbs != 0 || slots != 0 {
+	if dbs, slots := countDatabaseAndSlots(t, server, name); dbs != 0 || slots != 0 {
 		t.Errorf("after StopLogicalPostgres: %d databases and %d slots named %s, want none", dbs, slots, name)
 	}
 }
@@ -116,17 +122,10 @@ func TestOrphanLogicalDatabasesDropped(t *testing.T) {
 	left.Close(ctx)
 
 	dropOrphanLogicalDBs(ctx, server)
-	count := func(db string) (dbs, slots int) {
-		if err := server.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_database WHERE datname = $1),
-			(SELECT count(*) FROM pg_replication_slots WHERE database = $1)`, db).Scan(&dbs, &slots); err != nil {
-			t.Fatal(err)
-		}
-		return dbs, slots
-	}
-	if dbs, slots := count(orphan); dbs != 0 || slots != 0 {
+	if dbs, slots := countDatabaseAndSlots(t, server, orphan); dbs != 0 || slots != 0 {
 		t.Errorf("the orphan %s: %d databases, %d slots left, want none", orphan, dbs, slots)
 	}
-	if dbs, _ := count(alive); dbs != 1 {
+	if dbs, _ := countDatabaseAndSlots(t, server, alive); dbs != 1 {
 		t.Errorf("the running process's database %s was dropped", alive)
 	}
 }
