@@ -188,6 +188,12 @@ func (b *breaker) refresh(ctx context.Context) {
 	b.mu.Lock()
 	b.dbAt, b.localAt = snap.DBTime, local
 	for _, rt := range snap.Routes {
+		if cur, ok := b.shared[rt.Name]; ok && cur.Version > rt.Version {
+			// A read that began before this relay's own change (the
+			// refresh after it) ended after it: keep the newer row, or
+			// the relay would forget the probe it holds.
+			continue
+		}
 		b.shared[rt.Name] = rt
 		if b.reported[rt.Name] != rt.State {
 			b.reported[rt.Name] = rt.State
@@ -410,11 +416,21 @@ func (b *breaker) settle(ctx context.Context, route, lastErr string) (bool, time
 
 // probeDone records the probe's result on the route.
 func (b *breaker) probeDone(ctx context.Context, route string, k faultKind, errText string) {
-	b.mu.Lock()
-	rt, ok := b.shared[route]
-	b.mu.Unlock()
-	if !ok || rt.State != store.BreakerHalfOpen || rt.ProbeBy != b.r.cfg.RelayID {
-		return // an operator or another relay moved it meanwhile
+	mine := func() (store.Route, bool) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		rt, ok := b.shared[route]
+		return rt, ok && rt.State == store.BreakerHalfOpen && rt.ProbeBy == b.r.cfg.RelayID
+	}
+	rt, ok := mine()
+	if !ok {
+		// The read after taking the probe may have failed: look again
+		// before deciding that the probe is no longer this relay's, or
+		// the route would wait a whole lease for another relay.
+		b.refresh(ctx)
+		if rt, ok = mine(); !ok {
+			return // an operator or another relay moved it meanwhile
+		}
 	}
 	switch k {
 	case attemptOK:
