@@ -52,7 +52,15 @@ func createLogicalDB(dsn string) (string, string, error) {
 // dropOrphanLogicalDBs drops the databases of test processes that no
 // longer run (their pid is in the name), best effort.
 func dropOrphanLogicalDBs(ctx context.Context, conn *pgx.Conn) {
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE $1`, logicalDBPrefix+"%")
+	dropOrphansNamed(ctx, conn, logicalDBPrefix)
+}
+
+// dropOrphansNamed drops the databases named prefix<pid>_... whose process
+// no longer runs. The test of it uses a prefix of its own, under its own
+// pid, so that the copies of the suite running beside it keep their hands
+// off its orphans.
+func dropOrphansNamed(ctx context.Context, conn *pgx.Conn, prefix string) {
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1)`, prefix)
 	if err != nil {
 		return
 	}
@@ -61,7 +69,7 @@ func dropOrphanLogicalDBs(ctx context.Context, conn *pgx.Conn) {
 		return
 	}
 	for _, name := range names {
-		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, logicalDBPrefix), "_", 2)[0])
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, prefix), "_", 2)[0])
 		if err != nil || processRuns(pid) {
 			continue
 		}

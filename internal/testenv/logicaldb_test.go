@@ -96,8 +96,12 @@ func TestOrphanLogicalDatabasesDropped(t *testing.T) {
 	if err := done.Run(); err != nil {
 		t.Fatal(err)
 	}
-	orphan := fmt.Sprintf("%s%d_%08x", logicalDBPrefix, done.Process.Pid, uint32(time.Now().UnixNano()))
-	alive := fmt.Sprintf("%s%d_%08x", logicalDBPrefix, os.Getpid(), uint32(time.Now().UnixNano()))
+	// Under a prefix of this process (outbox_logical_<pid>_t), which the
+	// other test processes leave alone while it runs: they would drop the
+	// orphan below as theirs to drop, under this test's feet.
+	prefix := fmt.Sprintf("%s%d_t", logicalDBPrefix, os.Getpid())
+	orphan := fmt.Sprintf("%s%d_%08x", prefix, done.Process.Pid, uint32(time.Now().UnixNano()))
+	alive := fmt.Sprintf("%s%d_%08x", prefix, os.Getpid(), uint32(time.Now().UnixNano()))
 	ctx := context.Background()
 	server := connectOrFatal(t, shared)
 	for _, db := range []string{orphan, alive} {
@@ -121,7 +125,7 @@ func TestOrphanLogicalDatabasesDropped(t *testing.T) {
 	}
 	left.Close(ctx)
 
-	dropOrphanLogicalDBs(ctx, server)
+	dropOrphansNamed(ctx, server, prefix)
 	if dbs, slots := countDatabaseAndSlots(t, server, orphan); dbs != 0 || slots != 0 {
 		t.Errorf("the orphan %s: %d databases, %d slots left, want none", orphan, dbs, slots)
 	}
