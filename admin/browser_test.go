@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -79,15 +80,37 @@ func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Ac
 	}
 }
 
+// text returns the innerText of the first element css selects, waiting
+// up to a minute for one. One script reads it in the page: chromedp.Text
+// finds the node and then reads it, and a page that a navigation replaced
+// in between (a loaded machine) failed the read with "No node with given
+// id found".
 func text(t *testing.T, ctx context.Context, css string) string {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(css)))
+	sel, err := json.Marshal(css)
 	if err != nil {
-		t.Fatalf("text of %s: %v", css, err)
+		t.Fatal(err)
 	}
-	return s
+	expr := `(function () { var e = document.querySelector(` + string(sel) + `);` +
+		` return e ? {found: true, text: e.innerText} : {found: false, text: ""}; })()`
+	type read struct {
+		Found bool   `json:"found"`
+		Text  string `json:"text"`
+	}
+	var got read
+	var last error
+	waitUntil(t, time.Minute, "an element "+css+" to read", func() bool {
+		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var err error
+		got, err = chromedp.Run(ectx, chromedp.Evaluate[read](expr))
+		if err != nil && (last == nil || err.Error() != last.Error()) {
+			t.Logf("text of %s: %v (trying again)", css, err)
+		}
+		last = err
+		return err == nil && got.Found
+	})
+	return got.Text
 }
 
 // shoot saves a screenshot of the page into the test's temp dir, and into
