@@ -90,6 +90,23 @@ func newViewBreaker(t *testing.T, m *memRoutes) *breaker {
 	return b
 }
 
+// takeProbe has b take the probe of route "r".
+func takeProbe(t *testing.T, b *breaker) {
+	t.Helper()
+	if ad := b.admit(context.Background(), "r"); ad.kind != admitProbe {
+		t.Fatalf("admit = %v, want the probe", ad.kind)
+	}
+}
+
+// deliverProbe reports b's probe of "r" delivered; the route must close.
+func deliverProbe(t *testing.T, b *breaker, m *memRoutes) {
+	t.Helper()
+	b.probeDone(context.Background(), "r", attemptOK, "")
+	if rt := m.state("r"); rt.State != store.BreakerClosed {
+		t.Fatalf("the delivered probe left the route %s (version %d), want CLOSED", rt.State, rt.Version)
+	}
+}
+
 // TestBreakerProbeSurvivesALateRead: a read of the shared state that began
 // before this relay took the probe and ended after it must not make the
 // relay forget its probe; if it did, the delivered probe would not close
@@ -100,9 +117,7 @@ func TestBreakerProbeSurvivesALateRead(t *testing.T) {
 	m := &memRoutes{}
 	b := newViewBreaker(t, m)
 	before := m.snapshot() // the route OPEN, at version 1
-	if ad := b.admit(ctx, "r"); ad.kind != admitProbe {
-		t.Fatalf("admit = %v, want the probe", ad.kind)
-	}
+	takeProbe(t, b)
 	m.mu.Lock()
 	m.late = &before
 	m.mu.Unlock()
@@ -110,28 +125,19 @@ func TestBreakerProbeSurvivesALateRead(t *testing.T) {
 	if rt := b.shared["r"]; rt.Version != 2 || rt.State != store.BreakerHalfOpen {
 		t.Errorf("after a late read the view holds version %d %s, want version 2 HALF_OPEN", rt.Version, rt.State)
 	}
-	b.probeDone(ctx, "r", attemptOK, "")
-	if rt := m.state("r"); rt.State != store.BreakerClosed {
-		t.Fatalf("the delivered probe left the route %s (version %d), want CLOSED", rt.State, rt.Version)
-	}
+	deliverProbe(t, b, m)
 }
 
 // TestBreakerProbeSurvivesAFailedRead: when the read after taking the
 // probe fails, the relay still records its probe's result.
 func TestBreakerProbeSurvivesAFailedRead(t *testing.T) {
-	ctx := context.Background()
 	m := &memRoutes{}
 	b := newViewBreaker(t, m)
 	m.mu.Lock()
 	m.failed = 1 // the read inside change, after the probe is taken
 	m.mu.Unlock()
-	if ad := b.admit(ctx, "r"); ad.kind != admitProbe {
-		t.Fatalf("admit = %v, want the probe", ad.kind)
-	}
-	b.probeDone(ctx, "r", attemptOK, "")
-	if rt := m.state("r"); rt.State != store.BreakerClosed {
-		t.Fatalf("the delivered probe left the route %s (version %d), want CLOSED", rt.State, rt.Version)
-	}
+	takeProbe(t, b)
+	deliverProbe(t, b, m)
 }
 
 // TestBreakerProbeOfAnotherRelay: a relay whose probe another relay took
@@ -140,9 +146,7 @@ func TestBreakerProbeOfAnotherRelay(t *testing.T) {
 	ctx := context.Background()
 	m := &memRoutes{}
 	b := newViewBreaker(t, m)
-	if ad := b.admit(ctx, "r"); ad.kind != admitProbe {
-		t.Fatalf("admit = %v, want the probe", ad.kind)
-	}
+	takeProbe(t, b)
 	m.mu.Lock()
 	rt := m.rows["r"]
 	rt.ProbeBy, rt.Version = "relay-b", rt.Version+1
