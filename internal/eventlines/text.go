@@ -1,4 +1,4 @@
-package main
+package eventlines
 
 import (
 	"bytes"
@@ -11,10 +11,6 @@ import (
 
 	"github.com/txoutbox/outbox"
 )
-
-// The fields of an `outbox enqueue` line are read from the raw JSON, so
-// that text reaches the database exactly as the producer wrote it or is
-// refused: never changed on the way.
 
 // lineProblem is a refusal of one field of a line (field "" for the line
 // itself). It matches outbox.ErrInvalidEvent.
@@ -43,8 +39,10 @@ func (e *lineError) Error() string {
 
 func (e *lineError) Unwrap() error { return e.err }
 
-// badLine returns the error for input line n, the index-th event.
-func badLine(n, index int, err error) error {
+// BadLine returns the error for input line n, the index-th event (its
+// *outbox.InvalidEventError, if err holds one, gets Index set). The
+// error reads "line n: field: reason; nothing was enqueued".
+func BadLine(n, index int, err error) error {
 	var ie *outbox.InvalidEventError
 	if errors.As(err, &ie) {
 		ie.Index = index

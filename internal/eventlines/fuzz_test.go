@@ -1,4 +1,4 @@
-package main
+package eventlines
 
 import (
 	"bytes"
@@ -12,14 +12,14 @@ import (
 	"github.com/txoutbox/outbox"
 )
 
-// FuzzEnqueueLines feeds arbitrary input to the JSON-lines reader of
+// FuzzRead feeds arbitrary input to Read, the JSON-lines reader of
 // `outbox enqueue`. Input it refuses gets an error that matches
 // ErrInvalidEvent and names the line ("line N") and, for a bad field, the
 // field; nothing is returned to write. Input it accepts is read exactly as
 // written: every event passes Validate, no U+FFFD appears in a text field
 // that the line did not hold, and each event written back as a line reads
 // back as the same event.
-func FuzzEnqueueLines(f *testing.F) {
+func FuzzRead(f *testing.F) {
 	f.Add([]byte(`{"aggregate_type":"payment","aggregate_id":"tx-1","event_type":"ApprovalRequested","payload":{"amount":15000},"headers":{"traceparent":"00-..."},"ttl":"66s"}`))
 	f.Add([]byte("{\"aggregate_type\":\"payment\",\"aggregate_id\":\"tx-\xff\",\"event_type\":\"E\",\"payload\":{}}\n"))
 	f.Add([]byte(`{"aggregate_type":"payment","aggregate_id":"tx-\ud800","event_type":"E","payload":{}}`))
@@ -30,7 +30,7 @@ func FuzzEnqueueLines(f *testing.F) {
 	f.Add([]byte(`{"aggregate_type":"p","aggregate_id":"a","event_type":"E","payload":{},"ttl":"soon","colour":1}`))
 	limits := outbox.Limits{MaxPayloadBytes: 1 << 12}.WithDefaults()
 	f.Fuzz(func(t *testing.T, input []byte) {
-		events, lines, err := readEvents(bytes.NewReader(input), limits)
+		events, lines, err := Read(bytes.NewReader(input), limits)
 		if err != nil {
 			if !errors.Is(err, outbox.ErrInvalidEvent) {
 				t.Fatalf("refusal %q does not match ErrInvalidEvent", err)
@@ -56,7 +56,7 @@ func FuzzEnqueueLines(f *testing.F) {
 					t.Fatalf("event %d: %q holds U+FFFD the input did not: text was replaced", i, s)
 				}
 			}
-			back, err := parseEventLine(writeLine(t, ev))
+			back, err := Parse(writeLine(t, ev))
 			if err != nil {
 				t.Fatalf("event %d written back as a line is refused: %v", i, err)
 			}
