@@ -37,8 +37,9 @@ var cli struct {
 }
 
 // BuildCLI builds ./cmd/outbox of the module under test once per test
-// binary, in a temporary directory, and returns the binary's path. The
-// package's TestMain should call RemoveCLI after m.Run.
+// binary, in a temporary directory, and returns the binary's path. One
+// test process at a time builds (see lockBuild). The package's TestMain
+// should call RemoveCLI after m.Run.
 func BuildCLI(t testing.TB) string {
 	t.Helper()
 	cli.once.Do(func() {
@@ -54,7 +55,10 @@ func BuildCLI(t testing.TB) string {
 		cli.path = filepath.Join(cli.dir, "outbox")
 		build := exec.Command("go", "build", "-o", cli.path, "./cmd/outbox")
 		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
+		release := lockBuild()
+		out, err = build.CombinedOutput()
+		release()
+		if err != nil {
 			cli.err = fmt.Errorf("go build ./cmd/outbox: %v\n%s", err, out)
 		}
 	})
