@@ -389,7 +389,7 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			// relay gives a claim half the lease, and a claim that ran out
 			// of it may have committed unseen, its row then waiting for a
 			// reaper (this relay's own never runs here).
-			r, err := relay.New(relay.Config{Store: b.store, Sink: g, Observer: m, Lease: 2 * time.Second,
+			r, err := relay.New(relay.Config{Store: b.store, Sink: g, Observer: m, Lease: 4 * time.Second,
 				SweepInterval: time.Hour, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
@@ -400,7 +400,7 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			// The reaper is another process's sweep. While the relay has not
 			// reached the sink yet, it returns what such a claim stranded.
 			other := b.another(t)
-			waitFor(t, time.Minute, "the relay to hand the batch to the sink", func() bool {
+			waitFor(t, 3*time.Minute, "the relay to hand the batch to the sink", func() bool {
 				select {
 				case <-g.entered:
 					return true
@@ -411,12 +411,12 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			})
 			// The lease ends while the sink holds the batch: the reaper
 			// takes the row back.
-			waitFor(t, 30*time.Second, "the reaper to take the batch back", func() bool {
+			waitFor(t, 2*time.Minute, "the reaper to take the batch back", func() bool {
 				res, err := other.Sweep(context.Background(), store.SweepRequest{RelayID: "reaper"})
 				return err == nil && res.Reaped > 0
 			})
 			close(g.open)
-			waitFor(t, 30*time.Second, "the fenced outcome", func() bool {
+			waitFor(t, 2*time.Minute, "the fenced outcome", func() bool {
 				v, _ := sample(t, reg, "outbox_deliveries_total", "route", "default", "outcome", "fenced")
 				return v >= 1
 			})
@@ -424,8 +424,8 @@ func TestLeaseLossIsCountedAsFenced(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			// On a loaded machine the redelivery can outlast the 200 ms
-			// lease too, and lose it again: every loss is one fenced
+			// On a loaded machine the redelivery can outlast the lease
+			// too, and lose it again: every loss is one fenced
 			// outcome, however many there were.
 			fenced, _ := sample(t, reg, "outbox_deliveries_total", "route", "default", "outcome", "fenced")
 			if got := mustSample(t, reg, "outbox_lease_lost_total"); got < 1 || got != fenced {

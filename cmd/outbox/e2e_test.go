@@ -169,11 +169,13 @@ func TestSIGKILLMidBatch(t *testing.T) {
 			defer close(release)
 
 			relayArgs := []string{"relay", "--db", dsn, "--table", table, "--sink", srv.URL + "/approve",
-				"--batch", fmt.Sprint(batch), "--in-flight", fmt.Sprint(inFlight), "--poll-interval", "10ms", "--lease", "3s", "--sweep-interval", "100ms",
+				"--batch", fmt.Sprint(batch), "--in-flight", fmt.Sprint(inFlight), "--poll-interval", "10ms", "--lease", "10s", "--sweep-interval", "100ms",
 				"--backoff-min", "5ms", "--backoff-max", "20ms", "--progress", "0"}
-			// A 3 s lease: a claim must record with half its lease left, and
-			// under a load of 40 a 1 s lease left SQLite's relay claiming
-			// nothing for two minutes.
+			// A 10 s lease: a claim must record with half its lease left.
+			// Under a load of 40 a 1 s lease left SQLite's relay claiming
+			// nothing for two minutes, and at a load of 60 (two copies of
+			// the suite at -p 6) a 3 s lease did the same: every claim
+			// timed out.
 			for k := 0; k < kills; k++ {
 				cmd, stderr := startRelay(t, relayArgs...)
 				select {

@@ -60,12 +60,17 @@ func event(agg string) outbox.Event {
 	return outbox.Event{AggregateType: "payment", AggregateID: agg, EventType: "ApprovalRequested", Payload: []byte(`{}`)}
 }
 
-// startRelay runs a relay with a one-minute poll interval: anything
-// delivered within the test's deadline arrived through a wake-up.
+// wakeWait bounds the waits of these tests, a bound for a hang: under
+// -race on a loaded 2-core machine, 15 s was not always enough.
+const wakeWait = 2 * time.Minute
+
+// startRelay runs a relay with a poll interval of an hour: anything
+// delivered within the test's deadline (wakeWait) arrived through a
+// wake-up.
 func startRelay(t *testing.T, s *postgres.Store, noListen bool) *relaytest.Recorder {
 	t.Helper()
 	rec := &relaytest.Recorder{Name: "sink"}
-	r, err := relay.New(relay.Config{Store: s, Sink: rec, PollInterval: time.Minute, NoListen: noListen,
+	r, err := relay.New(relay.Config{Store: s, Sink: rec, PollInterval: time.Hour, NoListen: noListen,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +85,7 @@ func startRelay(t *testing.T, s *postgres.Store, noListen bool) *relaytest.Recor
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	// Wait for the first (empty) claim: from then on the relay sleeps for
 	// its poll interval unless woken.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(wakeWait)
 	for r.Stats().Claims == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the relay never claimed")
@@ -93,13 +98,13 @@ func startRelay(t *testing.T, s *postgres.Store, noListen bool) *relaytest.Recor
 
 func waitDelivered(t *testing.T, rec *relaytest.Recorder, n int, how string) {
 	t.Helper()
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(wakeWait)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for len(rec.Deliveries()) < n {
 		select {
 		case <-deadline:
-			t.Fatalf("%d of %d events delivered; the wake-up (%s) did not happen (the poll interval is a minute)", len(rec.Deliveries()), n, how)
+			t.Fatalf("%d of %d events delivered; the wake-up (%s) did not happen (the poll interval is an hour)", len(rec.Deliveries()), n, how)
 		case <-tick.C:
 		}
 	}
@@ -186,7 +191,7 @@ func TestNotifyDebounced(t *testing.T) {
 // waitListening waits until the relay's LISTEN connection is registered.
 func waitListening(t *testing.T, s *postgres.Store, channel string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(wakeWait)
 	for {
 		var n int
 		err := s.Pool().QueryRow(context.Background(),
