@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,11 @@ func testConcurrentRelays(t *testing.T, h *storetest.Harness) {
 			for i, r := range rs {
 				t.Logf("relay %d %+v", i, r.Stats())
 			}
+			// Where each relay's goroutines wait: a drain that stopped
+			// while the relays kept claiming (runs Q1 and Q2) is read
+			// from here.
+			buf := make([]byte, 8<<20)
+			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 		}
 	}()
 	// Bounds for a stall, not a speed: SQLite under -race with two copies
