@@ -38,7 +38,7 @@ var cli struct {
 
 // BuildCLI builds ./cmd/outbox of the module under test once per test
 // binary, in a temporary directory, and returns the binary's path. One
-// test process at a time builds (see lockBuild). The package's TestMain
+// test process at a time builds. The package's TestMain
 // should call RemoveCLI after m.Run.
 func BuildCLI(t testing.TB) string {
 	t.Helper()
@@ -55,7 +55,10 @@ func BuildCLI(t testing.TB) string {
 		cli.path = filepath.Join(cli.dir, "outbox")
 		build := exec.Command("go", "build", "-o", cli.path, "./cmd/outbox")
 		build.Dir = root
-		release := lockBuild()
+		// Test processes that start at once (go test -p N) would each
+		// compile the whole tree into the shared build cache in parallel;
+		// under the lock the first builds and the others find it filled.
+		release := testenv.MachineLock("outbox-test-cli-build.lock")
 		out, err = build.CombinedOutput()
 		release()
 		if err != nil {
