@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/sqlite"
 )
@@ -170,6 +171,119 @@ func TestClaimFairShare(t *testing.T) {
 	c = e2.claim(t, 4, time.Minute, true)
 	if !sameIDs(eventIDs(c), []outbox.EventID{ids[0], ids[1], ids[2]}) {
 		t.Fatalf("claim = %v, want A1 B1 A2", eventIDs(c))
+	}
+}
+
+// A relay that holds no lanes gives way to a busy write lock (its claim
+// comes back empty, as an idle poll's would) only for a while: one and a
+// half balance intervals after the first claim that gave way, its claims
+// wait for the lock. Were it to give way every time, a lock that is never
+// free for long (a busy producer, several relays sweeping every 50 ms)
+// would keep it from ever taking a lane, and nothing would be delivered
+// (runs Q1 and Q2: four relays claiming for minutes, none holding a lane).
+func TestClaimWithoutLanesStopsGivingWay(t *testing.T) {
+	e := newEnv(t, sqlite.Config{})
+	ctx := context.Background()
+	ids := e.enqueue(t, ev("hold", 1))
+	// BEGIN IMMEDIATE: the producer holds the write lock until the end.
+	tx, err := e.app.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// A 1-minute lease: balance every second, give way for 1.5 s.
+	req := store.ClaimRequest{RelayID: "lockwait-relay", Limit: 10, Lease: time.Minute}
+	gaveWay := 0
+	var waitErr error
+	wait.For(t, time.Minute, "a claim that waits for the write lock rather than give way", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		c, err := e.store.Claim(cctx, req)
+		if err != nil {
+			waitErr = err
+			return true
+		}
+		if len(c.Events) != 0 {
+			t.Fatalf("claimed %d events while the producer held the write lock", len(c.Events))
+		}
+		gaveWay++
+		return false
+	})
+	if !errors.Is(waitErr, context.DeadlineExceeded) && !sqlite.IsBusy(waitErr) {
+		t.Fatalf("the claim that waited: %v; want its context's end or SQLITE_BUSY", waitErr)
+	}
+	if gaveWay == 0 {
+		t.Fatal("the first claim waited; want it to give way (an empty claim) while the lock was first busy")
+	}
+	t.Logf("%d claims gave way, then one waited: %v", gaveWay, waitErr)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.store.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != 1 || c.Events[0].EventID != ids[0] {
+		t.Fatalf("claim after the commit returned %d events; want the one event", len(c.Events))
+	}
+}
+
+// A relay whose lanes have gone unrenewed for longer than it may give way
+// to a busy lock (one and a half balance intervals) waits for the write
+// lock to renew them: a balance that gave way each time would let its
+// leases run out, and a lock that is never free for long would keep it
+// from ever renewing them.
+func TestBalanceOfStaleLanesWaitsForTheWriteLock(t *testing.T) {
+	e := newEnv(t, sqlite.Config{})
+	ctx := context.Background()
+	const relayID = "stale-lanes-relay"
+	const lease = 2 * time.Second // balance every 500 ms; give way up to 750 ms after
+	if err := e.store.BalanceLanes(ctx, relayID, lease); err != nil {
+		t.Fatal(err)
+	}
+	balanced := time.Now()
+	if len(e.store.HeldLanes(relayID)) == 0 {
+		t.Fatal("the relay took no lane")
+	}
+	leaseEnd := func() int64 {
+		var ms int64
+		if err := e.app.QueryRowContext(ctx, `SELECT COALESCE(MAX(lease_until_ms), 0) FROM "`+store.DefaultTable+`_lanes" WHERE owner = ?`,
+			relayID).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	before := leaseEnd()
+	<-time.After(time.Until(balanced.Add(time.Second))) // past the time it may give way
+	// BEGIN IMMEDIATE: the producer holds the write lock.
+	tx, err := e.app.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	done := make(chan error, 1)
+	go func() { done <- e.store.BalanceLanes(ctx, relayID, lease) }()
+	// The producer holds the lock until the balance returns, or for two
+	// seconds.
+	var balanceErr error
+	returned := false
+	select {
+	case balanceErr = <-done:
+		returned = true
+	case <-time.After(2 * time.Second):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if !returned {
+		balanceErr = <-done
+	}
+	if balanceErr != nil {
+		t.Fatal(balanceErr)
+	}
+	if after := leaseEnd(); after <= before {
+		t.Fatalf("the relay's leases end at %d ms, as before the balance (returned while the producer held the lock: %v); "+
+			"want them renewed once the lock was free", after, returned)
 	}
 }
 

@@ -197,8 +197,9 @@ func (c *Claimer) claim(ctx context.Context, req store.ClaimRequest, ids []int64
 	claim := &store.Claim{Token: uuid.NewString()}
 	for attempt := 0; attempt < 2; attempt++ {
 		if rs.balanceDue(c.now(), req.Lease) {
-			// A busy database (ErrBusy) leaves the relay its lanes: it
-			// claims from those, or claims nothing if it has none.
+			// A busy database (ErrBusy: only while the relay's lanes
+			// were renewed lately, see mayYield) leaves the relay its
+			// lanes, and it claims from those.
 			if err := c.balance(ctx, rs, req.RelayID, req.Lease); err != nil && !errors.Is(err, ErrBusy) {
 				return nil, err
 			}

@@ -38,9 +38,12 @@ type relayState struct {
 	mu       sync.Mutex
 	held     map[int]*heldLane
 	balanced time.Time // local clock of the last balance
-	stale    bool      // a claim found a lane gone: balance before the next
-	horizon  Horizon
-	inflight map[string]*inflightClaim
+	// busySince is the local clock of the first balance that gave way to
+	// a busy database since the last one that did not (mayYield).
+	busySince time.Time
+	stale     bool // a claim found a lane gone: balance before the next
+	horizon   Horizon
+	inflight  map[string]*inflightClaim
 	// stuck are the lanes the relay stopped renewing because a batch of
 	// theirs outlived its lease: it does not take them again while that
 	// batch is in flight (another relay delivers it meanwhile).
@@ -162,6 +165,31 @@ func (rs *relayState) busyLanes(now time.Time, lease time.Duration) (busy, overd
 // balanceEvery is how often a relay renews and balances its lanes.
 func balanceEvery(lease time.Duration) time.Duration { return store.LaneBalanceInterval(lease) }
 
+// yieldFor is how long after its last balance a relay's balance may give
+// way to a busy database (LeaseTx's yield): one and a half balance
+// intervals, so that a balance that gave way is tried again, at the next
+// claim or tick, while the lanes still have more than half their lease
+// left (what a claim's commit needs).
+func yieldFor(lease time.Duration) time.Duration { return balanceEvery(lease) * 3 / 2 }
+
+// mayYield reports whether the relay's balance may give way to a busy
+// database, for yieldFor at most: from its last balance while it holds
+// lanes, from the first balance that gave way while it holds none. After
+// that it waits for the write lock. On a database whose write lock is
+// never free for long (a busy producer; many relays sweeping) a balance
+// that always gave way would never renew or take a lane, and every relay
+// would stop delivering.
+func (rs *relayState) mayYield(now time.Time, lease time.Duration) bool {
+	since := rs.balanced
+	if len(rs.held) == 0 {
+		if rs.busySince.IsZero() {
+			return true
+		}
+		since = rs.busySince
+	}
+	return now.Sub(since) < yieldFor(lease)
+}
+
 // balanceDue reports whether the relay should renew and rebalance its
 // lanes before claiming: every balanceEvery, and whenever it holds none or
 // a claim found one gone.
@@ -174,7 +202,7 @@ func (rs *relayState) balanceDue(now time.Time, lease time.Duration) bool {
 // with ErrBusy when another transaction holds it, rather than wait: a
 // relay balancing its lanes keeps those it holds and tries again at its
 // next claim, so an application's long write transaction does not stall
-// it. Release does not yield.
+// it. A balance yields only for a while (mayYield); Release never does.
 type LeaseTx func(ctx context.Context, yield bool, f func(q Querier) error) error
 
 // ErrBusy is returned by a yielding LeaseTx that did not get the write
@@ -211,7 +239,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 		stuck   map[int]bool
 		ensured bool
 	)
-	err := c.leaseTx(ctx, true, func(q Querier) error {
+	err := c.leaseTx(ctx, rs.mayYield(local, lease), func(q Querier) error {
 		next, stuck = map[int]*heldLane{}, maps.Clone(rs.stuck)
 		var now int64
 		if err := queryRow(ctx, q, c.d.NowMS, nil, &now); err != nil {
@@ -333,6 +361,9 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 		return nil
 	})
 	if errors.Is(err, ErrBusy) {
+		if rs.busySince.IsZero() {
+			rs.busySince = local
+		}
 		return err
 	}
 	if err != nil {
@@ -359,6 +390,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 	}
 	rs.held, rs.stuck = next, stuck
 	rs.balanced = c.now()
+	rs.busySince = time.Time{}
 	rs.stale = false
 	return nil
 }
