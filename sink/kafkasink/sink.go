@@ -367,7 +367,18 @@ func (s *Sink) result(pctx context.Context, m *outbox.Message, topic string, err
 				m.EventID, topic, err), 0)
 		}
 	}
-	return s.classify(m, topic, err)
+	classified := s.classify(m, topic, err)
+	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) && !outbox.IsPermanent(classified) && !errors.Is(classified, outbox.ErrNotAttempted) {
+		// franz-go may fail a record whose deadline passed with the error
+		// of its last try (a broker it could not dial) rather than its
+		// context's end. Either way the record was not acknowledged
+		// before its deadline: say so, so that the relay ends the event
+		// EXPIRED now rather than retrying it first.
+		return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: no acknowledgement before its deadline %s "+
+			"(the producer's last error: %v); the producer dropped it (had it already left, it may have been written before the deadline): %w",
+			m.EventID, topic, m.Deadline.Format(time.RFC3339Nano), err, context.DeadlineExceeded), 0)
+	}
+	return classified
 }
 
 // isolate resends, alone, a message whose record batch the broker refused
