@@ -94,7 +94,12 @@ func startRabbitNode(t testing.TB, conf ...string) *rabbitNode {
 		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(n.dir, "rabbitmq-env.conf"),
 		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(n.dir, "advanced.config"),
 		"RABBITMQ_PID_FILE="+filepath.Join(n.dir, "node.pid"),
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+		// One scheduler of each kind, none of them spinning while idle:
+		// Erlang's schedulers busy-wait by default, which on a loaded
+		// 2-core machine took the CPU the node needed to boot (runs Q1
+		// and Q2: nodes that did not listen within 5 minutes).
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} " +
+			"+S 1:1 +SDcpu 1:1 +SDio 1 +sbwt none +sbwtdcpu none +sbwtdio none",
 		"ERL_EPMD_ADDRESS=127.0.0.1",
 		// The script then execs the Erlang VM, which so stays this
 		// process: Pdeathsig kills it with the test process. Its shell
