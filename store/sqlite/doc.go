@@ -47,7 +47,11 @@
 //     few times with a growing, jittered delay. Within one process, the
 //     stores on one file queue for the write lock in FIFO order, so that
 //     several relays share the work instead of one of them winning every
-//     race for SQLite's lock.
+//     race for SQLite's lock. A relay renewing or balancing its lanes gives
+//     way to a busy lock (it keeps the lanes it holds, or its claim comes
+//     back empty) for one and a half balance intervals at most, then waits
+//     for the lock: a lock that is seldom free never keeps relays from
+//     their lanes.
 //   - ids are INTEGER PRIMARY KEY AUTOINCREMENT: never reused, even after a
 //     purge deleted the newest rows.
 //
