@@ -123,8 +123,12 @@ func RunUpgradeFromV1(t *testing.T, h UpgradeHarness) {
 
 	rec := &Recorder{Name: "sink"}
 	cfg := testConfig(&storetest.Harness{Store: h.Store}, rec, "upgrade")
-	cfg.Lease = time.Second // the PROCESSING row's lease ended before the upgrade
-	drain(t, newRelay(t, cfg), time.Minute)
+	// The PROCESSING row's lease ended before the upgrade. The relay's
+	// own lease is 10 s: a claim gets half of it, and under 1 s every
+	// claim on MariaDB timed out with two copies of the suite running
+	// (R1: 9 claims, 9 errors).
+	cfg.Lease = 10 * time.Second
+	drain(t, newRelay(t, cfg), 3*time.Minute)
 	got := map[string][]int64{}
 	for _, d := range rec.Deliveries() {
 		got[d.Key] = append(got[d.Key], d.Seq)

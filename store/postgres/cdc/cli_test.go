@@ -28,13 +28,13 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 	ln.Close()
 	relay := e2etest.StartCLI(t, "relay", "--db", h.dsn, "--table", h.table, "--sink", "discard://",
 		"--source", "logical", "--slot", h.slot, "--publication", h.pub, "--admin", admin)
-	eventually(t, 30*time.Second, "the relay to stream", func() bool {
+	eventually(t, 2*time.Minute, "the relay to stream", func() bool {
 		return strings.Contains(relay.Log(), "streaming from the logical replication slot")
 	}, relay.Log)
 	h.enqueue(t, "a", 3)
 
 	lagLine := regexp.MustCompile(`(?m)^outbox_cdc_slot_lag_bytes\{slot="` + h.slot + `"\} ([0-9.e+]+)$`)
-	eventually(t, 30*time.Second, "outbox_cdc_slot_lag_bytes on /metrics", func() bool {
+	eventually(t, 2*time.Minute, "outbox_cdc_slot_lag_bytes on /metrics", func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
 		if err != nil {
 			return false
@@ -50,7 +50,7 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 	// taken while it streams; the relay's log says why it did not.
 	streaming := regexp.MustCompile(`cdc slot lag\s+\d+ bytes \(slot ` + regexp.QuoteMeta(h.slot) + `, streaming\)`)
 	var text, jsonOut string
-	eventually(t, time.Minute, "outbox status to show the slot's lag while it streams", func() bool {
+	eventually(t, 2*time.Minute, "outbox status to show the slot's lag while it streams", func() bool {
 		text = e2etest.RunCLI(t, "", "status", "--db", h.dsn, "--table", h.table, "--slot", h.slot)
 		if !streaming.MatchString(text) {
 			return false
@@ -73,7 +73,7 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 
 	relay.Kill()
 	// The killed relay's walsender ends with its connection.
-	eventually(t, 30*time.Second, "the slot to be released", func() bool {
+	eventually(t, 2*time.Minute, "the slot to be released", func() bool {
 		var active bool
 		err := h.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&active)
 		return err == nil && !active
