@@ -196,12 +196,13 @@ func (n *rabbitNode) rabbitmqctl(t testing.TB, args ...string) string {
 	return out.String()
 }
 
-// favour raises the CPU priority of a process (which, PRIO_PROCESS or
-// PRIO_PGRP, and who: a pid or a process group), and of the threads and
+// favour raises the CPU priority of a process (which: PRIO_PROCESS or
+// PRIO_PGRP; who: a pid or a process group), and of the threads and
 // processes it starts, above the test binaries' (nice -5), where this
-// process may (as root in CI; elsewhere it is a no-op). A test waits on its private node,
-// which on a machine running two copies of the suite (twelve -race test
-// binaries on 2 cores) got too little CPU to boot in 5 minutes.
+// process may (as root, in CI; elsewhere it is a no-op). A test waits on
+// its private node, which on a machine running two copies of the suite
+// (twelve -race test binaries on 2 cores) got too little CPU to boot in 5
+// minutes.
 func favour(which, who int) {
 	_ = syscall.Setpriority(which, who, -5)
 }
