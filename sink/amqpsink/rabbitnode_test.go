@@ -98,7 +98,7 @@ func startRabbitNode(t testing.TB, conf ...string) *rabbitNode {
 		// Erlang's schedulers busy-wait by default, which on a loaded
 		// 2-core machine took the CPU the node needed to boot (runs Q1
 		// and Q2: nodes that did not listen within 5 minutes).
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} " +
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} "+
 			"+S 1:1 +SDcpu 1:1 +SDio 1 +sbwt none +sbwtdcpu none +sbwtdio none",
 		"ERL_EPMD_ADDRESS=127.0.0.1",
 		// The script then execs the Erlang VM, which so stays this
