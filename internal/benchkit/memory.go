@@ -175,6 +175,14 @@ func MeasureRelayMemory(ctx context.Context, cfg MemoryConfig) (*MemoryResult, e
 	if err != nil {
 		return nil, err
 	}
+	if len(samples) == 0 {
+		// A phase shorter than SampleEvery, or a loaded machine whose
+		// ticker did not fire in it: sample once now, so that the phase
+		// still reports the relay's RSS.
+		if rss, _, err := procMemory(pid); err == nil {
+			samples = append(samples, rss)
+		}
+	}
 	res.SteadyTxPerSec = float64(n) / cfg.Duration.Seconds()
 	if len(samples) > 0 {
 		half := samples[len(samples)/2:]
