@@ -193,6 +193,23 @@ func RunLanesUpgrade(t *testing.T, u LanesUpgrade) {
 			t.Errorf("aggregate %s delivered %v, want %v in id order", a, got, exp)
 		}
 	}
+	// The claim of the previous version was reaped once its lease ended,
+	// and audited under its token, as the attempt that ended without a
+	// result (retry_count 0: attempt 1).
+	atts, err := s.Attempts(ctx, agg(1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reaped []store.Attempt
+	for _, a := range atts {
+		if a.Outcome == store.LeaseExpired {
+			reaped = append(reaped, a)
+		}
+	}
+	if len(reaped) != 1 || reaped[0].ClaimToken != legacyToken || reaped[0].Attempt != 1 {
+		t.Errorf("the reap of the row claimed before the upgrade was audited %+v; want one LEASE_EXPIRED row under the old claim's token %s, attempt 1",
+			reaped, legacyToken)
+	}
 	after := statuses("after the deliveries")
 	for _, id := range agg(2)[1:] {
 		if after[id] != outbox.StatusBlocked {
