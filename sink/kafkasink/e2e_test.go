@@ -141,8 +141,14 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	dups := e2etest.CheckArrived(t, got, b, func(typ string) string { return typ + ".events" })
-	if dups > 2*100 {
-		t.Fatalf("%d duplicates after one broker restart with batches of 100: more than the work in flight", dups)
+	// Each duplicate is a copy written by an attempt that the audit trail
+	// records as not delivered: its acknowledgement lost (RETRY,
+	// RELEASED) or its outcome never recorded (LEASE_EXPIRED). Not a
+	// count of batches in flight: on a loaded machine (two copies of the
+	// suite) the 1 s produce timeout can also run out while the broker is
+	// up, and one run had 300 duplicates (run S1), three batches' worth.
+	if undelivered := outcomes["RETRY"] + outcomes["RELEASED"] + outcomes["LEASE_EXPIRED"]; dups > undelivered {
+		t.Fatalf("%d duplicates after one broker restart, more than the %d attempts audited as not delivered (%v)", dups, undelivered, outcomes)
 	}
 	t.Logf("broker down mid-drain: %d events, 0 lost, %d duplicates; %d events failed to publish while it was down and were delivered after (outcomes %v)",
 		n, dups, retriedThenDelivered, outcomes)
