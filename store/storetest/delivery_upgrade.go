@@ -159,22 +159,7 @@ func RunDeliveryOnRowUpgrade(t *testing.T, u DeliveryUpgrade) {
 		res, err := s.Sweep(ctx, store.SweepRequest{RelayID: "relay-up", FailedBlocks: true})
 		return res.Reaped == 1, err
 	})
-	// The reap is audited under the old claim's token, as the attempt
-	// that ended without a result (retry_count 0: attempt 1).
-	atts, err := s.Attempts(ctx, inFlight)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reaped []store.Attempt
-	for _, a := range atts {
-		if a.Outcome == store.LeaseExpired {
-			reaped = append(reaped, a)
-		}
-	}
-	if len(reaped) != 1 || reaped[0].ClaimToken != legacyToken || reaped[0].Attempt != 1 || reaped[0].RelayID != "relay-up" {
-		t.Errorf("the reap of the row claimed before the upgrade was audited %+v; want one LEASE_EXPIRED row under the old claim's token %s, attempt 1, by relay-up",
-			reaped, legacyToken)
-	}
+	checkLegacyReapAudited(t, s, inFlight, legacyToken, "relay-up")
 	flight := claimOne(time.Hour)
 	if flight.Events[0].EventID != inFlight {
 		t.Fatalf("claimed %s first, want %s, returned by the sweeper", flight.Events[0].EventID, inFlight)

@@ -193,23 +193,7 @@ func RunLanesUpgrade(t *testing.T, u LanesUpgrade) {
 			t.Errorf("aggregate %s delivered %v, want %v in id order", a, got, exp)
 		}
 	}
-	// The claim of the previous version was reaped once its lease ended,
-	// and audited under its token, as the attempt that ended without a
-	// result (retry_count 0: attempt 1).
-	atts, err := s.Attempts(ctx, agg(1)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reaped []store.Attempt
-	for _, a := range atts {
-		if a.Outcome == store.LeaseExpired {
-			reaped = append(reaped, a)
-		}
-	}
-	if len(reaped) != 1 || reaped[0].ClaimToken != legacyToken || reaped[0].Attempt != 1 {
-		t.Errorf("the reap of the row claimed before the upgrade was audited %+v; want one LEASE_EXPIRED row under the old claim's token %s, attempt 1",
-			reaped, legacyToken)
-	}
+	checkLegacyReapAudited(t, s, agg(1)[0], legacyToken, "")
 	after := statuses("after the deliveries")
 	for _, id := range agg(2)[1:] {
 		if after[id] != outbox.StatusBlocked {
@@ -232,5 +216,28 @@ func RunLanesUpgrade(t *testing.T, u LanesUpgrade) {
 		if err != nil || r.Status != after[id] {
 			t.Errorf("event %s after down and up again: %v, %v; want %s", id, r.Status, err, after[id])
 		}
+	}
+}
+
+// checkLegacyReapAudited checks that the row of event id, claimed by a
+// relay of the previous schema under token, was reaped once its lease
+// ended and audited once: LEASE_EXPIRED under that token, as the attempt
+// that ended without a result (its retry_count was 0: attempt 1), and by
+// relayID when it is set.
+func checkLegacyReapAudited(t *testing.T, s store.Store, id outbox.EventID, token, relayID string) {
+	t.Helper()
+	atts, err := s.Attempts(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reaped []store.Attempt
+	for _, a := range atts {
+		if a.Outcome == store.LeaseExpired {
+			reaped = append(reaped, a)
+		}
+	}
+	if len(reaped) != 1 || reaped[0].ClaimToken != token || reaped[0].Attempt != 1 || (relayID != "" && reaped[0].RelayID != relayID) {
+		t.Errorf("the reap of the row claimed before the upgrade was audited %+v; want one LEASE_EXPIRED row under the old claim's token %s, attempt 1 (relay %q)",
+			reaped, token, relayID)
 	}
 }
