@@ -352,31 +352,30 @@ func (s *Sink) check(ctx context.Context, m *outbox.Message, topic *string, rec 
 
 // result classifies the failure of a message that was handed to franz-go.
 func (s *Sink) result(pctx context.Context, m *outbox.Message, topic string, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		switch {
-		case !m.Deadline.IsZero() && !time.Now().Before(m.Deadline):
-			return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: no acknowledgement before its deadline %s; "+
-				"the producer dropped it (had it already left, it may have been written before the deadline): %w",
-				m.EventID, topic, m.Deadline.Format(time.RFC3339Nano), context.DeadlineExceeded), 0)
-		case pctx.Err() == nil:
-			// The record's own context did not end: franz-go failed it with
-			// its partition's other buffered records when the deadline of
-			// the record heading them passed.
-			return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: the producer dropped it with its partition's "+
-				"buffered records when another event's deadline passed (had it already left, it may have been written): %w",
-				m.EventID, topic, err), 0)
-		}
+	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	expired := !m.Deadline.IsZero() && !time.Now().Before(m.Deadline)
+	if ctxErr && !expired && pctx.Err() == nil {
+		// The record's own context did not end: franz-go failed it with
+		// its partition's other buffered records when the deadline of
+		// the record heading them passed.
+		return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: the producer dropped it with its partition's "+
+			"buffered records when another event's deadline passed (had it already left, it may have been written): %w",
+			m.EventID, topic, err), 0)
 	}
 	classified := s.classify(m, topic, err)
-	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) && !outbox.IsPermanent(classified) && !errors.Is(classified, outbox.ErrNotAttempted) {
-		// franz-go may fail a record whose deadline passed with the error
-		// of its last try (a broker it could not dial) rather than its
-		// context's end. Either way the record was not acknowledged
-		// before its deadline: say so, so that the relay ends the event
-		// EXPIRED now rather than retrying it first.
-		return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: no acknowledgement before its deadline %s "+
-			"(the producer's last error: %v); the producer dropped it (had it already left, it may have been written before the deadline): %w",
-			m.EventID, topic, m.Deadline.Format(time.RFC3339Nano), err, context.DeadlineExceeded), 0)
+	if expired && !outbox.IsPermanent(classified) && !errors.Is(classified, outbox.ErrNotAttempted) {
+		// franz-go fails a record whose deadline passed with its
+		// context's end, or with the error of its last try (a broker it
+		// could not dial). Either way it was not acknowledged before its
+		// deadline: say so, so that the relay ends the event EXPIRED now
+		// rather than retrying it first.
+		last := ""
+		if !ctxErr {
+			last = fmt.Sprintf(" (the producer's last error: %v)", err)
+		}
+		return outbox.Retryable(fmt.Errorf("kafka sink: event %s to topic %s: no acknowledgement before its deadline %s%s; "+
+			"the producer dropped it (had it already left, it may have been written before the deadline): %w",
+			m.EventID, topic, m.Deadline.Format(time.RFC3339Nano), last, context.DeadlineExceeded), 0)
 	}
 	return classified
 }
