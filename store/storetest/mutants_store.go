@@ -24,6 +24,7 @@ func RunStoreGuarantees(t *testing.T, newHarness Factory) {
 		{"FollowersWaitForTheLatestRetry", testFollowersWaitForLatestRetry},
 		{"FailedCompleteBlocksFollowersAtOnce", testFailedBlocksAtOnce},
 		{"PileBehindHeadWhileOwnBatchInFlightDoesNotStarveOthers", testPileBehindHeadWhileOwnInFlight},
+		{"SweepAloneBlocksAndUnblocks", testSweepAloneBlocksAndUnblocks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,5 +239,52 @@ func testPileBehindHeadWhileOwnInFlight(t *testing.T, h *Harness) {
 					kind, n, r.Status, r.AvailableAt, first.DBTime)
 			}
 		}
+	}
+}
+
+// testSweepAloneBlocksAndUnblocks: the sweep's block and unblock pages on
+// their own, with no claim to do it for them. An event enqueued behind a
+// FAILED head after the failure was recorded waits PENDING until a claim
+// or a sweep under the blocking policy moves it to BLOCKED; after a switch
+// to the continue policy, only a sweep moves the BLOCKED events back to
+// PENDING (no claim reads BLOCKED rows).
+func testSweepAloneBlocksAndUnblocks(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	Enqueue(t, h, PaymentEvent("sweep-poison", 1), PaymentEvent("sweep-poison", 2))
+	c := claim(t, h.Store, 1, time.Minute, true)
+	if len(c.Events) != 1 {
+		t.Fatalf("claim = %+v, want the aggregate's head alone", c.Events)
+	}
+	complete(t, h.Store, c, true, outcomes(c, store.Failed))
+	Enqueue(t, h, PaymentEvent("sweep-poison", 3))
+	if n := CountStatus(t, h.Store, outbox.StatusPending); n != 1 {
+		t.Fatalf("%d PENDING after the failure, want the one enqueued after it", n)
+	}
+	if n, err := h.Store.CountMovable(ctx, true); err != nil || n != 0 {
+		t.Fatalf("CountMovable(blocking) = %d, %v; want 0 (the PENDING event is held back)", n, err)
+	}
+	res, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Blocked != 1 || res.Unblocked != 0 {
+		t.Fatalf("sweep under the blocking policy = %+v, want 1 blocked", res)
+	}
+	if n := CountStatus(t, h.Store, outbox.StatusBlocked); n != 2 {
+		t.Fatalf("%d BLOCKED after the sweep, want both events behind the FAILED head", n)
+	}
+	res, err = h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Unblocked != 2 || res.Blocked != 0 {
+		t.Fatalf("sweep under the continue policy = %+v, want 2 unblocked", res)
+	}
+	if n := CountStatus(t, h.Store, outbox.StatusPending); n != 2 {
+		t.Fatalf("%d PENDING after the switch to the continue policy, want 2", n)
+	}
+	next := claim(t, h.Store, 10, time.Minute, false)
+	if len(next.Events) != 2 || next.Events[0].ID >= next.Events[1].ID {
+		t.Fatalf("claim after the unblock = %+v, want events 2 and 3 in order", next.Events)
 	}
 }
