@@ -263,21 +263,21 @@ func testSweepAloneBlocksAndUnblocks(t *testing.T, h *Harness) {
 	if n, err := h.Store.CountMovable(ctx, true); err != nil || n != 0 {
 		t.Fatalf("CountMovable(blocking) = %d, %v; want 0 (the PENDING event is held back)", n, err)
 	}
-	res, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: true})
-	if err != nil {
-		t.Fatal(err)
+	sweep := func(failedBlocks bool) store.SweepResult {
+		t.Helper()
+		res, err := h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: failedBlocks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
 	}
-	if res.Blocked != 1 || res.Unblocked != 0 {
+	if res := sweep(true); res.Blocked != 1 || res.Unblocked != 0 {
 		t.Fatalf("sweep under the blocking policy = %+v, want 1 blocked", res)
 	}
 	if n := CountStatus(t, h.Store, outbox.StatusBlocked); n != 2 {
 		t.Fatalf("%d BLOCKED after the sweep, want both events behind the FAILED head", n)
 	}
-	res, err = h.Store.Sweep(ctx, store.SweepRequest{FailedBlocks: false})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Unblocked != 2 || res.Blocked != 0 {
+	if res := sweep(false); res.Unblocked != 2 || res.Blocked != 0 {
 		t.Fatalf("sweep under the continue policy = %+v, want 2 unblocked", res)
 	}
 	if n := CountStatus(t, h.Store, outbox.StatusPending); n != 2 {
