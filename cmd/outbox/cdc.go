@@ -70,6 +70,15 @@ func slotLagGauge(src *cdc.Source) prometheus.Collector {
 	})
 }
 
+// slotRecreationsCounter is outbox_cdc_slot_recreations_total for --admin.
+func slotRecreationsCounter(src *cdc.Source) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "outbox_cdc_slot_recreations_total",
+		Help:        "Times the relay dropped the logical replication slot of --source logical and created it again at the current position because PostgreSQL could not decode its WAL; the events committed between came by the safety-net poll.",
+		ConstLabels: prometheus.Labels{"slot": src.Slot()},
+	}, func() float64 { return float64(src.SlotRecreations()) })
+}
+
 // dropLogical removes the slot and the publication (migrate --down).
 func dropLogical(ctx context.Context, b *backend, f cdcFlags, table string) error {
 	pg, ok := b.store.(*postgres.Store)

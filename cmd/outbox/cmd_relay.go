@@ -144,7 +144,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 		relayStore = src
-		c.extraCollectors = append(c.extraCollectors, slotLagGauge(src))
+		c.extraCollectors = append(c.extraCollectors, slotLagGauge(src), slotRecreationsCounter(src))
 	}
 	observer := &inFlightObserver{}
 	if admin != nil {

@@ -34,14 +34,15 @@ func TestCLISlotLagStatusAndMigrateDown(t *testing.T) {
 	h.enqueue(t, "a", 3)
 
 	lagLine := regexp.MustCompile(`(?m)^outbox_cdc_slot_lag_bytes\{slot="` + h.slot + `"\} ([0-9.e+]+)$`)
-	eventually(t, 2*time.Minute, "outbox_cdc_slot_lag_bytes on /metrics", func() bool {
+	recreationsLine := regexp.MustCompile(`(?m)^outbox_cdc_slot_recreations_total\{slot="` + h.slot + `"\} 0$`)
+	eventually(t, 2*time.Minute, "outbox_cdc_slot_lag_bytes and outbox_cdc_slot_recreations_total on /metrics", func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		return lagLine.Match(body)
+		return lagLine.Match(body) && recreationsLine.Match(body)
 	})
 
 	// A status taken while the stream runs shows the lag and "streaming".

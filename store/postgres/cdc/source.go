@@ -75,6 +75,8 @@ type Source struct {
 	streamed  atomic.Int64
 	byStream  atomic.Int64
 	byPoll    atomic.Int64
+	recreate  atomic.Bool  // drop the slot before the next stream: it cannot be decoded
+	recreated atomic.Int64 // slots dropped and created again for that
 }
 
 var (
@@ -175,6 +177,12 @@ func (s *Source) ClaimedByStream() int64 { return s.byStream.Load() }
 
 // ClaimedByPoll: see ClaimedByStream.
 func (s *Source) ClaimedByPoll() int64 { return s.byPoll.Load() }
+
+// SlotRecreations returns how many times the source dropped its slot and
+// created it again at the current position because PostgreSQL could not
+// decode the slot's WAL (the same decoding error at the same position,
+// several attempts in a row).
+func (s *Source) SlotRecreations() int64 { return s.recreated.Load() }
 
 // SlotLagBytes returns the slot's lag as last read (every StatusInterval
 // while streaming or standing by), and whether it was read at all.

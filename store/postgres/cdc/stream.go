@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -14,6 +15,29 @@ import (
 
 // errStandby: another relay holds the stream lease.
 var errStandby = errors.New("another relay streams from the slot")
+
+// recreateAfter is how many stream attempts in a row must fail with a
+// decoding error at the same slot position before the slot is recreated.
+const recreateAfter = 5
+
+// streamError is an error the server sent on the replication stream (not a
+// lost connection), with the position the stream started from.
+type streamError struct {
+	start pglogrepl.LSN
+	err   *pgconn.PgError
+}
+
+func (e *streamError) Error() string { return "cdc: replication stream: " + e.err.Error() }
+func (e *streamError) Unwrap() error { return e.err }
+
+// undecodable reports whether the server failed to decode the slot's WAL:
+// an internal error such as "could not map filenode to relation OID", or
+// an object the change callback needs that did not exist at the decoded
+// position, such as a publication dropped and created again ("publication
+// ... does not exist"). Both recur at every restart from the same position.
+func (e *streamError) undecodable() bool {
+	return strings.HasPrefix(e.err.Code, "XX") || e.err.Code == "42704" // undefined_object
+}
 
 // Listen streams the outbox table's committed inserts until ctx ends and
 // calls wake after each transaction that brought events. It first takes
@@ -44,10 +68,29 @@ func (s *Source) Listen(ctx context.Context, wake func()) error {
 	}()
 	delay := time.Duration(0)
 	standbyLogged := false
+	var stuckAt pglogrepl.LSN // where the last stream failed to decode
+	stuck := 0                // how many attempts in a row failed there
 	for {
 		err := s.leadAndStream(ctx, wake)
 		if ctx.Err() != nil {
 			return nil
+		}
+		var se *streamError
+		switch {
+		case errors.As(err, &se) && se.undecodable():
+			if se.start != stuckAt {
+				stuckAt, stuck = se.start, 0
+			}
+			stuck++
+			if stuck >= recreateAfter {
+				s.log.Warn("PostgreSQL cannot decode the replication slot's WAL; recreating the slot at the current position: events committed meanwhile come by the safety-net poll",
+					"at_lsn", se.start.String(), "attempts", stuck, "err", se.err.Error())
+				s.recreate.Store(true)
+				stuckAt, stuck = 0, 0
+				delay = 0 // the next attempt, on the new slot, comes at once
+			}
+		case !errors.Is(err, errStandby):
+			stuckAt, stuck = 0, 0
 		}
 		wait := s.cfg.Lease / 3
 		switch {
@@ -177,7 +220,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 		}
 		switch m := raw.(type) {
 		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("cdc: replication stream: %w", pgconn.ErrorResponseToPgError(m))
+			return &streamError{start: start, err: pgconn.ErrorResponseToPgError(m)}
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
 				continue
@@ -256,13 +299,23 @@ func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake fun
 // prepareSlot makes sure the publication and the slot exist (after a
 // primary failover or a restore the new server has no slot: it is created
 // at the current position) and replaces a slot PostgreSQL invalidated
-// (wal_status "lost", past max_slot_wal_keep_size). It returns the slot's
-// confirmed position. Events committed while no slot followed them are
-// rows in the table, PENDING: the safety-net poll delivers them.
+// (wal_status "lost", past max_slot_wal_keep_size) or cannot decode (see
+// Listen). It returns the slot's confirmed position. Events committed while
+// no slot followed them are rows in the table, PENDING: the safety-net poll
+// delivers them.
 func (s *Source) prepareSlot(ctx context.Context) (pglogrepl.LSN, error) {
 	pool := s.Pool()
 	if err := ensurePublication(ctx, pool, s.cfg.Publication, s.Table()); err != nil {
 		return 0, err
+	}
+	if s.recreate.Load() {
+		// The walsender of the failed stream may not have ended yet: then
+		// the drop fails, and the next attempt tries again.
+		if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot); err != nil {
+			return 0, fmt.Errorf("cdc: drop slot %s, whose WAL the server cannot decode: %w", s.cfg.Slot, err)
+		}
+		s.recreate.Store(false)
+		s.recreated.Add(1)
 	}
 	if err := ensureSlot(ctx, pool, s.cfg.Slot); err != nil {
 		return 0, err
