@@ -2,9 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -41,16 +45,41 @@ func migratedStore(t testing.TB, pool *pgxpool.Pool, cfg postgres.Config) *postg
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := s.MigrateDown(context.Background()); err != nil {
+		ctx := context.Background()
+		if err := retryDeadlock(func() error { return s.MigrateDown(ctx) }); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 		// What MigrateDown keeps (the migration versions), or left
 		// behind after a failure.
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(cfg.Table)); err != nil {
+		if err := retryDeadlock(func() error {
+			_, err := pool.Exec(ctx, storetest.DropPostgresTables(cfg.Table))
+			return err
+		}); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
 	return s
+}
+
+// retryDeadlock runs f again, up to three times, while it fails with a
+// deadlock. A relay the test stopped may have a statement still running on
+// the server for a moment: when a context ends, pgx closes the connection
+// at once and the server finds out later. A sweep of the table's claims
+// and the migration's DDL then lock the same tables in opposite orders,
+// and PostgreSQL ends one of them; the migration is one transaction,
+// rolled back, and runs again.
+func retryDeadlock(f func() error) error {
+	err := f()
+	for i := 0; i < 3 && err != nil; i++ {
+		var pgErr *pgconn.PgError
+		deadlock := errors.As(err, &pgErr) && pgErr.Code == "40P01" || // deadlock_detected
+			strings.Contains(err.Error(), "(SQLSTATE 40P01)") // the same, through a driver that kept only its text
+		if !deadlock {
+			return err
+		}
+		err = f()
+	}
+	return err
 }
 
 func newHarness(t testing.TB) *storetest.Harness { return newHarnessOn(t, storetest.TableName("pg")) }
@@ -97,4 +126,31 @@ func TestConformance(t *testing.T) {
 // TestRelayConformance runs the relay-over-store suite on the same harness.
 func TestRelayConformance(t *testing.T) {
 	relaytest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
+}
+
+// TestRetryDeadlock: the cleanup's retry runs again on a deadlock, up to
+// three more times, and gives up at once on any other error.
+func TestRetryDeadlock(t *testing.T) {
+	t.Parallel()
+	deadlock := fmt.Errorf("revert migrations: migration 10: %w", &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected"})
+	for _, tc := range []struct {
+		name      string
+		errs      []error
+		wantCalls int
+		wantErr   bool
+	}{
+		{"two deadlocks, then done", []error{deadlock, deadlock, nil}, 3, false},
+		{"deadlocks every time", []error{deadlock, deadlock, deadlock, deadlock, deadlock}, 4, true},
+		{"another error", []error{errors.New("relation does not exist"), nil}, 1, true},
+		{"the text only", []error{errors.New("ERROR: deadlock detected (SQLSTATE 40P01)"), nil}, 2, false},
+	} {
+		calls := 0
+		err := retryDeadlock(func() error {
+			calls++
+			return tc.errs[calls-1]
+		})
+		if calls != tc.wantCalls || (err != nil) != tc.wantErr {
+			t.Errorf("%s: %d calls, err %v; want %d calls, error %v", tc.name, calls, err, tc.wantCalls, tc.wantErr)
+		}
+	}
 }
