@@ -45,8 +45,12 @@ func (e *streamError) undecodable() bool {
 // (its Claim still runs the safety-net poll) and tries again every third
 // of the lease. Lost connections (a PostgreSQL restart, a failover) are
 // retried with backoff; the stream resumes from the slot's confirmed
-// position. It also wakes the relay every PollInterval for the safety-net
-// poll. Listen returns nil when ctx ends.
+// position. When the server fails to decode the slot's WAL at the same
+// position recreateAfter attempts in a row (see streamError.undecodable),
+// the slot is dropped and created at the current position; the events
+// committed between come by the safety-net poll. It also wakes the relay
+// every PollInterval for the safety-net poll. Listen returns nil when ctx
+// ends.
 func (s *Source) Listen(ctx context.Context, wake func()) error {
 	s.wake.Store(&wake)
 	// The safety net: wake the relay every PollInterval so that its claim
