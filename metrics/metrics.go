@@ -187,6 +187,12 @@ func New(cfg Config) (*Metrics, error) {
 			Help: "Lanes this relay holds (of 64 per outbox): its share of the outbox's aggregates.",
 		}, func() float64 { return float64(len(lh.HeldLanes(relayID))) }))
 	}
+	if g, ok := cfg.Store.(store.CursorGuard); ok {
+		collectors = append(collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "outbox_events_found_behind_cursor_total",
+			Help: "PENDING events this relay's safety net found behind their lane's cursor, where no claim read them, and handed back to the claims (each also logged as an ERROR). Above 0: ids were drawn out of the order of their transactions (a sequence CACHE above 1, rows written past the insert trigger).",
+		}, func() float64 { return float64(g.FoundBehindCursors()) }))
+	}
 	m.gauges = newGauges(cfg, m.storeErrors)
 	m.circuit = newCircuitGauge()
 	for _, op := range []string{relay.OpClaim, relay.OpComplete, relay.OpSweep, relay.OpPurge, relay.OpCount, OpSnapshot} {

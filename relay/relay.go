@@ -13,11 +13,13 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/backoff"
 	"github.com/txoutbox/outbox/store"
 )
@@ -104,6 +106,27 @@ func (r *Relay) Run(ctx context.Context) error { return r.run(ctx, false) }
 // returns nil then, or ctx's error if ctx ends first.
 func (r *Relay) Drain(ctx context.Context) error { return r.run(ctx, true) }
 
+// checkIDOrder refuses to run on a database whose settings would let the
+// lanes' cursors pass committed events (store.CursorGuard). A check that
+// could not run (the database is away) is logged, not fatal: the safety
+// net behind the cursors runs all the same.
+func (r *Relay) checkIDOrder(ctx context.Context) error {
+	g, ok := r.cfg.Store.(store.CursorGuard)
+	if !ok {
+		return nil
+	}
+	err := g.CheckIDOrder(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, outbox.ErrInvalidConfig):
+		return fmt.Errorf("relay: %w", err)
+	default:
+		r.log.Warn("could not check the outbox's id sequence at start; the relay runs on", "err", err)
+		return nil
+	}
+}
+
 // FailurePolicy returns what a FAILED event does to its aggregate.
 func (r *Relay) FailurePolicy() FailurePolicy { return r.cfg.OnFailure }
 
@@ -114,6 +137,9 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 		return errors.New("relay: already running")
 	}
 	defer r.running.Store(false)
+	if err := r.checkIDOrder(ctx); err != nil {
+		return err
+	}
 	r.log.Info("relay started", "batch", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_interval", r.cfg.PollInterval,
 		"max_retries", r.cfg.MaxRetries, "on_failure", r.cfg.OnFailure.String(), "drain", drain)
 	r.restartReport(ctx)

@@ -161,10 +161,14 @@ UNION ALL SELECT 5, lane, min(id), '', '', '', now(), count(*)::int, max(id) FRO
 UNION ALL SELECT 4, 0, 0, '', '', '', now(), 0, pg_snapshot_xmin(pg_current_snapshot())::text::bigint`
 
 // claimsSQL reads the relay's claims in flight, and in its last row the id
-// sequence's last value: read before the claim read's snapshot is taken,
-// for the lanes' horizon (lanes.Snapshot).
+// sequence's last value (read before the claim read's snapshot is taken,
+// for the lanes' horizon: lanes.Snapshot) and 1 when the sequence hands out
+// ids out of the order of their transactions (a CACHE above 1, or counting
+// down), which the horizon must not trust.
 const claimsSQL = `SELECT token::text, lanes::int[], lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE relay_id = $1
-UNION ALL SELECT NULL, NULL, NULL, ARRAY[COALESCE(pg_sequence_last_value(pg_get_serial_sequence('"{{.Outbox}}"', 'id')::regclass), 0)]`
+UNION ALL SELECT NULL, NULL, NULL, ARRAY[COALESCE(pg_sequence_last_value(x.seq), 0),
+    COALESCE((SELECT CASE WHEN s.seqcache > 1 OR s.seqincrement < 1 THEN 1 ELSE 0 END FROM pg_sequence s WHERE s.seqrelid = x.seq), 0)]
+FROM (SELECT pg_get_serial_sequence('"{{.Outbox}}"', 'id')::regclass AS seq) x`
 
 // ReadClaim implements lanes.Backend: the claim's rows and the relay's
 // claims, in one round trip.
@@ -189,7 +193,7 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 	batch.Queue(s.q.readClaim, ls, curs, ks, q.Limit, q.Deadline, q.FailedBlocks, q.Limit, q.OwnClaims, q.RelayID)
 	br := s.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	claims, lastID, err := scanClaims(br)
+	claims, lastID, unordered, err := scanClaims(br)
 	if err != nil {
 		return res, err
 	}
@@ -231,7 +235,7 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 			}
 		case 4:
 			res.Now = r.AvailableAt
-			res.Snapshot = &lanes.Snapshot{LastID: lastID, Xid: uint64(xid), Xmin: uint64(xmin)}
+			res.Snapshot = &lanes.Snapshot{LastID: lastID, Xid: uint64(xid), Xmin: uint64(xmin), Unordered: unordered}
 			continue
 		}
 		res.Rows = append(res.Rows, r)
@@ -239,12 +243,12 @@ func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.R
 	return res, rows.Err()
 }
 
-// scanClaims reads the first result of br (claimsSQL): the relay's claims
-// and the sequence's last value.
-func scanClaims(br pgx.BatchResults) (claims []lanes.ClaimRow, lastID int64, err error) {
+// scanClaims reads the first result of br (claimsSQL): the relay's claims,
+// the sequence's last value and whether it draws ids out of order.
+func scanClaims(br pgx.BatchResults) (claims []lanes.ClaimRow, lastID int64, unordered bool, err error) {
 	rows, err := br.Query()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	defer rows.Close()
 	var out []lanes.ClaimRow
@@ -256,11 +260,11 @@ func scanClaims(br pgx.BatchResults) (claims []lanes.ClaimRow, lastID int64, err
 			tokens []int64
 		)
 		if err := rows.Scan(&token, &ls, &tokens, &c.IDs); err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		if token == nil {
-			if len(c.IDs) == 1 {
-				lastID = c.IDs[0]
+			if len(c.IDs) == 2 {
+				lastID, unordered = c.IDs[0], c.IDs[1] == 1
 			}
 			continue
 		}
@@ -273,7 +277,7 @@ func scanClaims(br pgx.BatchResults) (claims []lanes.ClaimRow, lastID int64, err
 		}
 		out = append(out, c)
 	}
-	return out, lastID, rows.Err()
+	return out, lastID, unordered, rows.Err()
 }
 
 // commitClaimSQL records a claim in one statement: f checks that every

@@ -71,7 +71,7 @@ func (b claimBackend) readClaimIDs(ctx context.Context, q lanes.ReadQuery) (lane
 	batch.Queue(s.q.readClaimIDs, ls, curs, q.IDs, q.Limit, q.FailedBlocks, q.OwnClaims)
 	br := s.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	claims, _, err := scanClaims(br)
+	claims, _, _, err := scanClaims(br)
 	if err != nil {
 		return res, err
 	}

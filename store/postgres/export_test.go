@@ -1,6 +1,10 @@
 package postgres
 
-import "context"
+import (
+	"context"
+	"log/slog"
+	"time"
+)
 
 // MigrateUpTo applies the migrations up to version, for upgrade tests.
 func (s *Store) MigrateUpTo(ctx context.Context, version int64) error {
@@ -26,3 +30,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 // LoseClaimAnswers makes the store's next n claims commit and then fail,
 // as a claim whose answer is lost does (storetest.Harness.LoseClaimAnswers).
 func (s *Store) LoseClaimAnswers(n int) { s.claimer.LoseCommitAnswers(n) }
+
+// SetSafetyNet sets how often the store's claims read the lanes behind
+// their cursors, and where the findings are logged.
+func (s *Store) SetSafetyNet(log *slog.Logger, every time.Duration) { s.claimer.SetSafetyNet(log, every) }

@@ -21,6 +21,7 @@ type queries struct {
 	deadLetterCount                               string
 	purge, purgeDeliveries, overdue, missingIDs   string
 	attempts, moveDelivery                        string
+	idOrder, scanBehind                           string
 	snapshot                                      snapshotsql.Dialect
 
 	// The operator's statements (admin.go). listEvents, countMatching and
@@ -52,6 +53,8 @@ func buildQueries(t store.Tables) queries {
 		readClaim:         render(t, readClaimSQL),
 		readClaimIDs:      render(t, readClaimIDsSQL),
 		claims:            render(t, claimsSQL),
+		idOrder:           render(t, idOrderSQL),
+		scanBehind:        render(t, scanBehindSQL),
 		commitClaim:       render(t, commitClaimSQL),
 		reapClaims:        render(t, reapClaimsSQL),
 		complete:          render(t, completeSQL),

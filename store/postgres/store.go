@@ -79,6 +79,7 @@ var (
 	_ store.Listener        = (*Store)(nil)
 	_ store.EnqueueObserver = (*Store)(nil)
 	_ store.LaneHolder      = (*Store)(nil)
+	_ store.CursorGuard     = (*Store)(nil)
 )
 
 // New returns a Store on pool. The pool stays the caller's: Close does not
@@ -100,6 +101,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	s := &Store{pool: pool, cfg: cfg, t: t, log: log, q: buildQueries(t)}
 	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.PostgreSQL, t, s.leaseTx)
+	s.claimer.SetSafetyNet(log, 0)
 	s.notify = &notifier{
 		channel:  t.Outbox,
 		debounce: cfg.NotifyDebounce,
@@ -120,9 +122,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // built in seconds makes ruinous (the relay fell behind 2,900 events/s in
 // the benchmark's steady run, p99 latency 0.5 s), and keeps them until the
 // next ANALYZE. A custom plan is made for the table's current size at
-// each run, for a fraction of a millisecond. Open applies it; pass a pool
-// configured with it to New.
+// each run, for a fraction of a millisecond.
+//
+// It also makes the pool close a connection whose statement failed
+// because the session cannot write or is ending (SQLSTATE 25006 read-only,
+// 57P01-57P03 shutdown, class 08 connection errors) rather than reuse it,
+// so that after a failover the relay reconnects to the new primary by
+// itself, and bounds each connection's lifetime (DefaultMaxConnLifetime)
+// where the DSN did not set pool_max_conn_lifetime. Open applies it; pass
+// a pool configured with it to New.
 func ConfigurePool(pc *pgxpool.Config) {
+	// configureFailover(pc)
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
@@ -213,6 +223,11 @@ func (s *Store) migrator() (*migrate.Runner, func(), error) {
 func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	if err := s.guardUp(ctx); err != nil {
 		return nil, err
+	}
+	// An existing (adopted, or earlier) table's sequence first: the lanes'
+	// cursors need its ids in order.
+	if err := s.checkIDOrder(ctx, false); err != nil {
+		return nil, s.wrap("migrate", err)
 	}
 	r, done, err := s.migrator()
 	if err != nil {

@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -143,13 +144,18 @@ type Claimer struct {
 	ensured atomic.Bool
 	now     func() time.Time
 
+	// The safety net behind the cursors (behind.go).
+	netLog   *slog.Logger
+	netEvery time.Duration
+	netFound atomic.Int64
+
 	mu     sync.Mutex
 	relays map[string]*relayState
 }
 
 // NewClaimer returns the claimer of a store whose tables are t.
 func NewClaimer(b Backend, d Dialect, t store.Tables, tx LeaseTx) *Claimer {
-	return &Claimer{b: b, d: d, t: t, leaseTx: tx, now: time.Now, relays: map[string]*relayState{}}
+	return &Claimer{b: b, d: d, t: t, leaseTx: tx, now: time.Now, relays: map[string]*relayState{}, netEvery: LookBehindInterval}
 }
 
 func (c *Claimer) state(relayID string) *relayState {
@@ -207,6 +213,7 @@ func (c *Claimer) claim(ctx context.Context, req store.ClaimRequest, ids []int64
 		if len(rs.held) == 0 {
 			return claim, nil
 		}
+		c.lookBehind(ctx, rs)
 		done, err := c.claimOnce(ctx, rs, req, ids, claim)
 		if err != nil || done {
 			return claim, err

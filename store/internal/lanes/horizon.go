@@ -7,6 +7,10 @@ package lanes
 type Snapshot struct {
 	LastID    int64
 	Xid, Xmin uint64
+	// Unordered: the id sequence may hand out ids out of the order of the
+	// transactions that draw them (a CACHE above 1, or counting down), so
+	// LastID bounds nothing and the horizon settles no id.
+	Unordered bool
 }
 
 // Horizon tells up to which id every outbox row is settled: committed and
@@ -40,6 +44,14 @@ type horizonStep struct {
 // Observe takes one read's snapshot and returns the settled bound: every
 // id at most that is settled. ok is false until a bound is known.
 func (h *Horizon) Observe(s Snapshot) (settled int64, ok bool) {
+	if s.Unordered {
+		// With a sequence cache, a session draws ids from a block it took
+		// earlier, below LastID, long after this read: nothing is settled
+		// (the cursors stay, each read walks the rows after them again),
+		// and what was settled before may name ids still to be drawn.
+		h.Reset()
+		return 0, false
+	}
 	if s.LastID < h.last {
 		// The sequence went back (TRUNCATE ... RESTART IDENTITY): what
 		// was settled names ids that are drawn again.

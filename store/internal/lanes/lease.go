@@ -43,7 +43,11 @@ type relayState struct {
 	busySince time.Time
 	stale     bool // a claim found a lane gone: balance before the next
 	horizon   Horizon
-	inflight  map[string]*inflightClaim
+	// lookedBehind is the local clock of the safety net's last pass, and
+	// sweptTo where each lane's sweep goes on (behind.go).
+	lookedBehind time.Time
+	sweptTo      map[int]int64
+	inflight     map[string]*inflightClaim
 	// stuck are the lanes the relay stopped renewing because a batch of
 	// theirs outlived its lease: it does not take them again while that
 	// batch is in flight (another relay delivers it meanwhile).
@@ -132,7 +136,8 @@ func (rs *relayState) forget(lanes []int) {
 }
 
 func newRelayState() *relayState {
-	return &relayState{held: map[int]*heldLane{}, inflight: map[string]*inflightClaim{}, stuck: map[int]bool{}}
+	return &relayState{held: map[int]*heldLane{}, inflight: map[string]*inflightClaim{}, stuck: map[int]bool{},
+		sweptTo: map[int]int64{}}
 }
 
 // tokens returns the tokens of the held lanes.

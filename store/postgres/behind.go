@@ -1,0 +1,178 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store/internal/lanes"
+)
+
+// The lanes' cursors and what guards them: the id order check (at migrate
+// and at the relay's start) and the safety net behind the cursors (see
+// store/internal/lanes/behind.go).
+
+// idOrderSQL reads what the lanes' horizon trusts of the outbox: its id
+// sequence (cache, increment, cycle) and whether the insert trigger that
+// draws the ids fires. No row when the table or its sequence is missing.
+const idOrderSQL = `
+SELECT x.seq::text, s.seqcache, s.seqincrement, s.seqcycle,
+    COALESCE((SELECT t.tgenabled::text FROM pg_trigger t
+              WHERE t.tgrelid = x.tbl AND t.tgname = '{{.Outbox}}_before_insert'), '')
+FROM (SELECT tbl, pg_get_serial_sequence(tbl::text, 'id')::regclass AS seq
+      FROM to_regclass('"{{.Outbox}}"') AS tbl WHERE tbl IS NOT NULL) x
+JOIN pg_sequence s ON s.seqrelid = x.seq`
+
+// scanBehindSQL is a pass of the safety net: per lane ($1, cursors $2,
+// sweeps from $3), r the last $4 rows of hold 0 below the cursor and w the
+// next $5 from the sweep's position (the lane index both); the PENDING
+// ones among them, and at most $6 PENDING rows without a lane (written
+// past the insert trigger), get hold 1 (and a lane), so that the claim
+// reads them by their due time. It returns those rows (part 0) and, per
+// lane whose sweep read $5 rows, the last id it read (part 1).
+const scanBehindSQL = `
+WITH l AS (
+    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS l(lane, cur, lo)
+),
+r AS MATERIALIZED (
+    SELECT l.lane, e.id, e.status FROM l CROSS JOIN LATERAL (
+        SELECT o.id, o.status FROM "{{.Outbox}}" o
+        WHERE o.lane = l.lane AND o.id < l.cur AND o.hold = 0
+        ORDER BY o.lane DESC, o.id DESC LIMIT $4
+    ) e
+),
+w AS MATERIALIZED (
+    SELECT l.lane, e.id, e.status FROM l CROSS JOIN LATERAL (
+        SELECT o.id, o.status FROM "{{.Outbox}}" o
+        WHERE o.lane = l.lane AND o.id >= l.lo AND o.id < l.cur AND o.hold = 0
+        ORDER BY o.lane, o.id LIMIT $5
+    ) e
+),
+passed AS (
+    UPDATE "{{.Outbox}}" o SET hold = 1
+    WHERE o.id IN (SELECT id FROM r WHERE status = 'PENDING' UNION SELECT id FROM w WHERE status = 'PENDING')
+      AND o.hold = 0 AND o.status = 'PENDING'
+    RETURNING o.lane, o.id, o.event_id
+),
+loose AS (
+    UPDATE "{{.Outbox}}" o SET hold = 1, lane = COALESCE(
+        (SELECT a.lane FROM "{{.Outbox}}_aggregates" a
+         WHERE a.aggregate_type = o.aggregate_type AND a.aggregate_id = o.aggregate_id),
+        get_byte(decode(md5(o.aggregate_type || ':' || o.aggregate_id), 'hex'), 0) % 64)
+    WHERE o.id IN (SELECT n.id FROM "{{.Outbox}}" n WHERE n.lane IS NULL AND n.status = 'PENDING'
+                   ORDER BY n.lane, n.id LIMIT $6)
+      AND o.lane IS NULL AND o.status = 'PENDING'
+    RETURNING o.lane, o.id, o.event_id
+)
+SELECT 0, lane, id, event_id::text FROM passed
+UNION ALL SELECT 0, lane, id, event_id::text FROM loose
+UNION ALL SELECT 1, lane, max(id), '' FROM w GROUP BY lane HAVING count(*) >= $5`
+
+// looseRowsPerPass bounds the rows without a lane one pass repairs.
+const looseRowsPerPass = 1000
+
+// ScanBehind implements lanes.BehindScanner.
+func (b claimBackend) ScanBehind(ctx context.Context, scans []lanes.BehindScan) (lanes.BehindResult, error) {
+	res := lanes.BehindResult{SweepEnd: map[int]int64{}}
+	ls := make([]int32, len(scans))
+	curs := make([]int64, len(scans))
+	froms := make([]int64, len(scans))
+	for i, s := range scans {
+		ls[i], curs[i], froms[i] = int32(s.Lane), s.Cursor, s.SweepFrom
+	}
+	rows, err := b.s.pool.Query(ctx, b.s.q.scanBehind, ls, curs, froms, lanes.RecentRows, lanes.SweepRows, looseRowsPerPass)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			part, lane int32
+			id         int64
+			eventID    string
+		)
+		if err := rows.Scan(&part, &lane, &id, &eventID); err != nil {
+			return res, err
+		}
+		if part == 1 {
+			res.SweepEnd[int(lane)] = id
+			continue
+		}
+		res.Passed = append(res.Passed, lanes.PassedRow{Lane: int(lane), ID: id, EventID: eventID})
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	rows.Close()
+	if err := b.s.checkIDOrder(ctx, true); errors.Is(err, outbox.ErrInvalidConfig) {
+		res.Problem = err
+	}
+	return res, nil
+}
+
+// CheckIDOrder returns an error that says what to change when the outbox's
+// ids may be drawn out of the order of their transactions: a sequence with
+// a CACHE above 1 (sessions then draw from blocks they took earlier), one
+// that counts down or cycles, or the insert trigger that draws them
+// disabled. The lanes' cursors would pass such ids for good; the relay
+// refuses to start on this error (store.CursorGuard).
+func (s *Store) CheckIDOrder(ctx context.Context) error {
+	return s.wrap("check id order", s.checkIDOrder(ctx, true))
+}
+
+// checkIDOrder is CheckIDOrder; withTrigger also checks the insert trigger
+// (which migrate creates: before it, only the sequence is checked).
+func (s *Store) checkIDOrder(ctx context.Context, withTrigger bool) error {
+	var (
+		seq               string
+		cache, increment  int64
+		cycle             bool
+		triggerEnabledFor string
+	)
+	err := s.pool.QueryRow(ctx, s.q.idOrder).Scan(&seq, &cache, &increment, &cycle, &triggerEnabledFor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if withTrigger {
+			return fmt.Errorf("%w: table %q has no id sequence (its id must be an identity or serial column): run `outbox migrate`",
+				outbox.ErrInvalidConfig, s.t.Outbox)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var problems []string
+	if cache > 1 {
+		problems = append(problems, fmt.Sprintf("sequence %s has CACHE %d: each session then draws ids from a block it took earlier, "+
+			"out of the order of the transactions, and the relay could pass committed events by; run: ALTER SEQUENCE %s CACHE 1", seq, cache, seq))
+	}
+	if increment <= 0 {
+		problems = append(problems, fmt.Sprintf("sequence %s counts down (INCREMENT %d); run: ALTER SEQUENCE %s INCREMENT 1", seq, increment, seq))
+	}
+	if cycle {
+		problems = append(problems, fmt.Sprintf("sequence %s cycles (ids would start again below the relay's cursors); run: ALTER SEQUENCE %s NO CYCLE", seq, seq))
+	}
+	if withTrigger {
+		switch triggerEnabledFor {
+		case "O", "A": // fires (origin and local sessions; always)
+		case "":
+			problems = append(problems, fmt.Sprintf("table %q has no insert trigger %q: run `outbox migrate`", s.t.Outbox, s.t.Outbox+"_before_insert"))
+		default:
+			problems = append(problems, fmt.Sprintf("the insert trigger %q of table %q is disabled: events written without it have no lane "+
+				"and ids out of order; run: ALTER TABLE %q ENABLE TRIGGER %q", s.t.Outbox+"_before_insert", s.t.Outbox, s.t.Outbox, s.t.Outbox+"_before_insert"))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	msg := problems[0]
+	for _, p := range problems[1:] {
+		msg += "; and " + p
+	}
+	return fmt.Errorf("%w: %s", outbox.ErrInvalidConfig, msg)
+}
+
+// FoundBehindCursors implements store.CursorGuard.
+func (s *Store) FoundBehindCursors() int64 { return s.claimer.FoundBehindCursors() }
