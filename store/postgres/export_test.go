@@ -33,4 +33,6 @@ func (s *Store) LoseClaimAnswers(n int) { s.claimer.LoseCommitAnswers(n) }
 
 // SetSafetyNet sets how often the store's claims read the lanes behind
 // their cursors, and where the findings are logged.
-func (s *Store) SetSafetyNet(log *slog.Logger, every time.Duration) { s.claimer.SetSafetyNet(log, every) }
+func (s *Store) SetSafetyNet(log *slog.Logger, every time.Duration) {
+	s.claimer.SetSafetyNet(log, every)
+}
