@@ -19,15 +19,28 @@ import (
 // Its state lives in the database (store.RouteStore), so every relay on
 // the outbox sees the same one. Zero values mean the documented defaults.
 //
-// A breaker opens when, within Window, at least MinAttempts deliveries to
-// the route were attempted and FailureRatio of them met a destination
-// fault, or when ConsecutiveFailures attempts in a row did. Destination
-// faults are the retryable errors (connection refused, DNS, TLS, timeouts,
-// 5xx, 429, a broker that is unavailable); event faults (other 4xx, an
-// oversized message, an invalid destination: outbox.Permanent) never open
-// it. While it is open, the route's events are not sent: they return to
-// PENDING without a retry counted, due again when a probe may go
-// (OpenMin after opening, doubling after each failed probe up to
+// Faults are counted in time, as each attempt's result arrives (a request
+// that exceeds its timeout counts at that moment, not when its batch
+// ends), over every batch of the relay. A breaker opens when either:
+//
+//   - within Window, at least MinAttempts deliveries to the route were
+//     attempted and at least FailureRatio of them met a destination
+//     fault (the rate rule), or
+//   - for FailingFor, no attempt to the route succeeded while at least
+//     3 met a destination fault (the silence rule: it catches an outage
+//     with little traffic, a lone event retrying, and a destination that
+//     hangs).
+//
+// Attempts sent together are not "in a row": a gateway that refuses one
+// request in five, at random, never opens it, however many requests a
+// batch sends at once. Destination faults are the retryable errors
+// (connection refused, DNS, TLS, timeouts, 5xx, 429, a broker that is
+// unavailable, and a request still unanswered when the relay's publish
+// budget runs out); event faults (other 4xx, an oversized message, an
+// invalid destination: outbox.Permanent) never open it. While it is open,
+// the route's events are not sent: they return to PENDING without a retry
+// counted, due again when a probe may go (OpenMin after opening; after a
+// failed probe, as long as the outage has lasted, between OpenMin and
 // OpenMax). Then exactly one relay sends one probe, the route's oldest due
 // event it claimed: if it is delivered the breaker closes.
 type BreakerConfig struct {
@@ -36,16 +49,18 @@ type BreakerConfig struct {
 	// Window is the time over which the fault rate is measured. Default 30s.
 	Window time.Duration
 	// MinAttempts is the least number of attempts in Window before the
-	// rate counts. Default 10.
+	// rate counts. Default 20: with fewer, a gateway that fails one
+	// request in five at random would reach half of them too often.
 	MinAttempts int
 	// FailureRatio is the share of faulty attempts in Window that opens
 	// the breaker. Default 0.5.
 	FailureRatio float64
-	// ConsecutiveFailures opens the breaker after this many faulty
-	// attempts in a row, whatever the window holds. Default 3 (below the
-	// default MaxRetries, so that a lone event meeting an outage is not
-	// dead-lettered before the breaker opens).
-	ConsecutiveFailures int
+	// FailingFor opens the breaker when no attempt succeeded for this
+	// long while at least 3 met a destination fault. Default 2s. Keep it
+	// shorter than the backoff an event spends before MaxRetries is
+	// reached, or a lone event meeting an outage can end FAILED before
+	// the breaker opens (the relay warns at start when it is not).
+	FailingFor time.Duration
 	// OpenMin is the wait between opening and the first probe, OpenMax
 	// the longest wait between two probes. Defaults 5s and 30s.
 	OpenMin, OpenMax time.Duration
@@ -57,14 +72,18 @@ type BreakerConfig struct {
 
 // Breaker defaults.
 const (
-	DefaultBreakerWindow              = 30 * time.Second
-	DefaultBreakerMinAttempts         = 10
-	DefaultBreakerFailureRatio        = 0.5
-	DefaultBreakerConsecutiveFailures = 3
-	DefaultBreakerOpenMin             = 5 * time.Second
-	DefaultBreakerOpenMax             = 30 * time.Second
-	DefaultBreakerRefresh             = time.Second
+	DefaultBreakerWindow       = 30 * time.Second
+	DefaultBreakerMinAttempts  = 20
+	DefaultBreakerFailureRatio = 0.5
+	DefaultBreakerFailingFor   = 2 * time.Second
+	DefaultBreakerOpenMin      = 5 * time.Second
+	DefaultBreakerOpenMax      = 30 * time.Second
+	DefaultBreakerRefresh      = time.Second
 )
+
+// failingForFaults is the least number of destination faults, with no
+// success among them, that the silence rule (FailingFor) opens on.
+const failingForFaults = 3
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.Window == 0 {
@@ -76,8 +95,8 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.FailureRatio == 0 {
 		c.FailureRatio = DefaultBreakerFailureRatio
 	}
-	if c.ConsecutiveFailures == 0 {
-		c.ConsecutiveFailures = DefaultBreakerConsecutiveFailures
+	if c.FailingFor == 0 {
+		c.FailingFor = DefaultBreakerFailingFor
 	}
 	if c.OpenMin == 0 {
 		c.OpenMin = DefaultBreakerOpenMin
@@ -104,8 +123,8 @@ func (c BreakerConfig) validate() error {
 		return bad("min attempts %d must be at least 1", c.MinAttempts)
 	case c.FailureRatio <= 0 || c.FailureRatio > 1:
 		return bad("failure ratio %g is out of range: use more than 0 and at most 1 (e.g. 0.5)", c.FailureRatio)
-	case c.ConsecutiveFailures < 1:
-		return bad("consecutive failures %d must be at least 1", c.ConsecutiveFailures)
+	case c.FailingFor < 100*time.Millisecond || c.FailingFor > time.Hour:
+		return bad("failing-for %s is out of range: use 100ms to 1h (the default is %s)", c.FailingFor, DefaultBreakerFailingFor)
 	case c.OpenMin < 100*time.Millisecond:
 		return bad("open-min %s is too short: use at least 100ms", c.OpenMin)
 	case c.OpenMax < c.OpenMin:
@@ -150,8 +169,27 @@ func newBreaker(r *Relay) *breaker {
 		r.log.Info("circuit breaker off: the store does not keep route state", "store", fmt.Sprintf("%T", r.cfg.Store))
 		return nil
 	}
+	if spent, ok := r.retryTime(); ok && spent < r.cfg.Breaker.FailingFor {
+		r.log.Warn("a lone event meeting an outage can end FAILED before the circuit breaker opens: its retries take as little as "+
+			spent.String()+", less than the breaker's failing-for; raise the backoff or max retries, or lower failing-for",
+			"failing_for", r.cfg.Breaker.FailingFor, "max_retries", r.cfg.MaxRetries, "backoff_min", r.cfg.BackoffMin)
+	}
 	return &breaker{r: r, cfg: r.cfg.Breaker, rs: rs, shared: map[string]store.Route{},
 		windows: map[string]*faultWindow{}, reported: map[string]store.BreakerState{}}
+}
+
+// retryTime is the least time an event takes from its first failed
+// attempt to its last one (with the shortest jitter), and whether it
+// fails often enough for the silence rule (FailingFor) to apply at all.
+func (r *Relay) retryTime() (time.Duration, bool) {
+	if r.cfg.NoRetries || r.cfg.MaxRetries+1 < failingForFaults {
+		return 0, false
+	}
+	var d time.Duration
+	for n := 1; n <= r.cfg.MaxRetries; n++ {
+		d += r.backoff.Base(n) / 2
+	}
+	return d, true
 }
 
 // breakerCallTimeout bounds one read or change of the shared state.
@@ -352,14 +390,31 @@ const (
 	attemptNone                   // not attempted, or interrupted by the relay: says nothing
 )
 
-// kindOf classifies one sink result for the breaker.
-func kindOf(err error, pctxErr error) faultKind {
+// The causes that end a batch's publishing early.
+var (
+	// errPublishBudget: the batch's share of the lease ran out while the
+	// destination had not answered; what was still unanswered then is a
+	// destination fault (a destination that hangs).
+	errPublishBudget = errors.New("the batch's publish budget (most of the lease) ran out")
+	// errRelayStopping: the relay stopped and StopTimeout passed.
+	errRelayStopping = errors.New("the relay is stopping")
+	// errRouteOpened: every route the batch sends to is open now; what
+	// was not answered yet is released to wait for the probe.
+	errRouteOpened = errors.New("the circuit breaker of every route of the batch opened")
+)
+
+// kindOf classifies one sink result for the breaker. cause is why the
+// publish context ended (context.Cause), nil while it runs.
+func kindOf(err error, cause error) faultKind {
 	switch {
 	case err == nil, outbox.IsPermanent(err):
 		return attemptOK
 	case errors.Is(err, outbox.ErrNotAttempted):
 		return attemptNone
-	case pctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+	case cause != nil && !errors.Is(cause, errPublishBudget) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// Cut short by the relay itself (stopping, or the route opened
+		// meanwhile): it says nothing of the destination.
 		return attemptNone
 	}
 	return attemptFault
@@ -405,7 +460,7 @@ func (b *breaker) settle(ctx context.Context, route, lastErr string) (bool, time
 	if !known {
 		rt = store.Route{Name: route, State: store.BreakerClosed}
 	}
-	if b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, ProbeIn: b.cfg.OpenMin, Opens: 1,
+	if b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, ProbeIn: b.cfg.OpenMin, Opens: rt.Opens + 1,
 		Reason: why, LastError: lastErr}) {
 		b.r.log.Warn("circuit breaker opened: the route's events wait, PENDING and without a retry counted, until a probe gets through",
 			"route", route, "reason", why, "last_error", lastErr, "probe_in", b.cfg.OpenMin)
@@ -432,21 +487,21 @@ func (b *breaker) probeDone(ctx context.Context, route string, k faultKind, errT
 			return // an operator or another relay moved it meanwhile
 		}
 	}
+	down := time.Duration(0)
+	if !rt.OpenedAt.IsZero() {
+		b.mu.Lock()
+		down = max(b.dbNow().Sub(rt.OpenedAt).Round(time.Millisecond), 0)
+		b.mu.Unlock()
+	}
 	switch k {
 	case attemptOK:
-		down := time.Duration(0)
-		if !rt.OpenedAt.IsZero() {
-			b.mu.Lock()
-			down = b.dbNow().Sub(rt.OpenedAt).Round(time.Millisecond)
-			b.mu.Unlock()
-		}
-		if b.change(ctx, rt, store.RouteChange{To: store.BreakerClosed, Reason: "probe delivered"}) {
+		if b.change(ctx, rt, store.RouteChange{To: store.BreakerClosed, Opens: rt.Opens, Reason: "probe delivered"}) {
 			b.r.log.Info("circuit breaker closed: the probe got through; the route's events flow again",
 				"route", route, "down_for", down, "opens", rt.Opens)
 		}
 	case attemptFault:
-		next := b.probeWait(rt.Opens + 1)
-		if b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, ProbeIn: next, Opens: rt.Opens + 1,
+		next := b.probeWait(down)
+		if b.change(ctx, rt, store.RouteChange{To: store.BreakerOpen, ProbeIn: next, Opens: rt.Opens,
 			Reason: "probe failed", LastError: errText}) {
 			b.r.log.Warn("circuit breaker probe failed: the route stays open", "route", route,
 				"open_since", rt.OpenedAt, "next_probe_in", next, "last_error", errText)
@@ -457,20 +512,22 @@ func (b *breaker) probeDone(ctx context.Context, route string, k faultKind, errT
 	}
 }
 
-// probeWait is the wait before the next probe after opens openings.
-func (b *breaker) probeWait(opens int) time.Duration {
-	d := b.cfg.OpenMin
-	for i := 1; i < opens && d < b.cfg.OpenMax; i++ {
-		d *= 2
-	}
-	return min(d, b.cfg.OpenMax)
+// probeWait is the wait before the next probe after a failed one, when
+// the route has been down for down: as long again, between OpenMin and
+// OpenMax, so that the waits about double while the outage lasts.
+func (b *breaker) probeWait(down time.Duration) time.Duration {
+	return min(max(down, b.cfg.OpenMin), b.cfg.OpenMax)
 }
 
 // faultWindow counts a route's attempts and faults per second over the
-// window, and the faults in a row.
+// window, and the faults since the last success.
 type faultWindow struct {
-	buckets     []faultBucket
-	consecutive int
+	buckets []faultBucket
+	// failing counts the destination faults since the last success (or
+	// since a gap longer than the window), the first of which came at
+	// failingSince and the latest at lastFault.
+	failing                 int
+	failingSince, lastFault time.Time
 }
 
 type faultBucket struct {
@@ -486,12 +543,18 @@ func (w *faultWindow) add(now time.Time, window time.Duration, fault bool) {
 	}
 	last := &w.buckets[len(w.buckets)-1]
 	last.attempts++
-	if fault {
-		last.fault++
-		w.consecutive++
-	} else {
-		w.consecutive = 0
+	if !fault {
+		w.failing = 0
+		return
 	}
+	last.fault++
+	if w.failing == 0 || now.Sub(w.lastFault) > window {
+		// A fault long after the last one starts a new count: a
+		// sparse route's occasional faults are no outage.
+		w.failing, w.failingSince = 0, now
+	}
+	w.failing++
+	w.lastFault = now
 }
 
 func (w *faultWindow) prune(sec int64, window time.Duration) {
@@ -503,13 +566,14 @@ func (w *faultWindow) prune(sec int64, window time.Duration) {
 	w.buckets = w.buckets[i:]
 }
 
-func (w *faultWindow) reset() { w.buckets, w.consecutive = nil, 0 }
+func (w *faultWindow) reset() { *w = faultWindow{} }
 
 // trips reports whether the faults call for opening, and why.
 func (w *faultWindow) trips(now time.Time, cfg BreakerConfig) (bool, string) {
 	w.prune(now.Unix(), cfg.Window)
-	if w.consecutive >= cfg.ConsecutiveFailures {
-		return true, fmt.Sprintf("%d attempts in a row met a destination fault", w.consecutive)
+	if w.failing >= failingForFaults && now.Sub(w.failingSince) >= cfg.FailingFor {
+		return true, fmt.Sprintf("no attempt succeeded for %s: %d attempts met a destination fault",
+			now.Sub(w.failingSince).Round(time.Millisecond), w.failing)
 	}
 	attempts, faults := 0, 0
 	for _, bk := range w.buckets {

@@ -236,7 +236,7 @@ func TestBreakerPoisonEventStaysClosed(t *testing.T) {
 	logs := &testenv.Buffer{}
 	r, err := relay.New(relay.Config{Store: ob.store, Sink: newHTTPSink(t, gw.srv.URL+"/approve"),
 		Logger:  slog.New(slog.NewTextHandler(logs, nil)),
-		Breaker: relay.BreakerConfig{ConsecutiveFailures: 1, MinAttempts: 1, FailureRatio: 0.01}})
+		Breaker: relay.BreakerConfig{FailingFor: 100 * time.Millisecond, MinAttempts: 1, FailureRatio: 0.01}})
 	if err != nil {
 		t.Fatal(err)
 	}

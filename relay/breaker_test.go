@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -16,23 +17,59 @@ import (
 func TestFaultWindowTrips(t *testing.T) {
 	cfg := BreakerConfig{}.withDefaults()
 	now := time.Unix(1_000_000, 0)
-	t.Run("consecutive", func(t *testing.T) {
+	t.Run("no success for FailingFor", func(t *testing.T) {
 		w := &faultWindow{}
-		for i := range cfg.ConsecutiveFailures {
+		for i := range failingForFaults {
 			if trip, _ := w.trips(now, cfg); trip {
-				t.Fatalf("tripped after %d faults in a row, want %d", i, cfg.ConsecutiveFailures)
+				t.Fatalf("tripped after %d faults at one moment", i)
 			}
 			w.add(now, cfg.Window, true)
 		}
-		if trip, why := w.trips(now, cfg); !trip || !strings.Contains(why, "in a row") {
-			t.Fatalf("%d faults in a row: trip=%v %q", cfg.ConsecutiveFailures, trip, why)
+		if trip, why := w.trips(now, cfg); trip {
+			t.Fatalf("%d faults at one moment (one batch) tripped it: %s", failingForFaults, why)
+		}
+		later := now.Add(cfg.FailingFor)
+		w.add(later, cfg.Window, true)
+		if trip, why := w.trips(later, cfg); !trip || !strings.Contains(why, "no attempt succeeded for 2s") {
+			t.Fatalf("faults and no success for %s: trip=%v %q", cfg.FailingFor, trip, why)
+		}
+		w.add(later, cfg.Window, false)
+		if trip, why := w.trips(later, cfg); trip {
+			t.Fatalf("a success did not end the count: %s", why)
+		}
+	})
+	t.Run("sparse faults are no outage", func(t *testing.T) {
+		w := &faultWindow{}
+		at := now
+		for range 5 {
+			w.add(at, cfg.Window, true)
+			at = at.Add(cfg.Window + time.Second)
+		}
+		if trip, why := w.trips(at, cfg); trip {
+			t.Fatalf("one fault per window tripped it: %s", why)
+		}
+	})
+	t.Run("a batch's neighbours are not a row", func(t *testing.T) {
+		// One in five faulty, results in one batch in random order, many
+		// batches: the old rule (3 in a row) tripped on this.
+		w := &faultWindow{}
+		rng := rand.New(rand.NewPCG(7, 9))
+		at := now
+		for range 200 {
+			for range 200 {
+				w.add(at, cfg.Window, rng.IntN(5) == 0)
+				if trip, why := w.trips(at, cfg); trip {
+					t.Fatalf("20%% random faults tripped it: %s", why)
+				}
+			}
+			at = at.Add(50 * time.Millisecond)
 		}
 	})
 	t.Run("rate", func(t *testing.T) {
 		w := &faultWindow{}
-		// fault, ok, fault, ok ...: never 3 in a row, half of them faulty.
+		// ok, fault, ok, fault ...: half of them faulty, at one moment.
 		for i := range cfg.MinAttempts - 1 {
-			w.add(now, cfg.Window, i%2 == 0)
+			w.add(now, cfg.Window, i%2 == 1)
 		}
 		if trip, _ := w.trips(now, cfg); trip {
 			t.Fatal("tripped below the least number of attempts")
@@ -47,7 +84,7 @@ func TestFaultWindowTrips(t *testing.T) {
 		for i := range 20 {
 			w.add(now, cfg.Window, i%3 != 0)
 		}
-		w.consecutive = 0
+		w.failing = 0
 		later := now.Add(cfg.Window + time.Second)
 		if trip, _ := w.trips(later, cfg); trip {
 			t.Fatal("faults older than the window still count")
@@ -65,22 +102,32 @@ func TestFaultWindowTrips(t *testing.T) {
 }
 
 func TestKindOf(t *testing.T) {
+	timeout := outbox.Retryable(fmt.Errorf("no response within 10s: %w", context.DeadlineExceeded), 0)
 	cases := []struct {
-		err  error
-		pctx error
-		want faultKind
+		err   error
+		cause error
+		want  faultKind
 	}{
 		{nil, nil, attemptOK},
 		{outbox.Permanent(errors.New("400 bad merchant")), nil, attemptOK},
 		{errors.New("connection refused"), nil, attemptFault},
 		{outbox.Retryable(errors.New("429"), time.Second), nil, attemptFault},
 		{context.DeadlineExceeded, nil, attemptFault}, // the sink's own timeout
-		{context.Canceled, context.Canceled, attemptNone},
+		{timeout, nil, attemptFault},
+		// Unanswered when the relay's publish budget ran out: the
+		// destination hangs.
+		{timeout, errPublishBudget, attemptFault},
+		{context.DeadlineExceeded, errPublishBudget, attemptFault},
+		// Cut short by the relay itself.
+		{context.Canceled, errRelayStopping, attemptNone},
+		{timeout, errRelayStopping, attemptNone},
+		{fmt.Errorf("interrupted: %w", context.Canceled), errRouteOpened, attemptNone},
 		{fmt.Errorf("behind: %w", outbox.ErrNotAttempted), nil, attemptNone},
+		{fmt.Errorf("not sent: %w: %w", outbox.ErrNotAttempted, context.DeadlineExceeded), errPublishBudget, attemptNone},
 	}
 	for _, c := range cases {
-		if got := kindOf(c.err, c.pctx); got != c.want {
-			t.Errorf("kindOf(%v, %v) = %d, want %d", c.err, c.pctx, got, c.want)
+		if got := kindOf(c.err, c.cause); got != c.want {
+			t.Errorf("kindOf(%v, %v) = %d, want %d", c.err, c.cause, got, c.want)
 		}
 	}
 }
@@ -128,7 +175,8 @@ func TestBreakerConfigErrors(t *testing.T) {
 		{BreakerConfig{Window: time.Millisecond}, "window"},
 		{BreakerConfig{FailureRatio: 1.5}, "failure ratio"},
 		{BreakerConfig{MinAttempts: -1}, "min attempts"},
-		{BreakerConfig{ConsecutiveFailures: -2}, "consecutive"},
+		{BreakerConfig{FailingFor: time.Millisecond}, "failing-for"},
+		{BreakerConfig{FailingFor: -time.Second}, "failing-for"},
 		{BreakerConfig{OpenMin: time.Millisecond}, "open-min"},
 		{BreakerConfig{OpenMin: time.Minute, OpenMax: time.Second}, "open-max"},
 		{BreakerConfig{Refresh: time.Hour}, "refresh"},
@@ -142,10 +190,10 @@ func TestBreakerConfigErrors(t *testing.T) {
 		t.Errorf("a disabled breaker's settings are not checked: %v", err)
 	}
 	b := &breaker{cfg: BreakerConfig{}.withDefaults()}
-	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second}
-	for i, w := range want {
-		if got := b.probeWait(i + 1); got != w {
-			t.Errorf("probe wait after %d openings = %s, want %s", i+1, got, w)
+	for down, want := range map[time.Duration]time.Duration{
+		time.Second: 5 * time.Second, 6 * time.Second: 6 * time.Second, 12 * time.Second: 12 * time.Second, time.Hour: 30 * time.Second} {
+		if got := b.probeWait(down); got != want {
+			t.Errorf("probe wait after a failed probe, down for %s = %s, want %s", down, got, want)
 		}
 	}
 }

@@ -141,18 +141,24 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	}
 
 	// Publishing gets most of the lease; a stopping relay gives it
-	// StopTimeout more and then cancels what is left.
-	pctx, cancel := context.WithDeadline(context.WithoutCancel(ctx),
-		b.localClaim.Add(time.Duration(float64(r.cfg.Lease)*publishShare)))
-	defer cancel()
+	// StopTimeout more and then cancels what is left. The cause of the
+	// end tells the breaker whether the destination is to blame.
+	budget, cancelBudget := context.WithDeadlineCause(context.WithoutCancel(ctx),
+		b.localClaim.Add(time.Duration(float64(r.cfg.Lease)*publishShare)), errPublishBudget)
+	defer cancelBudget()
+	pctx, cancel := context.WithCancelCause(budget)
+	defer cancel(nil)
 	stopTimer := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(r.cfg.StopTimeout, cancel)
+		t := time.AfterFunc(r.cfg.StopTimeout, func() { cancel(errRelayStopping) })
 		context.AfterFunc(pctx, func() { t.Stop() })
 	})
 	defer stopTimer()
 
+	// The breakers learn of each result as the sink reports it, so that
+	// a destination that fails or hangs opens its route at that moment.
+	live := newLiveResults(ctx, b, msgs, msgPos, probeAt, pctx, cancel)
 	started := r.now()
-	results := b.publish(pctx, msgs, msgPos) // observer hook: the sink call, traced and timed
+	results := b.publish(sink.WithResultFunc(pctx, live.report), msgs, msgPos) // observer hook: the sink call, traced and timed
 	finished := r.now()
 	if len(results) != len(msgs) {
 		err := fmt.Errorf("sink returned %d results for %d messages (a bug in the sink); treating all as failed", len(results), len(msgs))
@@ -167,23 +173,29 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	faults := map[string]string{} // route -> its last destination fault
 	for mi, err := range results {
 		route := breakerKey(b.route(msgPos[mi]))
-		k := kindOf(err, pctx.Err())
+		k := kindOf(err, context.Cause(pctx))
 		if pi, ok := probeAt[route]; ok && pi == mi {
 			errText := ""
 			if err != nil {
 				errText = truncate(err.Error(), 1000)
 			}
 			r.breaker.probeDone(ctx, route, k, errText)
-		} else {
+		} else if !live.counted(mi) {
 			r.breaker.observe(route, k)
 		}
 		if k == attemptFault {
 			faults[route] = truncate(err.Error(), 1000)
 		}
 	}
-	down := map[string]*routeDown{}
 	for route, lastErr := range faults {
-		if open, _ := r.breaker.settle(ctx, route, lastErr); open {
+		r.breaker.settle(ctx, route, lastErr)
+	}
+	// Every route of the batch that is open now, by this batch or
+	// another one (which may have cut this one short).
+	down := map[string]*routeDown{}
+	for _, i := range msgPos {
+		route := breakerKey(b.route(i))
+		if _, seen := down[route]; !seen {
 			down[route] = r.breaker.down(route)
 		}
 	}
@@ -237,6 +249,14 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 	case !deadline.IsZero() && !finished.Before(deadline):
 		o.Kind, o.Attempted = store.Expired, true
 		o.Error = "expired during delivery: " + o.Error
+	case down != nil && !outbox.IsPermanent(err):
+		// The route's breaker is open (a fault of this batch, maybe this
+		// one, opened it, or cut the batch short): the event waits for
+		// the probe, no retry counted.
+		wait := dueBy(down.wait, deadline, finished, r.deadlineLead())
+		o.Kind, o.Attempted, o.RetryIn = store.Released, attempted, wait
+		o.Error = "destination unavailable since " + down.since.UTC().Format(time.RFC3339) + " (circuit breaker open): " + o.Error
+		st.stopped, st.retryIn = true, wait
 	case !attempted:
 		o.Kind = store.Released
 		st.stopped = true
@@ -250,11 +270,6 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Kind, o.Attempted = store.Failed, true
 		o.Error = "permanent error: " + o.Error
 		st.stopped, st.block = true, r.failedBlocks()
-	case down != nil:
-		wait := dueBy(down.wait, deadline, finished, r.deadlineLead())
-		o.Kind, o.Attempted, o.RetryIn = store.Released, true, wait
-		o.Error = "destination unavailable since " + down.since.UTC().Format(time.RFC3339) + " (circuit breaker open): " + o.Error
-		st.stopped, st.retryIn = true, wait
 	default:
 		failures := ev.RetryCount + 1
 		if r.cfg.NoRetries || failures > r.cfg.MaxRetries {

@@ -73,8 +73,9 @@ type Route struct {
 	ProbeAt time.Time
 	// ProbeBy is the relay that holds the probe (HALF_OPEN).
 	ProbeBy string
-	// Opens counts the openings since the route was last CLOSED (the
-	// backoff between probes grows with it).
+	// Opens counts the times the route's breaker opened (from CLOSED,
+	// by a relay or by hand) since its row was made; closing it keeps
+	// the count. A failed probe is no new opening.
 	Opens int
 	// Forced: an operator set the state by hand. A forced OPEN route is
 	// never probed; it stays open until an operator closes it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,10 +51,10 @@ type RelayCmd struct {
 
 	BreakerOff         bool          `help:"Turn the per-route circuit breaker off: every destination fault then costs a retry." env:"OUTBOX_BREAKER_OFF"`
 	BreakerWindow      time.Duration `help:"Circuit breaker: the window over which the rate of destination faults is measured." default:"30s" env:"OUTBOX_BREAKER_WINDOW"`
-	BreakerMinAttempts int           `help:"Circuit breaker: least attempts within the window before the rate counts." default:"10" env:"OUTBOX_BREAKER_MIN_ATTEMPTS"`
+	BreakerMinAttempts int           `help:"Circuit breaker: least attempts within the window before the rate counts." default:"20" env:"OUTBOX_BREAKER_MIN_ATTEMPTS"`
 	BreakerRatio       float64       `help:"Circuit breaker: share of faulty attempts within the window that opens it (0 to 1)." default:"0.5" env:"OUTBOX_BREAKER_RATIO"`
-	BreakerConsecutive int           `help:"Circuit breaker: faulty attempts in a row that open it." default:"3" env:"OUTBOX_BREAKER_CONSECUTIVE"`
-	BreakerOpenMin     time.Duration `help:"Circuit breaker: wait after opening before the first probe (doubles after each failed probe)." default:"5s" env:"OUTBOX_BREAKER_OPEN_MIN"`
+	BreakerFailingFor  time.Duration `help:"Circuit breaker: opens when no attempt succeeded for this long while at least 3 met a destination fault (100ms to 1h)." default:"2s" env:"OUTBOX_BREAKER_FAILING_FOR"`
+	BreakerOpenMin     time.Duration `help:"Circuit breaker: wait after opening before the first probe (after a failed probe, the wait is as long as the outage so far, up to --breaker-open-max)." default:"5s" env:"OUTBOX_BREAKER_OPEN_MIN"`
 	BreakerOpenMax     time.Duration `help:"Circuit breaker: longest wait between two probes." default:"30s" env:"OUTBOX_BREAKER_OPEN_MAX"`
 	BreakerRefresh     time.Duration `help:"Circuit breaker: how often this relay reads the shared breaker state." default:"1s" env:"OUTBOX_BREAKER_REFRESH"`
 }
@@ -63,13 +64,19 @@ func (c *RelayCmd) breakerConfig() (relay.BreakerConfig, error) {
 	if c.BreakerRatio <= 0 || c.BreakerRatio > 1 {
 		return relay.BreakerConfig{}, fmt.Errorf("%w: --breaker-ratio must be more than 0 and at most 1, got %g", outbox.ErrInvalidConfig, c.BreakerRatio)
 	}
-	for name, v := range map[string]int{"--breaker-min-attempts": c.BreakerMinAttempts, "--breaker-consecutive": c.BreakerConsecutive} {
-		if v < 1 {
-			return relay.BreakerConfig{}, fmt.Errorf("%w: %s must be at least 1, got %d", outbox.ErrInvalidConfig, name, v)
-		}
+	if c.BreakerMinAttempts < 1 {
+		return relay.BreakerConfig{}, fmt.Errorf("%w: --breaker-min-attempts must be at least 1, got %d", outbox.ErrInvalidConfig, c.BreakerMinAttempts)
+	}
+	if c.BreakerFailingFor < 100*time.Millisecond || c.BreakerFailingFor > time.Hour {
+		return relay.BreakerConfig{}, fmt.Errorf("%w: --breaker-failing-for must be 100ms to 1h, got %s", outbox.ErrInvalidConfig, c.BreakerFailingFor)
+	}
+	if v, set := os.LookupEnv("OUTBOX_BREAKER_CONSECUTIVE"); set {
+		return relay.BreakerConfig{}, fmt.Errorf("%w: OUTBOX_BREAKER_CONSECUTIVE=%s is no longer read: the breaker no longer counts faults in a row "+
+			"(attempts sent together are not a row); unset it, and use OUTBOX_BREAKER_FAILING_FOR (--breaker-failing-for) and OUTBOX_BREAKER_MIN_ATTEMPTS instead",
+			outbox.ErrInvalidConfig, v)
 	}
 	return relay.BreakerConfig{Disabled: c.BreakerOff, Window: c.BreakerWindow, MinAttempts: c.BreakerMinAttempts,
-		FailureRatio: c.BreakerRatio, ConsecutiveFailures: c.BreakerConsecutive, OpenMin: c.BreakerOpenMin,
+		FailureRatio: c.BreakerRatio, FailingFor: c.BreakerFailingFor, OpenMin: c.BreakerOpenMin,
 		OpenMax: c.BreakerOpenMax, Refresh: c.BreakerRefresh}, nil
 }
 

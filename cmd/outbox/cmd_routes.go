@@ -138,14 +138,18 @@ func changeRouteByHand(ctx context.Context, g *Globals, route string, c store.Ro
 		if err != nil {
 			return err
 		}
+		// Opens counts the route's openings for good: one more when
+		// this opens a closed route, the same otherwise.
 		c.Version, c.Opens = 0, 0
+		closed := true
 		for _, r := range snap.Routes {
 			if r.Name == route {
-				c.Version, c.LastError = r.Version, r.LastError
-				if c.To == store.BreakerOpen {
-					c.Opens = r.Opens
-				}
+				c.Version, c.LastError, c.Opens = r.Version, r.LastError, r.Opens
+				closed = r.State == store.BreakerClosed
 			}
+		}
+		if c.To == store.BreakerOpen && closed {
+			c.Opens++
 		}
 		ok, err := rs.ChangeRoute(ctx, c)
 		if err != nil {

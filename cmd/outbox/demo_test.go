@@ -141,11 +141,11 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 	m := obj("maintenance")
 	// On a machine too slow for the compressed QR lifetime, the events
 	// written during the maintenance can run out before a relay claims
-	// them: then no relay meets enough 503s in a row to open the breaker.
+	// them: then no relay meets enough 503s to open the breaker.
 	// The demo says so, and the gateway's count of requests per relay
 	// during the outage proves it.
 	slow := tooSlow(sum, "incident 5")
-	switch most, limit := num(m, "most_outage_requests_one_relay"), num(m, "breaker_consecutive_failures"); {
+	switch most, limit := num(m, "most_outage_requests_one_relay"), num(m, "breaker_min_attempts"); {
 	case num(m, "breaker_opened") >= 1 && slow:
 		t.Errorf("maintenance: the breaker opened, yet the demo says incident 5 could not show:\n%s", out)
 	case num(m, "breaker_opened") >= 1:
@@ -160,7 +160,7 @@ func checkDemoIncidents56(t *testing.T, out string, sum map[string]any) {
 			t.Logf("maintenance: the breaker closed only after the incident stopped waiting for it (this machine is slow)")
 		}
 	case most >= limit || limit < 1:
-		t.Errorf("maintenance: a relay met %d 503s during the outage (%d in a row open the breaker), yet the breaker never opened\n%s", most, limit, out)
+		t.Errorf("maintenance: a relay met %d 503s during the outage (%d within the window open the breaker), yet the breaker never opened\n%s", most, limit, out)
 	case !slow:
 		t.Errorf("maintenance: the breaker never opened, and the demo does not say it was too slow to show incident 5\n%s", out)
 	default:

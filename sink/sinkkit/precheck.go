@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 // Reasons a [NotSentError] gives for the common cases.
@@ -146,13 +147,16 @@ func (p Precheck) Expired(m *outbox.Message, now time.Time) error {
 // concurrently, on at most workers goroutines (0: one per key). Once a
 // message fails, the later ones of its key are not sent: their result is
 // Check's with the failed message, so a context that ended or a Close
-// (with IsClosed) takes precedence over the failure.
+// (with IsClosed) takes precedence over the failure. The result of each
+// message sent is reported at once with sink.ReportResult.
 func (p Precheck) SendByKey(ctx context.Context, msgs []outbox.Message, workers int, send func(i int) error) []error {
 	results := make([]error, len(msgs))
 	heads, next := KeyChains(msgs)
 	chain := func(head int) {
 		for i := head; i >= 0; i = next[i] {
-			if results[i] = send(i); results[i] == nil {
+			results[i] = send(i)
+			sink.ReportResult(ctx, &msgs[i], results[i])
+			if results[i] == nil {
 				continue
 			}
 			for j := next[i]; j >= 0; j = next[j] {

@@ -27,7 +27,7 @@ type maintenanceResult struct {
 	moving             int
 	sample             outbox.EventID // one of the expiredBy, for its audit trail
 	// mostFaults is the most 503s one relay met during the outage;
-	// threshold the faults in a row that open the breaker.
+	// threshold the faults within the breaker's window that open it.
 	mostFaults, threshold int
 }
 
@@ -64,7 +64,7 @@ const breakerWait = time.Minute
 // downUntilBreakerOpens returns once the routes audit log has an entry
 // to open past the first known ones (the log is newest first), or after
 // breakerWait. On a machine too slow for the compressed time, the relays
-// may not have met enough 503s in a row within the planned maintenance:
+// may not have met enough 503s within the planned maintenance:
 // the gateway then stays down until they have.
 func (d *demoRun) downUntilBreakerOpens(ctx context.Context, known int) error {
 	said := false
@@ -98,8 +98,8 @@ func (d *demoRun) incidentMaintenance(ctx context.Context) error {
 	p := d.plan
 	d.setIncident(fmt.Sprintf("incident 5: gateway down for maintenance for %s", p.maintenance))
 	d.con.Printf("INCIDENT 5", "the gateway goes down for maintenance for %s, longer than the QR lifetime (%s): 503 to every request", p.maintenance, p.ttl)
-	d.con.Printf("", "   the per-route circuit breaker opens after %d faults in a row: events wait PENDING, no retry spent; a probe every %s..%s",
-		p.relay.breaker.ConsecutiveFailures, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax)
+	d.con.Printf("", "   the per-route circuit breaker opens when half of %d attempts within %s, or every attempt for %s, met a fault: events wait PENDING, no retry spent; a probe every %s..%s",
+		p.relay.breaker.MinAttempts, p.relay.breaker.Window, p.relay.breaker.FailingFor, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax)
 	before, err := d.routeLog(ctx)
 	if err != nil {
 		return fmt.Errorf("read the routes audit log: %w", err)
@@ -173,12 +173,12 @@ func (d *demoRun) incidentMaintenance(ctx context.Context) error {
 		}
 	}
 	m.mostFaults, _ = d.gw.MostOutageRequests()
-	m.threshold = p.relay.breaker.ConsecutiveFailures
+	m.threshold = p.relay.breaker.MinAttempts
 	d.maint = m
 	if m.opened == 0 && m.mostFaults < m.threshold {
-		// No relay met enough 503s in a row: the QR codes of the events
+		// No relay met enough 503s: the QR codes of the events
 		// written during the outage ran out before a relay claimed them.
-		d.noteTooSlow(fmt.Sprintf("incident 5: the breaker did not open: in the %s the gateway was down, no relay sent it more than %d requests (%d faults in a row open it); the QR codes ran out before a relay claimed the events",
+		d.noteTooSlow(fmt.Sprintf("incident 5: the breaker did not open: in the %s the gateway was down, no relay sent it more than %d requests (%d faults within the breaker's window open it); the QR codes ran out before a relay claimed the events",
 			downFor, m.mostFaults, m.threshold))
 	}
 	d.con.Printf("INCIDENT 5", "breaker: opened %s and closed %s (routes audit log); of the %d events: %d delivered, %d FAILED, %d EXPIRED%s",

@@ -40,7 +40,7 @@ func breakerEnv(b relay.BreakerConfig, env map[string]string) {
 	env["OUTBOX_BREAKER_WINDOW"] = b.Window.String()
 	env["OUTBOX_BREAKER_MIN_ATTEMPTS"] = fmt.Sprint(b.MinAttempts)
 	env["OUTBOX_BREAKER_RATIO"] = fmt.Sprint(b.FailureRatio)
-	env["OUTBOX_BREAKER_CONSECUTIVE"] = fmt.Sprint(b.ConsecutiveFailures)
+	env["OUTBOX_BREAKER_FAILING_FOR"] = b.FailingFor.String()
 	env["OUTBOX_BREAKER_OPEN_MIN"] = b.OpenMin.String()
 	env["OUTBOX_BREAKER_OPEN_MAX"] = b.OpenMax.String()
 	env["OUTBOX_BREAKER_REFRESH"] = b.Refresh.String()

@@ -117,7 +117,7 @@ func (c *Options) plan() (demoPlan, error) {
 		relay: relayTimings{batch: 100, poll: 100 * time.Millisecond, lease: 10 * time.Second, crashLease: 2 * time.Second,
 			backoffMin: 300 * time.Millisecond, backoffMax: 2 * time.Second, sweep: 250 * time.Millisecond,
 			stopTimeout: 2 * time.Second, maxRetries: relay.DefaultMaxRetries, httpTimeout: 5 * time.Second,
-			breaker: relay.BreakerConfig{Window: 2 * time.Second, MinAttempts: 10, FailureRatio: 0.5, ConsecutiveFailures: 3,
+			breaker: relay.BreakerConfig{Window: 2 * time.Second, MinAttempts: 10, FailureRatio: 0.5, FailingFor: time.Second,
 				OpenMin: time.Second, OpenMax: 2 * time.Second, Refresh: 200 * time.Millisecond}},
 	}
 	if c.Short {
@@ -126,8 +126,8 @@ func (c *Options) plan() (demoPlan, error) {
 		p.edfBacklog, p.edfApprovals = 300, 20
 		p.relay.poll, p.relay.crashLease, p.relay.backoffMin, p.relay.backoffMax, p.relay.sweep, p.relay.stopTimeout =
 			50*time.Millisecond, time.Second, 100*time.Millisecond, 600*time.Millisecond, 250*time.Millisecond, time.Second
-		p.relay.breaker.Window, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax, p.relay.breaker.Refresh =
-			time.Second, 300*time.Millisecond, 600*time.Millisecond, 100*time.Millisecond
+		p.relay.breaker.Window, p.relay.breaker.FailingFor, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax, p.relay.breaker.Refresh =
+			time.Second, 500*time.Millisecond, 300*time.Millisecond, 600*time.Millisecond, 100*time.Millisecond
 	}
 	if c.TimeScale != 0 {
 		if c.TimeScale < 1 || c.TimeScale > 100 {

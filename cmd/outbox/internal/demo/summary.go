@@ -135,9 +135,10 @@ type MaintenanceSummary struct {
 	// waiting for them (they are accounted for at the end of the run).
 	Moving int `json:"moving"`
 	// MostOutageRequests is the most requests one relay sent during the
-	// outage; BreakerThreshold the faults in a row that open the breaker.
+	// outage; BreakerThreshold the faults within the breaker's window
+	// that open it (its MinAttempts).
 	MostOutageRequests int `json:"most_outage_requests_one_relay"`
-	BreakerThreshold   int `json:"breaker_consecutive_failures"`
+	BreakerThreshold   int `json:"breaker_min_attempts"`
 }
 
 // EDFSummary compares how many short-deadline approvals met their
