@@ -141,15 +141,6 @@ type Config struct {
 	// Tracer wraps every sink call, e.g. in an OpenTelemetry span (see the
 	// tracing subpackage). nil: none.
 	Tracer PublishTracer
-
-	// Now is the relay's clock; nil means time.Now. Deadlines, leases and
-	// backoff are kept on the database's clock: each claim returns it, and
-	// an event's expires_at is converted to this clock there (the
-	// Message.Deadline a sink gets is on it). Sinks compare that deadline
-	// with time.Now, so leave Now nil outside tests; tests set it to run
-	// a relay whose clock differs from the database's. It must advance
-	// like time.Now (time.Now plus an offset does).
-	Now func() time.Time
 }
 
 // Defaults.
@@ -214,9 +205,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	c.Breaker = c.Breaker.withDefaults()
 	return c

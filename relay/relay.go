@@ -37,7 +37,7 @@ type Relay struct {
 	expectUntil atomic.Int64
 	running     atomic.Bool
 	stats       counters
-	// now is the local clock (monotonic): Config.Now.
+	// now is the local clock (monotonic), replaceable in tests.
 	now func() time.Time
 	// hooks feed the route-health log and Config.Observer (observer.go).
 	hooks hooks
@@ -60,7 +60,7 @@ func New(cfg Config) (*Relay, error) {
 		log:     cfg.Logger.With("relay_id", cfg.RelayID),
 		backoff: backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		wake:    make(chan struct{}, 1),
-		now:     cfg.Now,
+		now:     time.Now,
 	}
 	r.hooks = newHooks(r) // observer hook
 	r.breaker = newBreaker(r)
