@@ -24,8 +24,10 @@ import (
 // earliest-deadline-first meets the deadlines of urgent events behind a
 // backlog where strict FIFO misses them, an event the relay retries past
 // its deadline ends EXPIRED and its compensating event is delivered, a
-// route's min_time_left is kept, and what passed its deadline while no
-// relay ran is reported once at start. (The store's side of deadlines is
+// route's min_time_left is kept, what passed its deadline while no
+// relay ran is reported once at start, and a relay whose clock is 10
+// minutes ahead of or behind the database's keeps deadlines, leases and
+// backoff on the database's clock. (The store's side of deadlines is
 // storetest.RunDeadlines.)
 func RunDeadlines(t *testing.T, newHarness storetest.Factory) {
 	tests := []struct {
@@ -40,6 +42,8 @@ func RunDeadlines(t *testing.T, newHarness storetest.Factory) {
 		{name: "CompensationThroughRelay", fn: testCompensationThroughRelay},
 		{name: "MinTimeLeftNeverSendsTooLate", fn: testMinTimeLeft},
 		{name: "RestartReport", fn: testRestartReport},
+		{name: "RelayClock10mAheadOfDatabase", fn: func(t *testing.T, h *storetest.Harness) { testRelayClockSkew(t, h, clockSkew) }},
+		{name: "RelayClock10mBehindDatabase", fn: func(t *testing.T, h *storetest.Harness) { testRelayClockSkew(t, h, -clockSkew) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
