@@ -28,11 +28,14 @@ JOIN pg_sequence s ON s.seqrelid = x.seq`
 
 // scanBehindSQL is a pass of the safety net: per lane ($1, cursors $2,
 // sweeps from $3), r the last $4 rows of hold 0 below the cursor and w the
-// next $5 from the sweep's position (the lane index both); the PENDING
-// ones among them, and at most $6 PENDING rows without a lane (written
-// past the insert trigger), get hold 1 (and a lane), so that the claim
-// reads them by their due time. It returns those rows (part 0) and, per
-// lane whose sweep read $5 rows, the last id it read (part 1).
+// next $5 from the sweep's position (the lane index both, in its order:
+// w's scan is open-ended like the claim's, so that it is read in index
+// order and stops at $5 rows rather than fetching the whole range); the
+// PENDING ones below the cursor among them, and at most $6 PENDING rows
+// without a lane (written past the insert trigger), get hold 1 (and a
+// lane), so that the claim reads them by their due time. It returns those
+// rows (part 0) and, per lane whose sweep read $5 rows all below the
+// cursor, the last id it read (part 1).
 const scanBehindSQL = `
 WITH l AS (
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS l(lane, cur, lo)
@@ -45,15 +48,16 @@ r AS MATERIALIZED (
     ) e
 ),
 w AS MATERIALIZED (
-    SELECT l.lane, e.id, e.status FROM l CROSS JOIN LATERAL (
+    SELECT l.lane, l.cur, e.id, e.status FROM l CROSS JOIN LATERAL (
         SELECT o.id, o.status FROM "{{.Outbox}}" o
-        WHERE o.lane = l.lane AND o.id >= l.lo AND o.id < l.cur AND o.hold = 0
+        WHERE o.lane = l.lane AND o.id >= l.lo AND o.hold = 0
         ORDER BY o.lane, o.id LIMIT $5
     ) e
 ),
 passed AS (
     UPDATE "{{.Outbox}}" o SET hold = 1
-    WHERE o.id IN (SELECT id FROM r WHERE status = 'PENDING' UNION SELECT id FROM w WHERE status = 'PENDING')
+    WHERE o.id IN (SELECT id FROM r WHERE status = 'PENDING'
+                   UNION SELECT id FROM w WHERE status = 'PENDING' AND id < cur)
       AND o.hold = 0 AND o.status = 'PENDING'
     RETURNING o.lane, o.id, o.event_id
 ),
@@ -69,7 +73,7 @@ loose AS (
 )
 SELECT 0, lane, id, event_id::text FROM passed
 UNION ALL SELECT 0, lane, id, event_id::text FROM loose
-UNION ALL SELECT 1, lane, max(id), '' FROM w GROUP BY lane HAVING count(*) >= $5`
+UNION ALL SELECT 1, lane, max(id), '' FROM w GROUP BY lane HAVING count(*) >= $5 AND max(id) < min(cur)`
 
 // looseRowsPerPass bounds the rows without a lane one pass repairs.
 const looseRowsPerPass = 1000
