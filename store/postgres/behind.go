@@ -27,7 +27,8 @@ FROM (SELECT tbl, pg_get_serial_sequence(tbl::text, 'id')::regclass AS seq
 JOIN pg_sequence s ON s.seqrelid = x.seq`
 
 // scanBehindSQL is a pass of the safety net: per lane ($1, cursors $2,
-// sweeps from $3), r the last $4 rows of hold 0 below the cursor and w the
+// sweeps from $3, recent reads down to $7), r the last $4 rows of hold 0
+// below the cursor and at or above the recent read's floor, and w the
 // next $5 from the sweep's position (the lane index both, in its order:
 // w's scan is open-ended like the claim's, so that it is read in index
 // order and stops at $5 rows rather than fetching the whole range); the
@@ -38,12 +39,12 @@ JOIN pg_sequence s ON s.seqrelid = x.seq`
 // cursor, the last id it read (part 1).
 const scanBehindSQL = `
 WITH l AS (
-    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS l(lane, cur, lo)
+    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $7::bigint[]) AS l(lane, cur, lo, rlo)
 ),
 r AS MATERIALIZED (
     SELECT l.lane, e.id, e.status FROM l CROSS JOIN LATERAL (
         SELECT o.id, o.status FROM "{{.Outbox}}" o
-        WHERE o.lane = l.lane AND o.id < l.cur AND o.hold = 0
+        WHERE o.lane = l.lane AND o.id < l.cur AND o.id >= l.rlo AND o.hold = 0
         ORDER BY o.lane DESC, o.id DESC LIMIT $4
     ) e
 ),
@@ -84,10 +85,11 @@ func (b claimBackend) ScanBehind(ctx context.Context, scans []lanes.BehindScan) 
 	ls := make([]int32, len(scans))
 	curs := make([]int64, len(scans))
 	froms := make([]int64, len(scans))
+	recents := make([]int64, len(scans))
 	for i, s := range scans {
-		ls[i], curs[i], froms[i] = int32(s.Lane), s.Cursor, s.SweepFrom
+		ls[i], curs[i], froms[i], recents[i] = int32(s.Lane), s.Cursor, s.SweepFrom, s.RecentFrom
 	}
-	rows, err := b.s.pool.Query(ctx, b.s.q.scanBehind, ls, curs, froms, lanes.RecentRows, lanes.SweepRows, looseRowsPerPass)
+	rows, err := b.s.pool.Query(ctx, b.s.q.scanBehind, ls, curs, froms, lanes.RecentRows, lanes.SweepRows, looseRowsPerPass, recents)
 	if err != nil {
 		return res, err
 	}

@@ -328,3 +328,34 @@ func TestSafetyNetDeliversEventsBehindTheCursors(t *testing.T) {
 		}
 	}
 }
+
+// A row passed by its lane's cursor within the last minute is read again
+// at every pass, up to lanes.RecentRows rows behind the cursor, wherever
+// the sweep through the lane's history stands: a row set back to PENDING
+// 3,000 rows behind the cursor of a lane of 5,000 delivered events (one
+// aggregate) is found by the first pass after it.
+func TestSafetyNetReadsTheLastMinuteBehindTheCursor(t *testing.T) {
+	ct := newCursorTable(t, time.Nanosecond)
+	const lease = 30 * time.Second
+	var ids []int64
+	err := ct.pool.QueryRow(context.Background(), fmt.Sprintf(`WITH ins AS (
+		INSERT INTO %q (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'payment', 'minute-1', 'Approved', '{}' FROM generate_series(1, 5000) RETURNING id)
+		SELECT array_agg(id ORDER BY id) FROM ins`, ct.table)).Scan(&ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Delivered long ago: the claims move the cursor past finished rows.
+	ct.exec(fmt.Sprintf(`UPDATE %q SET status = 'PROCESSED', processed_at = now()`, ct.table))
+	ct.settle(ct.s, "relay-1", lease, ids)
+
+	passed := ids[len(ids)-3000]
+	ct.exec(fmt.Sprintf(`UPDATE %q SET status = 'PENDING', processed_at = NULL WHERE id = $1`, ct.table), passed)
+	before := ct.s.FoundBehindCursors()
+	deliver(t, ct.s, "relay-1", lease) // one claim, one pass of the net
+	if found := ct.s.FoundBehindCursors() - before; found != 1 {
+		t.Fatalf("the pass after the break found %d events, want 1 (event %d, 3,000 rows behind the cursor); log:\n%s",
+			found, passed, ct.log.String())
+	}
+	ct.deliverUntilProcessed(ct.s, "relay-1", lease, time.Minute, passed)
+}

@@ -26,15 +26,49 @@ import (
 // interval more.
 const LookBehindInterval = 15 * time.Second
 
-// Each pass reads, per lane, the last RecentRows rows of hold 0 below the
-// cursor (where a late commit lands: its id was drawn shortly before the
-// ids the cursor passed) and SweepRows more from where the lane's last
-// pass stopped, from the lane's first id up to its cursor and then again
-// from the start, so that a row passed long ago is found too.
+// Each pass reads, per lane, the rows of hold 0 that the cursor passed in
+// the last RecentWindow, RecentRows of them at most counting down from
+// the cursor (where a late commit lands: its id was drawn shortly before
+// the ids the cursor passed), and SweepRows more from where the lane's
+// last pass stopped, from the lane's first id up to its cursor and then
+// again from the start, so that a row passed long ago is found too. An
+// event that becomes visible within RecentWindow of its lane's cursor
+// passing its id (and fewer than RecentRows rows behind it) reaches a
+// claim within one LookBehindInterval; one further behind, when the sweep
+// comes to it.
 const (
-	RecentRows = 256
-	SweepRows  = 1024
+	RecentWindow = time.Minute
+	RecentRows   = 4096
+	SweepRows    = 1024
 )
+
+// seenCursor is a lane's cursor at a pass of the safety net.
+type seenCursor struct {
+	at     time.Time
+	cursor int64
+}
+
+// recentFrom records the lane's cursor at a pass at now and returns the
+// lowest id the pass's recent read goes down to: the cursor the lane had
+// RecentWindow ago (the oldest one seen since, at the first passes), so
+// that a quiet lane is not read again far behind.
+func (rs *relayState) recentFrom(lane int, cursor int64, now time.Time) int64 {
+	seen, known := rs.cursorsSeen[lane]
+	if n := len(seen); n == 0 || seen[n-1].cursor != cursor {
+		seen = append(seen, seenCursor{at: now, cursor: cursor})
+	}
+	// Keep the newest entry at least RecentWindow old: the cursor then.
+	drop := 0
+	for drop+1 < len(seen) && !seen[drop+1].at.After(now.Add(-RecentWindow)) {
+		drop++
+	}
+	seen = seen[drop:]
+	rs.cursorsSeen[lane] = seen
+	if !known || seen[0].cursor > cursor {
+		return 0 // a lane just taken, or a cursor set back: RecentRows below it
+	}
+	return seen[0].cursor
+}
 
 // BehindScanner is implemented by a backend whose lanes read from cursors.
 type BehindScanner interface {
@@ -50,6 +84,9 @@ type BehindScan struct {
 	Lane int
 	// Cursor is the lane's cursor; the pass reads only below it.
 	Cursor int64
+	// RecentFrom is the lowest id the recent read goes down to (0: the
+	// RecentRows rows below the cursor, whichever they are).
+	RecentFrom int64
 	// SweepFrom is the id the sweep goes on from.
 	SweepFrom int64
 }
@@ -107,7 +144,12 @@ func (c *Claimer) lookBehind(ctx context.Context, rs *relayState) {
 		if h.cursor <= 0 {
 			continue // the lane reads from its start: nothing is behind
 		}
-		scans = append(scans, BehindScan{Lane: l, Cursor: h.cursor, SweepFrom: rs.sweptTo[l]})
+		scans = append(scans, BehindScan{Lane: l, Cursor: h.cursor, RecentFrom: rs.recentFrom(l, h.cursor, now), SweepFrom: rs.sweptTo[l]})
+	}
+	for l := range rs.cursorsSeen {
+		if _, ok := rs.held[l]; !ok {
+			delete(rs.cursorsSeen, l) // a lane given away: its history goes with it
+		}
 	}
 	if len(scans) == 0 {
 		return

@@ -43,10 +43,13 @@ type relayState struct {
 	busySince time.Time
 	stale     bool // a claim found a lane gone: balance before the next
 	horizon   Horizon
-	// lookedBehind is the local clock of the safety net's last pass, and
-	// sweptTo where each lane's sweep goes on (behind.go).
+	// lookedBehind is the local clock of the safety net's last pass,
+	// sweptTo where each lane's sweep goes on, and cursorsSeen the
+	// cursors each lane had at the passes of the last RecentWindow
+	// (behind.go).
 	lookedBehind time.Time
 	sweptTo      map[int]int64
+	cursorsSeen  map[int][]seenCursor
 	inflight     map[string]*inflightClaim
 	// stuck are the lanes the relay stopped renewing because a batch of
 	// theirs outlived its lease: it does not take them again while that
@@ -137,7 +140,7 @@ func (rs *relayState) forget(lanes []int) {
 
 func newRelayState() *relayState {
 	return &relayState{held: map[int]*heldLane{}, inflight: map[string]*inflightClaim{}, stuck: map[int]bool{},
-		sweptTo: map[int]int64{}}
+		sweptTo: map[int]int64{}, cursorsSeen: map[int][]seenCursor{}}
 }
 
 // tokens returns the tokens of the held lanes.
