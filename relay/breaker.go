@@ -29,11 +29,19 @@ import (
 //   - for FailingFor, no attempt to the route succeeded while at least
 //     3 met a destination fault (the silence rule: it catches an outage
 //     with little traffic, a lone event retrying, and a destination that
-//     hangs).
+//     hangs), or
+//   - in one batch, or in several in a row, every attempt to the route
+//     met a destination fault, 6 attempts at least (the failed-batches
+//     rule: an outage opens it when the first batch that meets it ends,
+//     if that batch sent the route 6 events, and a route with 3 aggregates
+//     at its second batch, so that no event is retried twice; a lone
+//     event at its 6th attempt).
 //
-// Attempts sent together are not "in a row": a gateway that refuses one
-// request in five, at random, never opens it, however many requests a
-// batch sends at once. Destination faults are the retryable errors
+// Attempts sent together are not "in a row": a batch counts as failed
+// only when all its attempts to the route failed, so a gateway that
+// refuses one request in five at random opens it only when 6 attempts
+// with no success between them fail (about once in 15,000), however many
+// requests a batch sends at once. Destination faults are the retryable errors
 // (connection refused, DNS, TLS, timeouts, 5xx, 429, a broker that is
 // unavailable, and a request still unanswered when the relay's publish
 // budget runs out); event faults (other 4xx, an oversized message, an
@@ -56,10 +64,12 @@ type BreakerConfig struct {
 	// the breaker. Default 0.5.
 	FailureRatio float64
 	// FailingFor opens the breaker when no attempt succeeded for this
-	// long while at least 3 met a destination fault. Default 2s. Keep it
-	// shorter than the backoff an event spends before MaxRetries is
-	// reached, or a lone event meeting an outage can end FAILED before
-	// the breaker opens (the relay warns at start when it is not).
+	// long while at least 3 met a destination fault. Default 2s. With
+	// MaxRetries below 5, keep it shorter than the backoff an event spends
+	// before MaxRetries is reached, or a lone event meeting an outage can
+	// end FAILED before the breaker opens (the relay warns at start when
+	// it is not); with 5 or more, its 6th failed attempt opens the breaker
+	// anyway.
 	FailingFor time.Duration
 	// OpenMin is the wait between opening and the first probe, OpenMax
 	// the longest wait between two probes. Defaults 5s and 30s.
@@ -80,10 +90,6 @@ const (
 	DefaultBreakerOpenMax      = 30 * time.Second
 	DefaultBreakerRefresh      = time.Second
 )
-
-// failingForFaults is the least number of destination faults, with no
-// success among them, that the silence rule (FailingFor) opens on.
-const failingForFaults = 3
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.Window == 0 {
@@ -169,9 +175,13 @@ func newBreaker(r *Relay) *breaker {
 		r.log.Info("circuit breaker off: the store does not keep route state", "store", fmt.Sprintf("%T", r.cfg.Store))
 		return nil
 	}
-	if spent, ok := r.retryTime(); ok && spent < r.cfg.Breaker.FailingFor {
+	// A lone event meeting an outage opens the breaker by the silence rule
+	// when its retries last FailingFor, or by the failed-batches rule when
+	// it has failedBatchesFaults attempts; it can end FAILED only if neither.
+	if spent, ok := r.retryTime(); ok && spent < r.cfg.Breaker.FailingFor && r.cfg.MaxRetries+1 < failedBatchesFaults {
 		r.log.Warn("a lone event meeting an outage can end FAILED before the circuit breaker opens: its retries take as little as "+
-			spent.String()+", less than the breaker's failing-for; raise the backoff or max retries, or lower failing-for",
+			spent.String()+", less than the breaker's failing-for, and its "+fmt.Sprint(r.cfg.MaxRetries+1)+
+			" attempts are fewer than the "+fmt.Sprint(failedBatchesFaults)+" failed in a row that open it; raise the backoff or max retries, or lower failing-for",
 			"failing_for", r.cfg.Breaker.FailingFor, "max_retries", r.cfg.MaxRetries, "backoff_min", r.cfg.BackoffMin)
 	}
 	return &breaker{r: r, cfg: r.cfg.Breaker, rs: rs, shared: map[string]store.Route{},
@@ -435,6 +445,19 @@ func (b *breaker) observe(route string, k faultKind) {
 	w.add(b.r.now(), b.cfg.Window, k == attemptFault)
 }
 
+// batchDone counts one batch's attempts to a route (the probe aside):
+// faults of attempts met a destination fault.
+func (b *breaker) batchDone(route string, faults, attempts int) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w := b.windows[route]; w != nil {
+		w.batchDone(faults, attempts)
+	}
+}
+
 // settle opens the route's breaker when its faults call for it, and
 // reports whether the route is now open (by this relay or another).
 func (b *breaker) settle(ctx context.Context, route, lastErr string) (bool, time.Time) {
@@ -517,73 +540,6 @@ func (b *breaker) probeDone(ctx context.Context, route string, k faultKind, errT
 // OpenMax, so that the waits about double while the outage lasts.
 func (b *breaker) probeWait(down time.Duration) time.Duration {
 	return min(max(down, b.cfg.OpenMin), b.cfg.OpenMax)
-}
-
-// faultWindow counts a route's attempts and faults per second over the
-// window, and the faults since the last success.
-type faultWindow struct {
-	buckets []faultBucket
-	// failing counts the destination faults since the last success (or
-	// since a gap longer than the window), the first of which came at
-	// failingSince and the latest at lastFault.
-	failing                 int
-	failingSince, lastFault time.Time
-}
-
-type faultBucket struct {
-	sec             int64
-	attempts, fault int
-}
-
-func (w *faultWindow) add(now time.Time, window time.Duration, fault bool) {
-	sec := now.Unix()
-	w.prune(sec, window)
-	if n := len(w.buckets); n == 0 || w.buckets[n-1].sec != sec {
-		w.buckets = append(w.buckets, faultBucket{sec: sec})
-	}
-	last := &w.buckets[len(w.buckets)-1]
-	last.attempts++
-	if !fault {
-		w.failing = 0
-		return
-	}
-	last.fault++
-	if w.failing == 0 || now.Sub(w.lastFault) > window {
-		// A fault long after the last one starts a new count: a
-		// sparse route's occasional faults are no outage.
-		w.failing, w.failingSince = 0, now
-	}
-	w.failing++
-	w.lastFault = now
-}
-
-func (w *faultWindow) prune(sec int64, window time.Duration) {
-	oldest := sec - int64(window/time.Second)
-	i := 0
-	for i < len(w.buckets) && w.buckets[i].sec <= oldest {
-		i++
-	}
-	w.buckets = w.buckets[i:]
-}
-
-func (w *faultWindow) reset() { *w = faultWindow{} }
-
-// trips reports whether the faults call for opening, and why.
-func (w *faultWindow) trips(now time.Time, cfg BreakerConfig) (bool, string) {
-	w.prune(now.Unix(), cfg.Window)
-	if w.failing >= failingForFaults && now.Sub(w.failingSince) >= cfg.FailingFor {
-		return true, fmt.Sprintf("no attempt succeeded for %s: %d attempts met a destination fault",
-			now.Sub(w.failingSince).Round(time.Millisecond), w.failing)
-	}
-	attempts, faults := 0, 0
-	for _, bk := range w.buckets {
-		attempts += bk.attempts
-		faults += bk.fault
-	}
-	if attempts >= cfg.MinAttempts && float64(faults) >= cfg.FailureRatio*float64(attempts) {
-		return true, fmt.Sprintf("%d of %d attempts within %s met a destination fault", faults, attempts, cfg.Window)
-	}
-	return false, ""
 }
 
 // breakerKey is the name a route has in the route table: the route

@@ -92,3 +92,53 @@ func (l *liveResults) counted(mi int) bool {
 	defer l.mu.Unlock()
 	return l.seen[mi]
 }
+
+// batchDone feeds the breakers with the batch's results once Publish has
+// returned: the probe's, those the sink did not report as they came, and
+// the batch as a whole (whether every attempt to a route failed); then it
+// opens the routes whose faults call for it.
+func (l *liveResults) batchDone(results []error) {
+	r := l.b.relay
+	cause := context.Cause(l.pctx)
+	type tally struct {
+		faults, attempts int
+		lastErr          string
+	}
+	perRoute := map[string]*tally{}
+	for mi, err := range results {
+		route := l.routes[mi]
+		k := kindOf(err, cause)
+		if l.probe[mi] {
+			errText := ""
+			if err != nil {
+				errText = truncate(err.Error(), 1000)
+			}
+			r.breaker.probeDone(l.ctx, route, k, errText)
+			continue
+		}
+		if !l.counted(mi) {
+			r.breaker.observe(route, k)
+		}
+		if k == attemptNone {
+			continue
+		}
+		t := perRoute[route]
+		if t == nil {
+			t = &tally{}
+			perRoute[route] = t
+		}
+		t.attempts++
+		if k == attemptFault {
+			t.faults++
+			t.lastErr = truncate(err.Error(), 1000)
+		}
+	}
+	for route, t := range perRoute {
+		r.breaker.batchDone(route, t.faults, t.attempts)
+	}
+	for route, t := range perRoute {
+		if t.faults > 0 {
+			r.breaker.settle(l.ctx, route, t.lastErr)
+		}
+	}
+}

@@ -38,6 +38,41 @@ func TestFaultWindowTrips(t *testing.T) {
 			t.Fatalf("a success did not end the count: %s", why)
 		}
 	})
+	t.Run("failed batches in a row", func(t *testing.T) {
+		w := &faultWindow{}
+		batch := func(faults, attempts int) {
+			for i := range attempts {
+				w.add(now, cfg.Window, i < faults)
+			}
+			w.batchDone(faults, attempts)
+		}
+		batch(3, 3)
+		if trip, why := w.trips(now, cfg); trip {
+			t.Fatalf("one failed batch of 3 tripped it: %s", why)
+		}
+		batch(3, 3)
+		if trip, why := w.trips(now, cfg); !trip || !strings.Contains(why, "of 2 batches in a row") {
+			t.Fatalf("two failed batches of 3: trip=%v %q", trip, why)
+		}
+		w = &faultWindow{}
+		batch(6, 6)
+		if trip, why := w.trips(now, cfg); !trip || !strings.Contains(why, "(6 attempts, none succeeded)") {
+			t.Fatalf("one failed batch of 6: trip=%v %q", trip, why)
+		}
+		w = &faultWindow{}
+		batch(3, 3)
+		batch(2, 3) // a success between: no run
+		batch(3, 3)
+		if trip, why := w.trips(now, cfg); trip {
+			t.Fatalf("failed batches with a success between tripped it: %s", why)
+		}
+		w = &faultWindow{}
+		batch(1, 1)
+		batch(2, 2)
+		if trip, why := w.trips(now, cfg); trip {
+			t.Fatalf("failed batches of 3 attempts in all tripped it: %s", why)
+		}
+	})
 	t.Run("sparse faults are no outage", func(t *testing.T) {
 		w := &faultWindow{}
 		at := now

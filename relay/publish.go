@@ -170,26 +170,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	}
 	// The breakers learn from the results first, so that the events of a
 	// route that is now open are given back rather than retried.
-	faults := map[string]string{} // route -> its last destination fault
-	for mi, err := range results {
-		route := breakerKey(b.route(msgPos[mi]))
-		k := kindOf(err, context.Cause(pctx))
-		if pi, ok := probeAt[route]; ok && pi == mi {
-			errText := ""
-			if err != nil {
-				errText = truncate(err.Error(), 1000)
-			}
-			r.breaker.probeDone(ctx, route, k, errText)
-		} else if !live.counted(mi) {
-			r.breaker.observe(route, k)
-		}
-		if k == attemptFault {
-			faults[route] = truncate(err.Error(), 1000)
-		}
-	}
-	for route, lastErr := range faults {
-		r.breaker.settle(ctx, route, lastErr)
-	}
+	live.batchDone(results)
 	// Every route of the batch that is open now, by this batch or
 	// another one (which may have cut this one short).
 	down := map[string]*routeDown{}
