@@ -74,6 +74,11 @@ type AdoptResult struct {
 	// Rows counts the table's rows, and Requeued the PROCESSING ones set to
 	// PENDING (each with an audit row).
 	Rows, Requeued int64
+	// DeadLettered counts the FAILED rows, each kept FAILED with a dead
+	// letter whose reason says it was adopted as FAILED; Finished counts
+	// the rows in another final status (PROCESSED, EXPIRED, SKIPPED), which
+	// the relay's retention keeps unless told otherwise.
+	DeadLettered, Finished int64
 	// Applied lists the later migrations applied after adoption.
 	Applied []int64
 	// AlreadyAdopted: an earlier run adopted the table; only the later

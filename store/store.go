@@ -345,6 +345,10 @@ type PurgeRequest struct {
 	Statuses []outbox.Status
 	// BatchSize rows per transaction; 0 means 1000.
 	BatchSize int
+	// Adopted also deletes, on a table that outbox adopted (outbox migrate
+	// --adopt), the rows that finished before the adoption: the team's
+	// history, which a purge keeps by default since no relay finished them.
+	Adopted bool
 }
 
 // Normalize fills defaults in l.

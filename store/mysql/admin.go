@@ -329,7 +329,11 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return 0, err
 	}
 	in := "'" + strings.Join(store.StatusNames(req.Statuses), "','") + "'" // validated constants
-	page, err := s.q.render("purge_page", fragments{In: in})
+	keep, err := s.purgeKeepCond(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	page, err := s.q.render("purge_page", fragments{In: in, Cond: keep})
 	if err != nil {
 		return 0, err
 	}
@@ -367,7 +371,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		}
 		err = s.inTx(ctx, "purge", func(tx *sql.Tx) error {
 			p.Deleted = 0
-			lock, err := s.q.render("purge_lock", fragments{In: in, IDs: idList(del)})
+			lock, err := s.q.render("purge_lock", fragments{In: in, IDs: idList(del), Cond: keep})
 			if err != nil {
 				return err
 			}

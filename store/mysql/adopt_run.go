@@ -201,6 +201,8 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		res.Rows += n
 	}
 	res.Requeued = counts["PROCESSING"]
+	res.DeadLettered = counts["FAILED"]
+	res.Finished = counts["PROCESSED"] + counts["EXPIRED"] + counts["SKIPPED"]
 	f, err := serverFlavor(ctx, s.db)
 	if err != nil {
 		return nil, nil, fmt.Errorf("adopt: %w", err)

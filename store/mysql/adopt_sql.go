@@ -16,6 +16,7 @@ var adoptStatements = sqltext.MustParse("adopt", "{{define \"record_table\"}}CRE
 	"    adopted_at DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n"+
 	"    PRIMARY KEY (kind, name)\n) ENGINE = InnoDB{{end}}"+`
 {{define "record_insert"}}INSERT IGNORE INTO `+"`{{.Record}}`"+` (kind, name) VALUES{{end}}
+{{define "record_adopted_at"}}SELECT MAX(adopted_at) FROM `+"`{{.Record}}`"+`{{end}}
 {{define "record_read"}}SELECT kind, name FROM `+"`{{.Record}}`"+` ORDER BY kind, name{{end}}
 {{define "record_defaults"}}SELECT name FROM `+"`{{.Record}}`"+` WHERE kind = 'column' AND name IN ('available_at', 'event_id') ORDER BY name{{end}}
 {{define "alter_outbox"}}ALTER TABLE `+"`{{.Outbox}}`"+`{{end}}

@@ -314,9 +314,10 @@ AND unfinished = 1 AND status = 'FAILED'{{end}}
 
 -- A purge's page: of the ? rows after id ?, whether each is purgeable (a
 -- final status of the list In, finished before the cutoff, now minus ?
--- microseconds), whether it is older than the cutoff, and the cutoff. In
+-- microseconds, and meeting Cond: on an adopted table, finished after the
+-- adoption), whether it is older than the cutoff, and the cutoff. In
 -- holds store status names, validated constants quoted in Go.
-{{define "purge_page"}}SELECT id, (status IN ({{.In}}) AND processed_at IS NOT NULL AND processed_at <= c.cutoff),
+{{define "purge_page"}}SELECT id, (status IN ({{.In}}) AND processed_at IS NOT NULL AND processed_at <= c.cutoff{{.Cond}}),
 created_at <= c.cutoff, c.cutoff FROM `{{.Outbox}}` JOIN (SELECT UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS cutoff) c
 WHERE id > ? ORDER BY id LIMIT ?{{end}}
 
@@ -325,7 +326,7 @@ WHERE id > ? ORDER BY id LIMIT ?{{end}}
 -- delete them with their attempts (event ids Marks, placeholders) and
 -- dead letters.
 {{define "purge_lock"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE id IN ({{.IDs}}) AND status IN ({{.In}})
-AND processed_at <= CAST(? AS DATETIME(6)) ORDER BY id FOR UPDATE SKIP LOCKED{{end}}
+AND processed_at <= CAST(? AS DATETIME(6)){{.Cond}} ORDER BY id FOR UPDATE SKIP LOCKED{{end}}
 
 {{define "purge_delete_attempts"}}DELETE FROM `{{.Attempts}}` WHERE event_id IN ({{.Marks}}){{end}}
 

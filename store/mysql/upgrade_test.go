@@ -240,7 +240,7 @@ func TestLanesMigrationCutShort(t *testing.T) {
 		"DROP TABLE `" + s.Table() + "_claims`",
 		"DELETE FROM `" + s.Table() + "_lanes` WHERE lane >= 40",
 		"UPDATE " + tb + " SET lane = NULL",
-		"DELETE FROM `" + s.Tables().Migrations + "` WHERE version_id = 7",
+		"DELETE FROM `" + s.Tables().Migrations + "` WHERE version_id >= 7", // with the later ones, as before them
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -249,8 +249,8 @@ func TestLanesMigrationCutShort(t *testing.T) {
 	// A producer writes while the trigger is missing.
 	storetest.Enqueue(t, h, storetest.PaymentEvent("cut-1", 2))
 	applied, err := s.MigrateUp(ctx)
-	if err != nil || len(applied) != 1 || applied[0] != 7 {
-		t.Fatalf("migrating again = %v, %v; want version 7 applied", applied, err)
+	if err != nil || len(applied) == 0 || applied[0] != 7 {
+		t.Fatalf("migrating again = %v, %v; want version 7 (and the later ones) applied", applied, err)
 	}
 	storetest.Enqueue(t, h, storetest.PaymentEvent("cut-3", 1))
 	var lanes, wrong, unset, idx, trg, claims int

@@ -301,8 +301,12 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		return 0, err
 	}
 	names := store.StatusNames(req.Statuses)
+	keepBefore, err := s.purgeKeepsBefore(ctx, req)
+	if err != nil {
+		return 0, err
+	}
 	total, err := pages.Purge(func(after int64) (p pages.PurgePage, err error) {
-		err = s.pool.QueryRow(ctx, s.q.purge, after, req.BatchSize, names, req.OlderThan.Microseconds()).Scan(&p.Deleted, &p.Last, &p.Old)
+		err = s.pool.QueryRow(ctx, s.q.purge, after, req.BatchSize, names, req.OlderThan.Microseconds(), keepBefore).Scan(&p.Deleted, &p.Last, &p.Old)
 		return p, err
 	})
 	if err != nil {
@@ -373,9 +377,10 @@ const purgeDeliveriesSQL = `DELETE FROM "{{.Outbox}}_deliveries" WHERE id IN (
     ORDER BY id LIMIT $2)`
 
 // purgeSQL deletes one page of a purge: of the page ($2 rows after id $1),
-// the rows in a final status ($3) that finished before $4 microseconds ago,
-// with their attempts and dead letters, skipping rows another transaction
-// holds. It returns what was deleted, the page's last id, and how many of
+// the rows in a final status ($3) that finished before $4 microseconds ago
+// and, when $5 is not NULL, after $5 (the adoption of the table: rows that
+// finished earlier are the team's history), with their attempts and dead
+// letters, skipping rows another transaction holds. It returns what was deleted, the page's last id, and how many of
 // its rows are older than the cutoff.
 const purgeSQL = `
 WITH p AS (
@@ -384,6 +389,7 @@ WITH p AS (
 d AS (
     SELECT o.id, o.event_id FROM "{{.Outbox}}" o JOIN p ON p.id = o.id
     WHERE o.status = ANY($3::text[]) AND o.processed_at < now() - $4::bigint * interval '1 microsecond'
+      AND ($5::timestamptz IS NULL OR o.processed_at > $5::timestamptz)
     FOR UPDATE OF o SKIP LOCKED
 ),
 da AS (DELETE FROM "{{.Attempts}}" a USING d WHERE a.event_id = d.event_id),

@@ -22,6 +22,8 @@ type adoption struct {
 	inTx, online []string
 	rows         int64
 	processing   int64
+	failed       int64
+	finished     int64
 }
 
 func (a adoption) sql() []string {
@@ -67,6 +69,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	}
 	res.SQL = append(res.SQL, adoptsql.AfterAdoptionSQL(s.t.Migrations, later)...)
 	res.Rows, res.Requeued = plan.rows, plan.processing
+	res.DeadLettered, res.Finished = plan.failed, plan.finished
 	if o.DryRun {
 		return res, nil
 	}
@@ -132,6 +135,8 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 		a.rows += n
 	}
 	a.processing = counts["PROCESSING"]
+	a.failed = counts["FAILED"]
+	a.finished = counts["PROCESSED"] + counts["EXPIRED"] + counts["SKIPPED"]
 
 	indexes, err := s.indexes(ctx)
 	if err != nil {

@@ -34,6 +34,7 @@ FROM "{{.Outbox}}" WHERE status = 'PROCESSING'{{end}}
 {{define "count_by_status"}}SELECT status, count(*) FROM "{{.Outbox}}" GROUP BY status{{end}}
 
 {{define "record_insert"}}INSERT INTO "{{.Record}}" (kind, name) VALUES{{end}}
+{{define "record_adopted_at"}}SELECT max(adopted_at) FROM "{{.Record}}"{{end}}
 {{define "record_read"}}SELECT kind, name FROM "{{.Record}}" ORDER BY kind, name{{end}}
 {{define "alter_outbox"}}ALTER TABLE "{{.Outbox}}"{{end}}
 {{define "drop_migrations"}}DROP TABLE IF EXISTS "{{.Migrations}}"{{end}}
