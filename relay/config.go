@@ -96,8 +96,13 @@ type Config struct {
 	// SweepInterval is how often the reaper runs. Default 5s.
 	SweepInterval time.Duration
 	// Retention deletes PROCESSED and EXPIRED events (and their audit rows)
-	// this long after they finished. 0 keeps them forever.
+	// this long after they finished. 0 keeps them forever. On a table that
+	// outbox adopted, it deletes only the events that finished after the
+	// adoption, unless PurgeAdopted.
 	Retention time.Duration
+	// PurgeAdopted lets Retention delete, on an adopted table, the rows
+	// that had finished before the adoption too (the team's history).
+	PurgeAdopted bool
 	// OnFailure chooses what a FAILED event does to its aggregate.
 	OnFailure FailurePolicy
 	// MaxBatchesInFlight is how many claimed batches may be on their way

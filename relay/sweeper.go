@@ -12,6 +12,7 @@ import (
 const purgeEvery = time.Minute
 
 func (r *Relay) sweepLoop(ctx context.Context) {
+	r.logRetention(ctx)
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	var lastPurge time.Time
@@ -23,15 +24,7 @@ func (r *Relay) sweepLoop(ctx context.Context) {
 		}
 		if r.cfg.Retention > 0 && r.now().Sub(lastPurge) >= purgeEvery {
 			lastPurge = r.now()
-			n, err := r.cfg.Store.Purge(ctx, store.PurgeRequest{OlderThan: r.cfg.Retention,
-				Statuses: []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}})
-			r.stats.purged.Add(n)
-			if err != nil && ctx.Err() == nil {
-				r.hooks.storeError(OpPurge, err)
-				r.log.Warn("retention purge failed", "err", err)
-			} else if n > 0 {
-				r.log.Info("retention purge", "deleted", n, "older_than", r.cfg.Retention)
-			}
+			r.purgeOnce(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -59,4 +52,52 @@ func (r *Relay) sweepOnce(ctx context.Context) (store.SweepResult, error) {
 		r.log.Warn("events wait behind a FAILED event of their aggregate (BLOCKED)", "events", res.Blocked)
 	}
 	return res, err
+}
+
+// purgeOnce runs retention once: PROCESSED and EXPIRED events past it,
+// and on an adopted table only those that finished after the adoption
+// unless Config.PurgeAdopted.
+func (r *Relay) purgeOnce(ctx context.Context) {
+	n, err := r.cfg.Store.Purge(ctx, store.PurgeRequest{OlderThan: r.cfg.Retention,
+		Statuses: []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired}, Adopted: r.cfg.PurgeAdopted})
+	r.stats.purged.Add(n)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		r.hooks.storeError(OpPurge, err)
+		r.log.Warn("retention purge failed", "err", err)
+	case err != nil:
+	case n > 0:
+		r.log.Info("retention purge", "deleted", n, "older_than", r.cfg.Retention)
+	default:
+		r.log.Debug("retention purge", "deleted", 0, "older_than", r.cfg.Retention)
+	}
+}
+
+// logRetention says at start what retention will delete and what it
+// keeps: on a table that outbox adopted, the rows that finished before
+// the adoption are kept unless Config.PurgeAdopted.
+func (r *Relay) logRetention(ctx context.Context) {
+	if r.cfg.Retention <= 0 {
+		r.log.Info("retention off: the relay deletes no event")
+		return
+	}
+	const kept = "FAILED and SKIPPED events and their dead letters are kept"
+	ar, ok := r.cfg.Store.(store.AdoptionReporter)
+	if !ok {
+		r.log.Info("retention deletes PROCESSED and EXPIRED events this long after they finished; "+kept, "retention", r.cfg.Retention)
+		return
+	}
+	at, adopted, err := ar.AdoptedAt(ctx)
+	switch {
+	case err != nil:
+		r.log.Warn("retention: cannot read whether outbox adopted the table; each purge reads it again and deletes nothing until it can", "retention", r.cfg.Retention, "err", err)
+	case !adopted:
+		r.log.Info("retention deletes PROCESSED and EXPIRED events this long after they finished; "+kept, "retention", r.cfg.Retention)
+	case r.cfg.PurgeAdopted:
+		r.log.Warn("retention deletes PROCESSED and EXPIRED events this long after they finished, including the rows the table held before its adoption (--purge-adopted); "+kept,
+			"retention", r.cfg.Retention, "adopted_at", at.UTC())
+	default:
+		r.log.Info("retention deletes PROCESSED and EXPIRED events this long after the relay finished them; it keeps every row that finished before the table's adoption (--purge-adopted deletes those too); "+kept,
+			"retention", r.cfg.Retention, "adopted_at", at.UTC())
+	}
 }

@@ -249,7 +249,7 @@ func TestAdoptTeamTableThenDrain(t *testing.T) {
 
 			// The dry run prints the SQL and changes nothing.
 			out := mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment", "--dry-run"}, args...)...)
-			for _, s := range []string{"ALTER TABLE", "ADD COLUMN", "event_id", tt.table + "_attempts", "'ADOPTED'"} {
+			for _, s := range []string{"ALTER TABLE", "ADD COLUMN", "event_id", tt.table + "_attempts", "'ADOPTED'", "2 FAILED kept as dead letters", "adopted as FAILED"} {
 				if !strings.Contains(out, s) {
 					t.Errorf("adopt --dry-run does not print %q:\n%s", s, out)
 				}
@@ -264,8 +264,8 @@ func TestAdoptTeamTableThenDrain(t *testing.T) {
 			if !strings.Contains(out, "36 rows kept, 2 PROCESSING set to PENDING") {
 				t.Errorf("adopt printed %q", out)
 			}
-			if n := tt.count(t, `SELECT count(*) FROM `+tt.table+`_attempts WHERE outcome = 'ADOPTED'`); n != 2 {
-				t.Errorf("%d ADOPTED audit rows, want one per PROCESSING row (2)", n)
+			if n := tt.count(t, `SELECT count(*) FROM `+tt.table+`_attempts WHERE outcome = 'ADOPTED'`); n != 4 {
+				t.Errorf("%d ADOPTED audit rows, want one per PROCESSING and FAILED row (2 + 2)", n)
 			}
 			// Every row keeps its state, but PROCESSING becomes PENDING.
 			after := tt.rows(t)

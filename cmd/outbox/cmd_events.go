@@ -312,6 +312,7 @@ func operatorAction(ctx context.Context, g *Globals, rawID string, act func(stor
 type EventsPurgeCmd struct {
 	OlderThan time.Duration `help:"Delete events that finished longer ago than this." required:""`
 	Status    []string      `help:"Statuses to purge (default PROCESSED,EXPIRED; FAILED and SKIPPED also remove their dead letters)."`
+	Adopted   bool          `help:"On an adopted table, also delete the rows that had finished before the adoption (kept by default)."`
 }
 
 // Run purges.
@@ -329,7 +330,7 @@ func (c *EventsPurgeCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer b.close()
-	n, err := b.store.Purge(ctx, store.PurgeRequest{OlderThan: c.OlderThan, Statuses: statuses})
+	n, err := b.store.Purge(ctx, store.PurgeRequest{OlderThan: c.OlderThan, Statuses: statuses, Adopted: c.Adopted})
 	if err != nil {
 		return err
 	}

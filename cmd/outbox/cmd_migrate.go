@@ -119,7 +119,8 @@ func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.SchemaManag
 		return err
 	}
 	if c.DryRun {
-		fmt.Fprintf(g.stdout, "-- %s: adoption would keep its %d rows (%d PROCESSING set to PENDING, audited) and run:\n", g.Table, res.Rows, res.Requeued)
+		fmt.Fprintf(g.stdout, "-- %s: adoption would keep its %d rows (%d PROCESSING set to PENDING, audited; %d FAILED kept as dead letters) and run:\n",
+			g.Table, res.Rows, res.Requeued, res.DeadLettered)
 		printSQL(g.stdout, res.SQL)
 		return nil
 	}
@@ -127,9 +128,9 @@ func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.SchemaManag
 		fmt.Fprintf(g.stdout, "%s: already adopted; later migrations applied %v\n", g.Table, res.Applied)
 		return nil
 	}
-	fmt.Fprintf(g.stdout, "%s: adopted: %d rows kept, %d PROCESSING set to PENDING (audited); later migrations applied %v\n",
-		g.Table, res.Rows, res.Requeued, res.Applied)
-	fmt.Fprintf(g.stdout, "note: outbox relay deletes PROCESSED and EXPIRED rows 168h after they finished, the team's old ones too; run it with --retention 0 to keep them\n")
+	fmt.Fprintf(g.stdout, "%s: adopted: %d rows kept, %d PROCESSING set to PENDING (audited), %d FAILED kept as dead letters; later migrations applied %v\n",
+		g.Table, res.Rows, res.Requeued, res.DeadLettered, res.Applied)
+	fmt.Fprintf(g.stdout, "note: the relay's retention deletes only events that finish from now on; the %d rows that had finished before the adoption are kept (outbox relay --purge-adopted deletes them too once past --retention)\n", res.Finished+res.DeadLettered)
 	return nil
 }
 

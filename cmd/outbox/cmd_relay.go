@@ -28,7 +28,8 @@ type RelayCmd struct {
 	BackoffMin    time.Duration `help:"First retry delay (exponential, with jitter)." default:"1s" env:"OUTBOX_BACKOFF_MIN"`
 	BackoffMax    time.Duration `help:"Largest retry delay." default:"5m" env:"OUTBOX_BACKOFF_MAX"`
 	SweepInterval time.Duration `help:"How often the reaper returns ended leases and expires waiting events." default:"5s" env:"OUTBOX_SWEEP_INTERVAL"`
-	Retention     time.Duration `help:"Delete PROCESSED and EXPIRED events this long after they finished (0 keeps them)." default:"168h" env:"OUTBOX_RETENTION"`
+	Retention     time.Duration `help:"Delete PROCESSED and EXPIRED events this long after they finished (0 keeps them). On an adopted table only the events that finished after the adoption." default:"168h" env:"OUTBOX_RETENTION"`
+	PurgeAdopted  bool          `name:"purge-adopted" help:"On an adopted table, let --retention delete the rows that had finished before the adoption too (the team's history)." env:"OUTBOX_PURGE_ADOPTED"`
 	OnFailure     string        `help:"What a FAILED event does to later events of its aggregate: block (until an operator acts) or continue." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
 	StrictFIFO    bool          `name:"strict-fifo" help:"Turn earliest-deadline-first off: claim strictly the oldest due events, whatever their deadlines." env:"OUTBOX_STRICT_FIFO"`
 	FIFOShare     float64       `name:"fifo-share" help:"Part of each claim (above 0, at most 1) that goes to the oldest due events in id order; the rest goes to the aggregates holding the nearest deadlines." default:"0.5" env:"OUTBOX_FIFO_SHARE"`
@@ -195,6 +196,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		BackoffMax:    c.BackoffMax,
 		SweepInterval: c.SweepInterval,
 		Retention:     c.Retention,
+		PurgeAdopted:  c.PurgeAdopted,
 		OnFailure:     policy,
 		StopTimeout:   c.StopTimeout,
 		Logger:        g.logger,
