@@ -294,3 +294,30 @@ func TestUpgradeTableAdoptedEarlier(t *testing.T) {
 		})
 	}
 }
+
+// TestEventsPurgeKeepsAdoptedRows: `outbox events purge` keeps the rows an
+// adopted table held before its adoption, as the relay's retention does;
+// --adopted deletes them too.
+func TestEventsPurgeKeepsAdoptedRows(t *testing.T) {
+	for _, bc := range adoptBackends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			tt := newTeamTable(t, bc)
+			teamHistory(t, tt, 5, 1)
+			args := []string{"--db", tt.dsn, "--table", tt.table}
+			mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment"}, args...)...)
+			if out := mustCLI(t, "", append([]string{"events", "purge", "--older-than", "168h"}, args...)...); !strings.Contains(out, "deleted 0 events") {
+				t.Errorf("events purge on the adopted table printed %q; want nothing deleted", out)
+			}
+			if n := tt.count(t, `SELECT count(*) FROM `+tt.table+` WHERE status = 'PROCESSED'`); n != 5 {
+				t.Errorf("%d of the team's 5 PROCESSED rows left after events purge; want 5", n)
+			}
+			if out := mustCLI(t, "", append([]string{"events", "purge", "--older-than", "168h", "--adopted"}, args...)...); !strings.Contains(out, "deleted 5 events") {
+				t.Errorf("events purge --adopted printed %q; want the 5 PROCESSED rows deleted", out)
+			}
+			if n := tt.count(t, `SELECT count(*) FROM `+tt.table+` WHERE status = 'FAILED'`); n != 1 {
+				t.Errorf("%d FAILED rows left, want 1 (not in the purged statuses)", n)
+			}
+		})
+	}
+}
