@@ -6,7 +6,7 @@
 --     applied before BEFORE triggers run: the gen_random_uuid() default
 --     that adoption gave the column (so that the team's INSERT worked
 --     before the trigger existed) gave every plain INSERT a UUIDv4. A
---     table that outbox created has no default there: nothing changes.
+--     table that outbox created has no default there and is not touched.
 --   * A dead letter for each FAILED row that has none: on an adopted table
 --     these are the rows the previous scheduler had given up on. The
 --     reason says so, with the row's last error when the team's table had
@@ -20,13 +20,18 @@
 -- +goose Up
 SET LOCAL lock_timeout = '10s';
 
-ALTER TABLE "{{.Outbox}}" ALTER COLUMN event_id DROP DEFAULT;
-
 -- +goose StatementBegin
 DO $migrate$
 BEGIN
     IF to_regclass('"{{.Outbox}}_adoption"') IS NULL THEN
         RETURN;
+    END IF;
+    -- Only when there is a default to drop: ALTER TABLE takes the table's
+    -- ACCESS EXCLUSIVE lock, which a run again need not wait for.
+    IF EXISTS (SELECT 1 FROM pg_attrdef d
+               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+               WHERE d.adrelid = to_regclass('"{{.Outbox}}"') AND a.attname = 'event_id') THEN
+        ALTER TABLE "{{.Outbox}}" ALTER COLUMN event_id DROP DEFAULT;
     END IF;
     INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
         retry_count, reason, failed_at)
