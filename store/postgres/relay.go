@@ -264,16 +264,22 @@ func isRetryableConflict(err error) bool {
 	return false
 }
 
-// refusedData marks the errors PostgreSQL gives for the data of a write
-// (SQLSTATE classes 22 data exception, 23 integrity constraint, 54 program
-// limit exceeded) with store.ErrRefused: retrying them cannot succeed.
+// refusedData marks the errors PostgreSQL gives for the values of a write
+// (SQLSTATE class 22 data exception, class 54 program limit exceeded, and
+// the constraints on a row's own values: 23502 not null, 23514 check)
+// with store.ErrRefused: retrying them cannot succeed. Every other error
+// is the database's, not the data's (a read-only server 25006, a shutdown
+// 57P01, a lost connection 08xxx, a unique or foreign key conflict with
+// another row): the relay retries those and never ends an event FAILED
+// for them.
 func refusedData(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && len(pe.Code) == 5 {
-		switch pe.Code[:2] {
-		case "22", "23", "54":
-			return backend.Refused(err)
-		}
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return err
+	}
+	switch {
+	case pe.Code[:2] == "22", pe.Code[:2] == "54", pe.Code == "23502", pe.Code == "23514":
+		return backend.Refused(err)
 	}
 	return err
 }

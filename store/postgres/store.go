@@ -132,7 +132,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // where the DSN did not set pool_max_conn_lifetime. Open applies it; pass
 // a pool configured with it to New.
 func ConfigurePool(pc *pgxpool.Config) {
-	// configureFailover(pc)
+	configureFailover(pc)
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
