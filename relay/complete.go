@@ -17,54 +17,60 @@ const completeTimeout = 30 * time.Second
 // after the lease ended: the database's guard on (status, token) decides,
 // and a late delivery still lands in the audit trail.
 //
-// A failed write is retried while the lease lasts; after that the rows
-// belong to the reaper (bounded duplicates). A write the database refuses
-// because of its data would fail the same way every time, and the reaper
-// would have the batch sent again once per lease, forever: so when the
-// store says so (store.ErrRefused), or when the write keeps failing for
-// half of the lease that was left while the database still answers reads,
-// the relay records the batch in smaller groups, finds the events whose
-// outcome cannot be stored, and ends each of them FAILED with a reason
-// that says why (isolate).
+// A failed write is retried while the lease lasts, whatever the failure: a
+// lost or killed connection, a database that turned read-only in a
+// failover, a full disk. After that the rows belong to the reaper, which
+// returns them to PENDING, and they are delivered again (at least once).
+// None of these failures is the event's: none ends an event FAILED.
+//
+// The one exception is a write the database refuses because of the values
+// of an event (the store says so with store.ErrRefused: a data exception,
+// a program limit). It would fail the same way every time, and the reaper
+// would have the batch sent again once per lease, forever: so the relay
+// records the batch in smaller groups, finds the events whose outcome
+// cannot be stored, and ends each of them FAILED with a reason that says
+// why (isolate).
 func (r *Relay) complete(ctx context.Context, b *batch, outcomes []store.Outcome) {
 	leaseEnd := b.localClaim.Add(r.cfg.Lease)
-	isolateAt := r.now().Add(leaseEnd.Sub(r.now()) / 2)
 	req := store.CompleteRequest{
 		Token:        b.claim.Token,
 		RelayID:      r.cfg.RelayID,
 		FailedBlocks: r.failedBlocks(),
 		Outcomes:     outcomes,
 	}
+	res, err := r.recordUntilLeaseEnd(ctx, req, leaseEnd)
+	switch {
+	case err == nil:
+		r.recorded(ctx, b, outcomes, res)
+	case errors.Is(err, store.ErrRefused) && r.now().Before(leaseEnd):
+		r.log.Warn("the database refused to record a batch's outcome because of the data of some of its events; recording its events in smaller groups to find them",
+			"events", len(outcomes), "err", err)
+		final, res := r.isolate(ctx, req, err, leaseEnd)
+		r.recorded(ctx, b, final, res)
+	default:
+		r.log.Error("could not record the outcome of a batch before its lease ended; the reaper will return its events to PENDING and they will be delivered again",
+			"events", len(outcomes), "err", err)
+		r.hooks.leaseLost(len(outcomes)) // observer hook
+	}
+}
+
+// recordUntilLeaseEnd records req, and retries a write that failed for any
+// reason but a refusal of its data (store.ErrRefused), with a growing
+// delay, while a try can start before leaseEnd. The first try is always
+// made. It returns the last error when it gives up.
+func (r *Relay) recordUntilLeaseEnd(ctx context.Context, req store.CompleteRequest, leaseEnd time.Time) (store.CompleteResult, error) {
 	delay := 50 * time.Millisecond
 	for {
 		res, err := r.completeOnce(ctx, req)
 		if err == nil {
-			r.recorded(ctx, b, outcomes, res)
-			return
+			return res, nil
 		}
 		r.stats.completeErrors.Add(1)
-		refused := errors.Is(err, store.ErrRefused)
-		if now := r.now(); now.Before(leaseEnd) && (refused || !now.Before(isolateAt)) {
-			if refused || r.storeAnswers(ctx, b) {
-				r.log.Warn("the database refused to record a batch's outcome; recording its events in smaller groups to find the ones it cannot store",
-					"events", len(outcomes), "err", err)
-				final, res := r.isolate(ctx, b, req, err, leaseEnd)
-				r.recorded(ctx, b, final, res)
-				return
-			}
+		if errors.Is(err, store.ErrRefused) || !r.now().Add(delay).Before(leaseEnd) {
+			return res, err
 		}
-		if !r.now().Add(delay).Before(leaseEnd) {
-			r.log.Error("could not record the outcome of a batch before its lease ended; the reaper will return its events to PENDING and they will be delivered again",
-				"events", len(outcomes), "err", err)
-			r.hooks.leaseLost(len(outcomes)) // observer hook
-			return
-		}
-		wait := delay
-		if until := isolateAt.Sub(r.now()); until > 0 && until < wait {
-			wait = until // look at the database again when isolating is due
-		}
-		r.log.Warn("recording batch outcome failed; retrying", "events", len(outcomes), "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
+		r.log.Warn("recording batch outcome failed; retrying", "events", len(req.Outcomes), "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
 		<-t.C
 		delay = min(2*delay, 2*time.Second)
 	}
@@ -87,91 +93,109 @@ func (r *Relay) recorded(ctx context.Context, b *batch, outcomes []store.Outcome
 	r.afterComplete(ctx, b, outcomes, res)
 }
 
-// storeAnswers reports whether the database answers a read of one of the
-// batch's events: if it does while Complete keeps failing, the database is
-// up and refuses the write itself.
-func (r *Relay) storeAnswers(ctx context.Context, b *batch) bool {
-	if len(b.claim.Events) == 0 {
-		return false
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, err := r.cfg.Store.GetEvent(cctx, b.claim.Events[0].EventID)
-	return err == nil
-}
+// errLeaseEnded is why isolate left an outcome to the reaper untried.
+var errLeaseEnded = errors.New("the lease ended")
 
-// isolate records req's outcomes, whose recording as one batch failed with
-// firstErr, in halves, and halves of those, in id
-// order, until each group is recorded or is a single outcome that the
-// database refuses on its own. Each refused outcome is replaced by a
-// FAILED one whose reason says what happened (refusedOutcome). It returns
-// the outcomes as recorded and the merged result. An outcome that cannot
-// be recorded even as FAILED is left to the reaper, with an ERROR log line.
-func (r *Relay) isolate(ctx context.Context, b *batch, req store.CompleteRequest, firstErr error, leaseEnd time.Time) ([]store.Outcome, store.CompleteResult) {
+// isolate records req's outcomes, whose recording as one batch the
+// database refused with firstErr because of their data, in halves, and
+// halves of those, in id order, until each group is recorded or is a
+// single outcome that the database refuses on its own. Each refused
+// outcome is replaced by a FAILED one whose reason says what happened
+// (refusedOutcomes). A group whose write fails for another reason (the
+// database went away, or turned read-only) is retried until the lease
+// ends and is then left to the reaper, as complete does with a whole
+// batch: only a refusal of one event's data ends that event FAILED. It
+// returns the outcomes as recorded (the ones left to the reaper are not
+// among them) and the merged result.
+func (r *Relay) isolate(ctx context.Context, req store.CompleteRequest, firstErr error, leaseEnd time.Time) ([]store.Outcome, store.CompleteResult) {
 	final := slices.Clone(req.Outcomes)
+	stored := make([]bool, len(final))
 	var res store.CompleteResult
-	record := func(outs []store.Outcome) error {
+	record := func(lo, hi int) error {
 		sub := req
-		sub.Outcomes = outs
-		part, err := r.completeOnce(ctx, sub)
+		sub.Outcomes = final[lo:hi]
+		part, err := r.recordUntilLeaseEnd(ctx, sub, leaseEnd)
 		if err != nil {
-			r.stats.completeErrors.Add(1)
 			return err
 		}
 		res.Applied = append(res.Applied, part.Applied...)
 		res.Fenced = append(res.Fenced, part.Fenced...)
+		for i := lo; i < hi; i++ {
+			stored[i] = true
+		}
 		return nil
 	}
 	var refused []int
 	refusal := map[int]error{}
-	// split handles the group final[lo:hi], whose recording just failed
-	// with err.
+	unrecorded := 0
+	var lastErr error
+	// split handles the group final[lo:hi], whose recording the database
+	// just refused with err (store.ErrRefused).
 	var split func(lo, hi int, err error)
 	split = func(lo, hi int, err error) {
-		if !r.now().Before(leaseEnd) {
-			return // the rows belong to the reaper now
-		}
 		if hi-lo == 1 {
-			if !errors.Is(err, store.ErrRefused) && r.storeAnswers(ctx, b) {
-				err = record(final[lo:hi]) // once more, in case it was a passing fault
-			}
-			if err != nil {
-				refused = append(refused, lo)
-				refusal[lo] = err
-			}
+			refused = append(refused, lo)
+			refusal[lo] = err
 			return
 		}
 		mid := (lo + hi) / 2
 		for _, g := range [][2]int{{lo, mid}, {mid, hi}} {
-			if err := record(final[g[0]:g[1]]); err != nil {
+			if !r.now().Before(leaseEnd) {
+				unrecorded += g[1] - g[0] // the rows belong to the reaper now
+				continue
+			}
+			switch err := record(g[0], g[1]); {
+			case err == nil:
+			case errors.Is(err, store.ErrRefused):
 				split(g[0], g[1], err)
+			default:
+				unrecorded += g[1] - g[0]
+				lastErr = err
 			}
 		}
 	}
 	split(0, len(final), firstErr)
 	for _, i := range refused {
 		orig := final[i]
-		recordedAs := false
+		var err error
 		for _, o := range refusedOutcomes(orig, refusal[i]) {
 			if !r.now().Before(leaseEnd) {
+				err = errLeaseEnded
 				break
 			}
-			if record([]store.Outcome{o}) == nil {
-				final[i] = o
-				recordedAs = true
+			final[i] = o
+			if err = record(i, i+1); err == nil || !errors.Is(err, store.ErrRefused) {
 				break
 			}
 		}
-		r.stats.outcomesRefused.Add(1)
-		if recordedAs {
-			r.log.Error("the database refused to record an event's outcome; the event ends FAILED so that it is not sent again in a loop",
+		switch {
+		case stored[i]:
+			r.stats.outcomesRefused.Add(1)
+			r.log.Error("the database refused to record an event's outcome because of its data; the event ends FAILED so that it is not sent again in a loop",
 				"event_id", orig.EventID.String(), "outcome", string(orig.Kind), "err", refusal[i])
-		} else {
+		case err != nil && !errors.Is(err, store.ErrRefused):
+			final[i] = orig
+			unrecorded++
+			lastErr = err
+		default:
+			final[i] = orig
+			r.stats.outcomesRefused.Add(1)
 			r.log.Error("the database refused to record an event's outcome, even as FAILED; the reaper will return it to PENDING after its lease",
 				"event_id", orig.EventID.String(), "outcome", string(orig.Kind), "err", refusal[i])
 		}
 	}
-	return final, res
+	if unrecorded > 0 {
+		r.log.Error("could not record the outcome of some of a batch's events before its lease ended; the reaper will return them to PENDING and they will be delivered again",
+			"events", unrecorded, "err", lastErr)
+		r.hooks.leaseLost(unrecorded) // observer hook
+	}
+	var out []store.Outcome
+	for i, o := range final {
+		if stored[i] {
+			out = append(out, o)
+		}
+	}
+	return out, res
 }
 
 // refusedOutcomes returns the FAILED outcomes that replace orig, whose

@@ -29,8 +29,8 @@ func RunOutcome(t *testing.T, newHarness storetest.Factory) {
 		fn   func(*testing.T, *storetest.Harness)
 	}{
 		{"HostileErrorTextsAreStored", testHostileErrorTexts},
-		{"RefusedOutcomeIsIsolated", func(t *testing.T, h *storetest.Harness) { testRefusedOutcome(t, h, true) }},
-		{"OutcomeRefusedWithoutClassIsIsolated", func(t *testing.T, h *storetest.Harness) { testRefusedOutcome(t, h, false) }},
+		{"RefusedOutcomeIsIsolated", testRefusedOutcome},
+		{"ReadOnlyDatabaseEndsNothingFailed", testReadOnlyDatabase},
 		{"CompleteFailsThenSucceeds", testCompleteFailsThenSucceeds},
 		{"CompleteAmbiguousThenSucceeds", testCompleteAmbiguous},
 		{"OutageLongerThanLease", testCompleteOutageOutlastsLease},
@@ -143,7 +143,6 @@ func checkStoredText(t *testing.T, what, s, prefix string) {
 type refusingStore struct {
 	store.Store
 	marker  string
-	classed bool // wrap the refusal with store.ErrRefused
 	refused atomic.Int64
 }
 
@@ -151,11 +150,7 @@ func (s *refusingStore) Complete(ctx context.Context, req store.CompleteRequest)
 	for _, o := range req.Outcomes {
 		if strings.Contains(o.Error, s.marker) {
 			s.refused.Add(1)
-			err := fmt.Errorf("value too long for the audit column (custom limit)")
-			if s.classed {
-				err = storetest.Refused(err)
-			}
-			return store.CompleteResult{}, err
+			return store.CompleteResult{}, storetest.Refused(fmt.Errorf("value too long for the audit column (custom limit)"))
 		}
 	}
 	return s.Store.Complete(ctx, req)
@@ -164,10 +159,9 @@ func (s *refusingStore) Complete(ctx context.Context, req store.CompleteRequest)
 // testRefusedOutcome is the regression test of a batch in which one
 // event's error cannot be stored: the relay records the others, ends the
 // offending event FAILED with a reason that says why, and sends it once,
-// not once per lease. classed: the store marks the refusal with
-// store.ErrRefused; otherwise the relay finds it by the write failing
-// for half the lease while reads succeed.
-func testRefusedOutcome(t *testing.T, h *storetest.Harness, classed bool) {
+// not once per lease. The store marks the refusal with store.ErrRefused:
+// the relay isolates on nothing else (testReadOnlyDatabase).
+func testRefusedOutcome(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
 	var events []outbox.Event
 	for i := 0; i < 20; i++ {
@@ -183,12 +177,11 @@ func testRefusedOutcome(t *testing.T, h *storetest.Harness, classed bool) {
 		}
 		return nil
 	}}
-	rs := &refusingStore{Store: h.Store, marker: "POISON-TEXT", classed: classed}
+	rs := &refusingStore{Store: h.Store, marker: "POISON-TEXT"}
 	cfg := testConfig(h, rec, "refused")
 	cfg.Store = rs
-	// Without the class, the relay isolates after half the lease. A long
-	// lease leaves a loaded machine time to find the offending event
-	// before the lease ends; it costs the classed case nothing.
+	// A long lease leaves a loaded machine time to find the offending
+	// event before the lease ends.
 	cfg.Lease = 12 * time.Second
 	cfg.SweepInterval = 20 * time.Millisecond
 	r := newRelay(t, cfg)
