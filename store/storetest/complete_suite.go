@@ -455,4 +455,16 @@ func testPurge(t *testing.T, h *Harness) {
 	if _, err := h.Store.Purge(ctx, store.PurgeRequest{Statuses: []outbox.Status{outbox.StatusPending}}); !errors.Is(err, outbox.ErrInvalidConfig) {
 		t.Fatalf("purge of PENDING rows: %v, want refused", err)
 	}
+	// A table that outbox created is not adopted: a purge keeps no history
+	// of its own, with or without PurgeRequest.Adopted.
+	if ar, ok := h.Store.(store.AdoptionReporter); ok {
+		if at, adopted, err := ar.AdoptedAt(ctx); err != nil || adopted {
+			t.Fatalf("AdoptedAt on a table outbox created = %v, %v, %v; want not adopted", at, adopted, err)
+		}
+	}
+	c = claim(t, h.Store, 1, time.Minute, true)
+	complete(t, h.Store, c, true, outcomes(c, store.Delivered))
+	if n, err := h.Store.Purge(ctx, store.PurgeRequest{Adopted: true}); err != nil || n != 1 {
+		t.Fatalf("purge with Adopted on a table outbox created = %d, %v; want the PROCESSED row", n, err)
+	}
 }
