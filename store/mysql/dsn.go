@@ -116,7 +116,9 @@ func newReadCommittedConnector(cfg *mysqldrv.Config) (driver.Connector, error) {
 	return &rcConnector{base: c}, nil
 }
 
-// rcConnector sets READ COMMITTED on every new connection.
+// rcConnector sets READ COMMITTED on every new connection, and has
+// database/sql close a connection that failed with sessionUnusable
+// (failoverConn) instead of pooling it.
 type rcConnector struct{ base driver.Connector }
 
 // isolationSQL works on MySQL 5.7/8 and on every MariaDB, unlike the
@@ -137,7 +139,7 @@ func (c *rcConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, fmt.Errorf("set READ COMMITTED: %w", err)
 	}
-	return conn, nil
+	return &failoverConn{base: conn}, nil
 }
 
 func (c *rcConnector) Driver() driver.Driver { return rcDriver{} }

@@ -100,8 +100,11 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 
 // Store connection pool defaults for Open.
 const (
-	maxOpenConns    = 16
-	connMaxLifetime = 30 * time.Minute
+	maxOpenConns = 16
+	// connMaxLifetime bounds how long a session lives: one pinned to a
+	// server that is no longer the primary, and that no error gave away,
+	// moves to the current one within this time.
+	connMaxLifetime = 5 * time.Minute
 	// lockWaitTimeout bounds how long one of the store's own statements
 	// waits for a row lock (innodb_lock_wait_timeout, default 50s) before
 	// it fails with error 1205 and is retried. The store's transactions are
