@@ -509,16 +509,25 @@ func (s *Store) readTx(ctx context.Context, f func(c *sql.Conn, now string) erro
 	})
 }
 
-// refusedData marks the errors SQLite gives for the data of a write (too
-// big, a constraint, a type mismatch) with store.ErrRefused: retrying them
-// cannot succeed.
+// refusedData marks the errors SQLite gives for the values of a write (a
+// string or blob too big, a type mismatch, a NOT NULL, CHECK or STRICT
+// column type constraint on the row's own values) with store.ErrRefused:
+// retrying them cannot succeed. Every other error is the database's, not the data's (a
+// read-only file or database SQLITE_READONLY, a lock SQLITE_BUSY, a full
+// disk, an I/O error, a conflict with another row): the relay retries
+// those and never ends an event FAILED for them.
 func refusedData(err error) error {
 	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH:
-			return backend.Refused(err)
-		}
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_NOTNULL, sqlite3.SQLITE_CONSTRAINT_CHECK, sqlite3.SQLITE_CONSTRAINT_DATATYPE:
+		return backend.Refused(err)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+		return backend.Refused(err)
 	}
 	return err
 }
