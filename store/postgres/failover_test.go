@@ -265,6 +265,73 @@ func TestFailoverReadOnlyMidDrain(t *testing.T) {
 	rig.check(t, r)
 }
 
+// TestFailoverReadOnlySessionsMidDrain: in the middle of a drain, the
+// relay's sessions are ended and every new session is read-only for 20
+// seconds (ALTER DATABASE ... SET default_transaction_read_only, applied
+// when a session starts, as a former primary that came back as a standby
+// answers), then new sessions are writable again. Sessions opened in
+// those 20 seconds stay read-only for their whole life: a pool that kept
+// them would fail every write until they were killed or expired. This
+// one closes them at their first failed write, and the relay drains
+// without intervention: nothing ends FAILED or BLOCKED, nothing is lost.
+func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
+	rig := newFailoverRig(t)
+	ctx := context.Background()
+	var dbName string
+	if err := rig.admin.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	alter := "ALTER DATABASE " + pgx.Identifier{dbName}.Sanitize()
+	failover := make(chan struct{})
+	var once sync.Once
+	rig.onReq = func(n int64) {
+		if n == failoverEvents/5 {
+			once.Do(func() { close(failover) })
+		}
+	}
+	r := rig.relay(t, rig.store)
+	dctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- r.Drain(dctx) }()
+	select {
+	case <-failover:
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) before the failover", err)
+	}
+	if _, err := rig.admin.Exec(ctx, alter+" SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rig.admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = 'failover-relay' AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	readOnlyAt := time.Now()
+	outage := time.NewTimer(20 * time.Second)
+	select {
+	case <-outage.C:
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) while every new session was read-only; the log:\n%s", err, rig.logs.String())
+	}
+	if _, err := rig.admin.Exec(ctx, alter+" RESET default_transaction_read_only"); err != nil {
+		t.Fatal(err)
+	}
+	writableAt := time.Now()
+	if err := <-drained; err != nil {
+		t.Fatalf("drain: %v; the log:\n%s", err, rig.logs.String())
+	}
+	t.Logf("new sessions read-only for %s; drained %s after they turned writable; %d requests for %d events; %d complete errors",
+		writableAt.Sub(readOnlyAt).Round(time.Millisecond), time.Since(writableAt).Round(time.Millisecond),
+		rig.requests.Load(), failoverEvents, r.Stats().CompleteErrors)
+	if r.Stats().CompleteErrors == 0 {
+		t.Fatal("no write of an outcome failed: the sessions never turned read-only under the relay")
+	}
+	if lines := rig.logs.Lines("smaller groups"); len(lines) > 0 {
+		t.Errorf("the relay took a read-only database for a refusal of the data:\n%s", strings.Join(lines, "\n"))
+	}
+	rig.check(t, r)
+}
+
 // TestFailoverKilledConnections: the relay's sessions are ended by the
 // server (pg_terminate_backend, SQLSTATE 57P01 admin_shutdown, as a
 // failover or a restart does) again and again for 10 seconds in the
