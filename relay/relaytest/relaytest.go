@@ -20,13 +20,14 @@ import (
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
-// Run runs the whole suite: the groups Relay, Outcome, Producers and
-// Deadlines.
+// Run runs the whole suite: the groups Relay, Outcome, Producers,
+// Deadlines and Breaker.
 func Run(t *testing.T, newHarness storetest.Factory) {
 	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
 	t.Run("Outcome", func(t *testing.T) { RunOutcome(t, newHarness) })
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
+	t.Run("Breaker", func(t *testing.T) { RunBreaker(t, newHarness) })
 }
 
 // RunRelay checks the guarantees end to end through the real relay.
@@ -59,7 +60,8 @@ func RunRelay(t *testing.T, newHarness storetest.Factory) {
 // testConfig is a relay configuration with short timings for tests. The
 // circuit breaker is off: these tests check the retry policy, order and
 // fencing with sinks that fail some events on purpose, which would open
-// it (its own tests are in the relay package and storetest.RunRoutes).
+// it (its own tests are in the relay package, storetest.RunRoutes and
+// RunBreaker).
 func testConfig(h *storetest.Harness, s sink.Sink, id string) relay.Config {
 	return relay.Config{
 		Breaker:       relay.BreakerConfig{Disabled: true},
