@@ -50,11 +50,17 @@ type seenCursor struct {
 
 // recentFrom records the lane's cursor at a pass at now and returns the
 // lowest id the pass's recent read goes down to: the cursor the lane had
-// RecentWindow ago (the oldest one seen since, at the first passes), so
-// that a quiet lane is not read again far behind.
+// RecentWindow ago, so that a quiet lane is not read again far behind;
+// 0 (RecentRows below the cursor) in the lane's first RecentWindow.
 func (rs *relayState) recentFrom(lane int, cursor int64, now time.Time) int64 {
 	seen, known := rs.cursorsSeen[lane]
-	if n := len(seen); n == 0 || seen[n-1].cursor != cursor {
+	if !known {
+		// The rows the cursor passed before the lane's first pass (at
+		// the claims since the lane was taken) are not known: the recent
+		// read goes RecentRows below the cursor for a RecentWindow.
+		seen = []seenCursor{{at: now, cursor: 0}}
+	}
+	if seen[len(seen)-1].cursor != cursor {
 		seen = append(seen, seenCursor{at: now, cursor: cursor})
 	}
 	// Keep the newest entry at least RecentWindow old: the cursor then.
@@ -64,8 +70,8 @@ func (rs *relayState) recentFrom(lane int, cursor int64, now time.Time) int64 {
 	}
 	seen = seen[drop:]
 	rs.cursorsSeen[lane] = seen
-	if !known || seen[0].cursor > cursor {
-		return 0 // a lane just taken, or a cursor set back: RecentRows below it
+	if seen[0].cursor > cursor {
+		return 0 // a cursor set back: RecentRows below it
 	}
 	return seen[0].cursor
 }

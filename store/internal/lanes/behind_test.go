@@ -20,8 +20,8 @@ func TestRecentFromIsTheCursorAMinuteAgo(t *testing.T) {
 		why    string
 	}{
 		{0, 100, 0, "a lane just taken: RecentRows below the cursor"},
-		{15 * time.Second, 200, 100, "the cursor at the first pass"},
-		{30 * time.Second, 300, 100, "still the first pass's, under a minute ago"},
+		{15 * time.Second, 200, 0, "what the claims before the first pass passed is unknown for a minute"},
+		{30 * time.Second, 300, 0, "still unknown, under a minute after the lane was taken"},
 		{75 * time.Second, 400, 200, "the cursor a minute ago (the pass at 15 s)"},
 		{130 * time.Second, 500, 300, "the cursor a minute ago (the pass at 30 s)"},
 		{4 * time.Minute, 500, 500, "a lane quiet for a minute: nothing is read again"},
