@@ -571,15 +571,3 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 	_, err = tx.ExecContext(ctx, q, args...)
 	return err
 }
-
-// refusedData marks the errors MySQL and MariaDB give for the data of a
-// write (a string the column's character set cannot hold, a value too
-// long or out of range, invalid JSON, a constraint) with store.ErrRefused:
-// retrying them cannot succeed.
-func refusedData(err error) error {
-	switch mysqlErrorNumber(err) {
-	case 1048, 1264, 1265, 1292, 1300, 1366, 1406, 3140, 3819, 4025:
-		return backend.Refused(err)
-	}
-	return err
-}

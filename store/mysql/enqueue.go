@@ -217,3 +217,12 @@ func (s *Store) insertStatement(events []outbox.Event, offset int) (string, []an
 	}
 	return b.String(), args, nil
 }
+
+var _ outbox.ContextHeaders = (*Store)(nil)
+
+// ContextHeaders implements outbox.ContextHeaders with Config.ContextHeaders.
+func (s *Store) ContextHeaders(ctx context.Context, headers map[string]string) {
+	if s.cfg.ContextHeaders != nil {
+		s.cfg.ContextHeaders(ctx, headers)
+	}
+}

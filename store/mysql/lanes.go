@@ -1,11 +1,9 @@
 package mysql
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,10 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
@@ -160,99 +156,6 @@ func (s *Store) heldLanes(ctx context.Context, tx *sql.Tx, m map[int]int64, marg
 		}
 	}
 	return held, until, now.Time, rows.Err()
-}
-
-// CommitClaim implements lanes.Backend, in one READ COMMITTED transaction:
-// the fence (every lane of the claim still held with MinLeaseMS left,
-// under a share lock), the plan's housekeeping, the claimed rows still
-// PENDING (under a share lock: an operator's change or the sweeper's waits
-// for this transaction, or this one for it and then finds the row
-// changed), and the claim's row.
-// Refused implements lanes.Backend: the server refused a statement of
-// the claim's transaction (or its COMMIT), so it was rolled back.
-func (b claimBackend) Refused(err error) bool {
-	var me *mysqldrv.MySQLError
-	return errors.As(err, &me)
-}
-
-func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (lanes.CommitResult, error) {
-	s := b.s
-	var res lanes.CommitResult
-	err := s.inTx(ctx, "claim", func(tx *sql.Tx) error {
-		res = lanes.CommitResult{}
-		held, until, now, err := s.heldLanes(ctx, tx, cr.Fence, cr.MinLeaseMS)
-		if err != nil || len(held) < len(cr.Fence) {
-			return err
-		}
-		res.OK, res.LeaseUntil, res.DBTime = true, time.UnixMilli(until).UTC(), now
-		deferTo := make(map[int64]string, len(cr.Defer))
-		for id, at := range cr.Defer {
-			deferTo[id] = formatTime(at)
-		}
-		if err := s.holdBack(ctx, tx, cr.Block, deferTo); err != nil {
-			return err
-		}
-		if len(cr.IDs) == 0 {
-			return nil
-		}
-		q, err := s.q.byIDs("claim_events", cr.IDs)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx, q)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			ev, err := scanClaimed(rows, now)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			res.Events = append(res.Events, ev)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(res.Events) == 0 {
-			return err
-		}
-		slices.SortFunc(res.Events, func(a, b store.Claimed) int { return cmp.Compare(a.ID, b.ID) })
-		ids := make([]int64, len(res.Events))
-		for i, e := range res.Events {
-			ids[i] = e.ID
-		}
-		ls := slices.Sorted(maps.Keys(cr.Fence))
-		ts := make([]int64, len(ls))
-		lsInt := make([]int64, len(ls))
-		for i, l := range ls {
-			ts[i], lsInt[i] = cr.Fence[l], int64(l)
-		}
-		_, err = tx.ExecContext(ctx, s.q.claimInsert, cr.Token, store.StorableText(cr.RelayID, store.MaxRelayIDRunes),
-			int64sJSON(lsInt), int64sJSON(ts), int64sJSON(ids))
-		return err
-	})
-	return res, err
-}
-
-// scanClaimed reads a row of claim_events; now is the database clock.
-func scanClaimed(rows *sql.Rows, now time.Time) (store.Claimed, error) {
-	var (
-		ev               store.Claimed
-		payload, headers []byte
-		created, expires nullTime
-		seq              sql.NullInt64
-	)
-	if err := rows.Scan(&ev.ID, &ev.EventID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
-		&payload, &headers, &ev.RetryCount, &created, &expires, &seq); err != nil {
-		return ev, err
-	}
-	ev.AggregateSeq = seq.Int64
-	ev.Payload = json.RawMessage(payload)
-	ev.Headers = backend.DecodeHeaders(headers)
-	ev.Attempt = ev.RetryCount + 1
-	ev.CreatedAt = created.Time
-	ev.ExpiresAt = expires.Time
-	ev.Expired = !ev.ExpiresAt.IsZero() && !ev.ExpiresAt.After(now)
-	return ev, nil
 }
 
 // holdBack moves PENDING rows behind a FAILED head to BLOCKED and pushes

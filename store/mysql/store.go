@@ -249,3 +249,15 @@ func (s *Store) wrap(op string, err error) error {
 	}
 	return backend.WrapError(op, err, missing)
 }
+
+// refusedData marks the errors MySQL and MariaDB give for the data of a
+// write (a string the column's character set cannot hold, a value too
+// long or out of range, invalid JSON, a constraint) with store.ErrRefused:
+// retrying them cannot succeed.
+func refusedData(err error) error {
+	switch mysqlErrorNumber(err) {
+	case 1048, 1264, 1265, 1292, 1300, 1366, 1406, 3140, 3819, 4025:
+		return backend.Refused(err)
+	}
+	return err
+}

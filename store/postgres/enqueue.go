@@ -176,3 +176,19 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 	}
 	return b.String(), args, nil
 }
+
+var _ outbox.ContextHeaders = (*Store)(nil)
+
+// ContextHeaders implements outbox.ContextHeaders with Config.ContextHeaders.
+func (s *Store) ContextHeaders(ctx context.Context, headers map[string]string) {
+	if s.cfg.ContextHeaders != nil {
+		s.cfg.ContextHeaders(ctx, headers)
+	}
+}
+
+var _ outbox.ContextHeaders = SQLWriter{}
+
+// ContextHeaders implements outbox.ContextHeaders with Config.ContextHeaders.
+func (w SQLWriter) ContextHeaders(ctx context.Context, headers map[string]string) {
+	w.s.ContextHeaders(ctx, headers)
+}

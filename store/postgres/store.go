@@ -1,15 +1,7 @@
-// Package postgres is the PostgreSQL backend of the outbox (pgx v5): the
-// schema migrations, Enqueue in a caller's pgx.Tx or *sql.Tx, and the
-// [store.Store] the relay uses.
-//
-// Relays lease lanes (store/internal/lanes), so any number of them can run
-// against one database; all lease and due-time arithmetic uses the
-// database clock.
 package postgres
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,18 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3/database"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
-
-//go:embed migrations/*.sql
-var migrationsFS embed.FS
 
 // Config configures a Store. The zero value is valid.
 type Config struct {
@@ -199,68 +185,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// migrationNames is what the migrations render with: the tables, and
-// Online, set only when adoption renders migration 00001 to build the
-// outbox table's indexes without blocking its writers (CREATE INDEX
-// CONCURRENTLY, which runs outside a transaction).
-type migrationNames struct {
-	store.Tables
-	Online bool
-}
-
-func (s *Store) migrator() (*migrate.Runner, func(), error) {
-	db := stdlib.OpenDBFromPool(s.pool)
-	r, err := migrate.NewFor(db, database.DialectPostgres, migrationsFS, "migrations", s.t, migrationNames{Tables: s.t})
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return r, func() { db.Close() }, nil
-}
-
-// MigrateUp applies the pending migrations. It refuses a table of that
-// name that outbox did not create (store.ErrForeignTable): see Adopt.
-func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
-	if err := s.guardUp(ctx); err != nil {
-		return nil, err
-	}
-	// An existing (adopted, or earlier) table's sequence first: the lanes'
-	// cursors need its ids in order.
-	if err := s.checkIDOrder(ctx, false); err != nil {
-		return nil, s.wrap("migrate", err)
-	}
-	r, done, err := s.migrator()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return r.Up(ctx)
-}
-
-// MigrateDown drops the outbox tables. On an adopted table it removes only
-// what adoption added, and it never drops a table outbox did not create.
-func (s *Store) MigrateDown(ctx context.Context) error {
-	r, done, err := s.migrator()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return s.migrateDown(ctx, r)
-}
-
-// MigrationVersion returns the applied and latest versions.
-func (s *Store) MigrationVersion(ctx context.Context) (int64, int64, error) {
-	r, done, err := s.migrator()
-	if err != nil {
-		return 0, 0, err
-	}
-	defer done()
-	return r.Version(ctx)
-}
-
-// sqlstateUndefinedTable is PostgreSQL's "relation does not exist".
-const sqlstateUndefinedTable = "42P01"
-
 // wrap adds the operation to err and turns "relation does not exist" into
 // advice.
 func (s *Store) wrap(op string, err error) error {
@@ -270,4 +194,66 @@ func (s *Store) wrap(op string, err error) error {
 		missing = fmt.Sprintf("table %q", s.t.Outbox)
 	}
 	return backend.WrapError(op, err, missing)
+}
+
+// connectErrorOnce returns err with each distinct failure of a
+// *pgconn.ConnectError said once. pgx tries an address twice under the
+// default sslmode=prefer (with TLS, then without) and reports every try,
+// so a refused connection read "connection refused" twice, word for word.
+// The returned error still unwraps to err (errors.Is and errors.As see the
+// driver's errors).
+func connectErrorOnce(err error) error {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	joined, ok := ce.Unwrap().(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	tries := joined.Unwrap()
+	var distinct []string
+	seen := make(map[string]bool, len(tries))
+	for _, e := range tries {
+		if s := e.Error(); !seen[s] {
+			seen[s] = true
+			distinct = append(distinct, s)
+		}
+	}
+	if len(distinct) == len(tries) {
+		return err
+	}
+	once := "failed to connect to `user=" + ce.Config.User + " database=" + ce.Config.Database + "`: " + strings.Join(distinct, "; ")
+	return &onceError{msg: strings.Replace(err.Error(), ce.Error(), once, 1), err: err}
+}
+
+// onceError is an error with a rewritten message that unwraps to the
+// original.
+type onceError struct {
+	msg string
+	err error
+}
+
+func (e *onceError) Error() string { return e.msg }
+
+func (e *onceError) Unwrap() error { return e.err }
+
+// refusedData marks the errors PostgreSQL gives for the values of a write
+// (SQLSTATE class 22 data exception, class 54 program limit exceeded, and
+// the constraints on a row's own values: 23502 not null, 23514 check)
+// with store.ErrRefused: retrying them cannot succeed. Every other error
+// is the database's, not the data's (a read-only server 25006, a shutdown
+// 57P01, a lost connection 08xxx, a unique or foreign key conflict with
+// another row): the relay retries those and never ends an event FAILED
+// for them.
+func refusedData(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return err
+	}
+	switch {
+	case pe.Code[:2] == "22", pe.Code[:2] == "54", pe.Code == "23502", pe.Code == "23514":
+		return backend.Refused(err)
+	}
+	return err
 }

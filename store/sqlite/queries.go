@@ -40,7 +40,7 @@ type queries struct {
 	enqueueHead, eventExists string
 
 	// countUnfinished counts the events not yet finished, for the schema
-	// inspection (adopt.go).
+	// inspection (migrate.go).
 	countUnfinished string
 }
 

@@ -3,28 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
-
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/pages"
 )
-
-// int64sJSON renders ids as a JSON array, for json_each.
-func int64sJSON(ids []int64) string {
-	var b strings.Builder
-	b.WriteByte('[')
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(id, 10))
-	}
-	b.WriteByte(']')
-	return b.String()
-}
 
 // Sweep implements store.Store. Each page is one short BEGIN IMMEDIATE
 // transaction, so producers get the write lock between pages.
