@@ -56,17 +56,55 @@ type aggregateState struct {
 
 // deliver publishes the batch and returns one outcome per claimed event.
 // held names aggregates an earlier batch in flight left undelivered: their
-// events here are released unsent, behind the earlier ones.
+// events here are released unsent, behind the earlier ones. Its steps:
+// admit decides which events are sent, send publishes them, and record
+// turns the sink's results into outcomes.
 func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []store.Outcome {
+	plan := b.admit(ctx, held)
+	// The aggregates whose events this batch gave back unsent stay held
+	// for the batches claimed behind it.
+	b.stopped = plan.heldHere
+	if len(plan.msgs) == 0 {
+		return plan.outcomes
+	}
+	pctx, cancel, release := b.publishContext(ctx)
+	defer release()
+	results, started, finished := b.send(ctx, pctx, cancel, plan)
+	b.record(plan, results, pctx, started, finished)
+	return plan.outcomes
+}
+
+// sendPlan is what admit decided for a batch: an outcome per claimed
+// event (final for the events not sent), the messages to send and the
+// event each came from, and each route's probe among them.
+type sendPlan struct {
+	outcomes []store.Outcome
+	msgs     []outbox.Message
+	msgPos   []int          // message index -> event index
+	probeAt  map[string]int // route -> message index of its probe
+	// heldHere are the aggregates whose events the batch gives back
+	// unsent (behind an earlier batch, or waiting for their breaker).
+	heldHere map[string]aggregateState
+}
+
+// admit walks the claimed events in order and decides, for each, whether
+// it is sent: an event past its deadline ends EXPIRED, one behind an
+// aggregate held by an earlier batch is released unsent, one whose
+// route's breaker is open waits for the probe (or ends EXPIRED if its
+// deadline comes first), and the rest are sent, a probe first.
+func (b *batch) admit(ctx context.Context, held map[string]aggregateState) sendPlan {
 	r := b.relay
 	events := b.claim.Events
 	b.index = make(map[int64]int, len(events))
-	outcomes := make([]store.Outcome, len(events))
-	msgs := make([]outbox.Message, 0, len(events))
-	msgPos := make([]int, 0, len(events)) // message index -> event index
-	heldHere := map[string]aggregateState{}
+	plan := sendPlan{
+		outcomes: make([]store.Outcome, len(events)),
+		msgs:     make([]outbox.Message, 0, len(events)),
+		msgPos:   make([]int, 0, len(events)),
+		probeAt:  map[string]int{},
+		heldHere: map[string]aggregateState{},
+	}
+	outcomes, heldHere, probeAt := plan.outcomes, plan.heldHere, plan.probeAt
 	admits := map[string]admission{} // per route, decided once per batch
-	probeAt := map[string]int{}      // route -> message index of its probe
 	now := r.now()
 	for i := range events {
 		ev := &events[i]
@@ -125,41 +163,51 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 			continue
 		}
 		if ad.kind == admitProbe {
-			probeAt[route] = len(msgs)
+			probeAt[route] = len(plan.msgs)
 		}
 		m := ev.Message
 		m.Deadline = deadline
 		m.Headers = withAggregateSeq(m.Headers, m.AggregateSeq)
-		msgs = append(msgs, m)
-		msgPos = append(msgPos, i)
+		plan.msgs = append(plan.msgs, m)
+		plan.msgPos = append(plan.msgPos, i)
 	}
-	// The aggregates whose events this batch gave back unsent stay held
-	// for the batches claimed behind it.
-	b.stopped = heldHere
-	if len(msgs) == 0 {
-		return outcomes
-	}
+	return plan
+}
 
-	// Publishing gets most of the lease; a stopping relay gives it
-	// StopTimeout more and then cancels what is left. The cause of the
-	// end tells the breaker whether the destination is to blame.
+// publishContext is the context the batch publishes in: publishing gets
+// most of the lease; a stopping relay gives it StopTimeout more and then
+// cancels what is left. The cause of the end tells the breaker whether
+// the destination is to blame. release frees it once the results are
+// recorded (record reads whether it ended).
+func (b *batch) publishContext(ctx context.Context) (pctx context.Context, cancel context.CancelCauseFunc, release func()) {
+	r := b.relay
 	budget, cancelBudget := context.WithDeadlineCause(context.WithoutCancel(ctx),
 		b.localClaim.Add(time.Duration(float64(r.cfg.Lease)*publishShare)), errPublishBudget)
-	defer cancelBudget()
-	pctx, cancel := context.WithCancelCause(budget)
-	defer cancel(nil)
+	pctx, cancel = context.WithCancelCause(budget)
 	stopTimer := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(r.cfg.StopTimeout, func() { cancel(errRelayStopping) })
 		context.AfterFunc(pctx, func() { t.Stop() })
 	})
-	defer stopTimer()
+	return pctx, cancel, func() {
+		stopTimer()
+		cancel(nil)
+		cancelBudget()
+	}
+}
 
+// send publishes the plan's messages in pctx and returns one result per
+// message and when the sink call started and finished. The breakers learn
+// of each result as the sink reports it, and of the whole batch before
+// send returns.
+func (b *batch) send(ctx, pctx context.Context, cancel context.CancelCauseFunc, plan sendPlan) (results []error, started, finished time.Time) {
+	r := b.relay
+	msgs, msgPos := plan.msgs, plan.msgPos
 	// The breakers learn of each result as the sink reports it, so that
 	// a destination that fails or hangs opens its route at that moment.
-	live := newLiveResults(ctx, b, msgs, msgPos, probeAt, pctx, cancel)
-	started := r.now()
-	results := b.publish(sink.WithResultFunc(pctx, live.report), msgs, msgPos) // observer hook: the sink call, traced and timed
-	finished := r.now()
+	live := newLiveResults(ctx, b, msgs, msgPos, plan.probeAt, pctx, cancel)
+	started = r.now()
+	results = b.publish(sink.WithResultFunc(pctx, live.report), msgs, msgPos) // observer hook: the sink call, traced and timed
+	finished = r.now()
 	if len(results) != len(msgs) {
 		err := fmt.Errorf("sink returned %d results for %d messages (a bug in the sink); treating all as failed", len(results), len(msgs))
 		r.log.Error("sink broke its contract", "err", err)
@@ -171,10 +219,19 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	// The breakers learn from the results first, so that the events of a
 	// route that is now open are given back rather than retried.
 	live.batchDone(results)
+	return results, started, finished
+}
+
+// record turns the sink's results into the outcomes of the sent events
+// (classify), per aggregate in order, and keeps held the aggregates it
+// left undelivered.
+func (b *batch) record(plan sendPlan, results []error, pctx context.Context, started, finished time.Time) {
+	r := b.relay
+	events := b.claim.Events
 	// Every route of the batch that is open now, by this batch or
 	// another one (which may have cut this one short).
 	down := map[string]*routeDown{}
-	for _, i := range msgPos {
+	for _, i := range plan.msgPos {
 		route := breakerKey(b.route(i))
 		if _, seen := down[route]; !seen {
 			down[route] = r.breaker.down(route)
@@ -182,27 +239,26 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	}
 	aggs := make(map[string]*aggregateState)
 	for mi, err := range results {
-		i := msgPos[mi]
+		i := plan.msgPos[mi]
 		ev := &events[i]
-		o := &outcomes[i]
+		o := &plan.outcomes[i]
 		o.StartedAt, o.FinishedAt = b.dbTime(started), b.dbTime(finished)
 		// The headers as sent: the tracer gave them the publish span's
 		// traceparent; without a tracer, they keep the producer's.
-		o.TraceID = store.TraceIDOf(msgs[mi].Headers)
-		key := msgs[mi].OrderingKey()
+		o.TraceID = store.TraceIDOf(plan.msgs[mi].Headers)
+		key := plan.msgs[mi].OrderingKey()
 		st := aggs[key]
 		if st == nil {
 			st = &aggregateState{}
 			aggs[key] = st
 		}
-		b.classify(ev, o, err, st, pctx, msgs[mi].Deadline, finished, down[breakerKey(b.route(i))])
+		b.classify(ev, o, err, st, pctx, plan.msgs[mi].Deadline, finished, down[breakerKey(b.route(i))])
 	}
 	for key, st := range aggs {
 		if st.stopped {
 			b.stopped[key] = *st
 		}
 	}
-	return outcomes
 }
 
 // classify turns one sink result into an outcome.
