@@ -70,7 +70,7 @@ func newBrowser(t *testing.T) context.Context {
 }
 
 // step runs actions with a deadline. The deadlines of step, text and
-// shoot bound a hang: Chromium on a loaded 2-core machine is slow.
+// shoot bound a hang: Chromium on a loaded machine is slow.
 func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -83,8 +83,8 @@ func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Ac
 // text returns the innerText of the first element css selects, waiting
 // up to a minute for one. One script reads it in the page: chromedp.Text
 // finds the node and then reads it, and a page that a navigation replaced
-// in between (a loaded machine) failed the read with "No node with given
-// id found".
+// in between (likely on a loaded machine) fails the read with "No node
+// with given id found".
 func text(t *testing.T, ctx context.Context, css string) string {
 	t.Helper()
 	sel, err := json.Marshal(css)

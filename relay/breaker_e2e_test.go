@@ -86,9 +86,9 @@ func TestBreakerHTTPGatewayDownAtDefaults(t *testing.T) {
 	// "deadline was", not "destination unavailable since"; the relay
 	// looks again at events near their deadline so that it, not the
 	// sweeper, ends them with the reason (asserted below). On a loaded
-	// machine (two copies of the suite, load 28 to 44) the relay's claims
-	// are slow: with sweeps every 5s the sweeper took a third of them,
-	// and every 30s a quarter (one sweep came just after the deadlines).
+	// machine the relay's claims are slow, and frequent sweeps would end
+	// many of the events first, as would a sweep that happened to come
+	// just after the deadlines.
 	// The deadlines fall about 60s after the start, so sweeps at 0, 45
 	// and 90s leave the relay half a minute; the sweeper still reaps.
 	r, err := relay.New(relay.Config{Store: ob.store, Sink: newHTTPSink(t, gw.srv.URL+"/approve"), SweepInterval: 45 * time.Second,

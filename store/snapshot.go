@@ -25,8 +25,8 @@ type SnapshotRequest struct {
 	FailedBlocks bool
 	// Full also reads the figures whose cost grows with the table: the
 	// counts of PROCESSED, EXPIRED and SKIPPED events (rows that pile up
-	// until retention deletes them: a scan of the table, about 0.8 s per
-	// million rows on a busy 2-core machine) and OldestPendingAge (a visit
+	// until retention deletes them: a scan of the table, which takes
+	// seconds on a table of millions of rows) and OldestPendingAge (a visit
 	// of every PENDING row). The other figures read the partial indexes of
 	// the unfinished statuses and the first entry of the due index. Without
 	// it, Counts holds no entry for the final statuses and

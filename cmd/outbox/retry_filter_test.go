@@ -39,8 +39,8 @@ func TestCLIRetryByFilter(t *testing.T) {
 				return cli(t, "", append(append([]string{"events", "retry"}, args...), db...)...)
 			}
 			// "%status 503%", not "%503%": the error names the event, and
-			// an event id holds "503" about once in 140 (seen once: a
-			// 400's error matched, 3 events instead of 2).
+			// an event id holds "503" about once in 140, which would let a
+			// 400's error match too.
 			out, errOut, code := retry("--status", "failed", "--error-like", "%status 503%", "--since", "1h", "--dry-run")
 			if code != 0 || !strings.HasPrefix(out, "2 events match") {
 				t.Fatalf("dry run: exit %d, %q %q; want 2 events match", code, out, errOut)

@@ -29,8 +29,8 @@ var held struct {
 // range (net.ipv4.ip_local_port_range), from which it also gives every
 // outgoing connection its local port: while the server is down, a client
 // socket anywhere on the machine can be given that port, and the restart
-// fails with EADDRINUSE (a private RabbitMQ node's start_app did, with two
-// copies of the suite running). FreePort takes a port below that range,
+// fails with EADDRINUSE (a private RabbitMQ node's start_app, say, on a
+// machine running other tests). FreePort takes a port below that range,
 // which only an explicit bind uses, and locks it (a file in the temporary
 // directory, flock) for as long as this process runs, so that no other
 // test process that uses FreePort takes it meanwhile.

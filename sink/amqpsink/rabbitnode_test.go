@@ -95,9 +95,8 @@ func startRabbitNode(t testing.TB, conf ...string) *rabbitNode {
 		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(n.dir, "advanced.config"),
 		"RABBITMQ_PID_FILE="+filepath.Join(n.dir, "node.pid"),
 		// One scheduler of each kind, none of them spinning while idle:
-		// Erlang's schedulers busy-wait by default, which on a loaded
-		// 2-core machine took the CPU the node needed to boot (runs Q1
-		// and Q2: nodes that did not listen within 5 minutes).
+		// Erlang's schedulers busy-wait by default, which on a busy
+		// machine with few cores takes the CPU the node needs to boot.
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} "+
 			"+S 1:1 +SDcpu 1:1 +SDio 1 +sbwt none +sbwtdcpu none +sbwtdio none",
 		"ERL_EPMD_ADDRESS=127.0.0.1",
@@ -124,8 +123,8 @@ func startRabbitNode(t testing.TB, conf ...string) *rabbitNode {
 		n.kill()
 		stdin.Close()
 	})
-	// Erlang boots a node in seconds on a quiet machine; under two copies
-	// of the suite it took more than 2 minutes once.
+	// Erlang boots a node in seconds on a quiet machine, but far slower
+	// on a busy one: the bound is for a node that hangs.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := n.awaitAMQP(ctx); err != nil {
@@ -177,8 +176,8 @@ func (n *rabbitNode) awaitAMQP(ctx context.Context) error {
 // an error.
 func (n *rabbitNode) rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
-	// start_app on a loaded machine took over a minute (load average 38 on
-	// two cores): the bound is for a node that hangs, not for a slow one.
+	// start_app on a busy machine can take minutes: the bound is for a
+	// node that hangs, not for a slow one.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, n.ctl, append([]string{"-n", n.Name}, args...)...)
@@ -200,9 +199,8 @@ func (n *rabbitNode) rabbitmqctl(t testing.TB, args ...string) string {
 // PRIO_PGRP; who: a pid or a process group), and of the threads and
 // processes it starts, above the test binaries' (nice -5), where this
 // process may (as root, in CI; elsewhere it is a no-op). A test waits on
-// its private node, which on a machine running two copies of the suite
-// (twelve -race test binaries on 2 cores) got too little CPU to boot in 5
-// minutes.
+// its private node, which must not lose the CPU it needs to boot to the
+// -race test binaries running beside it.
 func favour(which, who int) {
 	_ = syscall.Setpriority(which, who, -5)
 }

@@ -21,8 +21,8 @@ var chains = sinkkit.KeyChains
 
 // waitLimit bounds every wait on a condition in these tests, and every
 // test context: it bounds a hang, so it is long. No test waits it out on
-// purpose; under -race on a loaded 2-core machine, 400 requests through
-// the sink took over 10 s.
+// purpose; under -race on a loaded machine, 400 requests through the
+// sink can take longer than 10 s.
 const waitLimit = 2 * time.Minute
 
 // message returns a message of aggregate payment/<aggID> whose payload

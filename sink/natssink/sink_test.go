@@ -205,8 +205,8 @@ func TestServerDownIsRetryable(t *testing.T) {
 	s := newSink(t, natssink.Config{URL: e.URL, Route: "d.{aggregate_type}", StreamSubjects: []string{"d.>"},
 		PublishTimeout: 300 * time.Millisecond, ReconnectWait: 20 * time.Millisecond})
 	// The first publish creates the stream, within the short timeout the
-	// down server needs: on a loaded machine (two copies of the suite)
-	// that took longer than 300 ms, so it is tried again until it is in.
+	// down server needs: on a busy machine that can take longer than
+	// 300 ms, so it is tried again until it is in.
 	wait.Until(t, time.Minute, "a first publish while the server is up", func() (bool, error) {
 		return publish(t, s, sinktest.Message("a", 0))[0] == nil, nil
 	})

@@ -416,9 +416,9 @@ func testRestart(t *testing.T, h *Harness) {
 	}
 	restarted := time.Since(began)
 	// Retry what fails while the sink reconnects, as the relay would. The
-	// recovery has a budget of its own: at a load of 30 (two copies of the
-	// suite) one budget for a private RabbitMQ node's restart and the
-	// sink's recovery ran out, how they shared it unrecorded.
+	// recovery has a budget of its own, so that a slow restart (a private
+	// RabbitMQ node on a busy machine) does not eat into the time the sink
+	// has to recover.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*h.Timeout)
 	defer cancel()
 	pending := after

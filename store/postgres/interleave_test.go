@@ -116,7 +116,7 @@ func (il *interleaving) waitLeaseEnded(id int64) {
 // claimExpired is claimOne under a short lease, once that lease has ended.
 func (il *interleaving) claimExpired(agg string) *store.Claim {
 	il.t.Helper()
-	c := il.claimOne(agg, time.Second) // 100 ms took nothing for 30 s at a load of 40
+	c := il.claimOne(agg, time.Second) // short, but long enough for a claim on a busy machine to take the event
 	il.waitLeaseEnded(c.Events[0].ID)
 	return c
 }

@@ -60,8 +60,8 @@ func event(agg string) outbox.Event {
 	return outbox.Event{AggregateType: "payment", AggregateID: agg, EventType: "ApprovalRequested", Payload: []byte(`{}`)}
 }
 
-// wakeWait bounds the waits of these tests, a bound for a hang: under
-// -race on a loaded 2-core machine, 15 s was not always enough.
+// wakeWait bounds the waits of these tests, a bound for a hang, with room
+// for -race on a loaded machine.
 const wakeWait = 2 * time.Minute
 
 // startRelay runs a relay with a poll interval of an hour: anything

@@ -179,8 +179,8 @@ func TestClaimFairShare(t *testing.T) {
 // half balance intervals after the first claim that gave way, its claims
 // wait for the lock. Were it to give way every time, a lock that is never
 // free for long (a busy producer, several relays sweeping every 50 ms)
-// would keep it from ever taking a lane, and nothing would be delivered
-// (runs Q1 and Q2: four relays claiming for minutes, none holding a lane).
+// would keep it from ever taking a lane, and nothing would be delivered:
+// several relays could claim for minutes with none holding a lane.
 func TestClaimWithoutLanesStopsGivingWay(t *testing.T) {
 	e := newEnv(t, sqlite.Config{})
 	ctx := context.Background()

@@ -184,7 +184,7 @@ func TestReaperAfterShortLease(t *testing.T) {
 	ids := e.enqueue(t, ev("r", 1), ev("r", 2))
 	// The reap waits for the lease to end. A claim commits only with half
 	// its lease left on its lanes: at 1 s, a balance, read and commit that
-	// took over 500 ms (two copies of the suite at once) came back empty.
+	// a busy machine slows past 500 ms would come back empty.
 	c := e.claim(t, 10, 3*time.Second, true)
 	if len(c.Events) != 2 {
 		t.Fatalf("claim = %v", eventIDs(c))

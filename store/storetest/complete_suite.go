@@ -215,8 +215,8 @@ func testLeaseExpiryFencing(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	Enqueue(t, h, PaymentEvent("lease", 1))
 	// A lease that ends soon, but gives a claim (which may take half of
-	// it) time on a loaded shared server: 1 s claimed nothing for 30 s on
-	// MariaDB at load 44.
+	// it) time on a loaded shared server, where a lease of 1 s can let
+	// no claim through on MariaDB.
 	old := claimShortLease(t, h.Store, &store.ClaimRequest{RelayID: "test", Limit: 10, Lease: 3 * time.Second, FailedBlocks: true}, 1)
 	var reaped int64
 	wait.Until(t, 2*time.Minute, "the reaper to return the expired lease", func() (bool, error) {

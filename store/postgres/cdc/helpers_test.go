@@ -145,8 +145,8 @@ func (h *harness) currentLSN(t testing.TB) string {
 // waitSlotPast waits up to d for the slot's confirmed position to reach
 // lsn, and prints both positions if it does not. Past the last commit the
 // slot moves only with the server's keepalives, which come once the
-// walsender has caught up with the WAL written since: under load, with
-// other tests writing WAL to the same server, that took more than 10 s.
+// walsender has caught up with the WAL written since: with other tests
+// writing WAL to the same server, that can take more than 10 s.
 func (h *harness) waitSlotPast(t testing.TB, d time.Duration, lsn string) {
 	t.Helper()
 	eventually(t, d, "the slot's confirmed position to pass "+lsn, func() bool {

@@ -11,9 +11,13 @@ import (
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
-// RunStoreGuarantees checks, on the Store contract directly, the
-// guarantees whose code mutation testing found untested: each test names
-// the behaviour it pins down.
+// RunStoreGuarantees checks, on the Store contract directly, what a
+// completion does to the events behind it: events piled up behind a FAILED
+// or retried head are held back by the claim itself and never starve the
+// other aggregates, followers wait for the latest retry, a FAILED outcome
+// blocks its followers at once, the sweep alone blocks and unblocks, and
+// the attempt rows tell a fenced attempt from an applied one. Each test
+// names the behaviour it pins down.
 func RunStoreGuarantees(t *testing.T, newHarness Factory) {
 	tests := []struct {
 		name string
