@@ -240,26 +240,7 @@ func (r *Relay) afterComplete(ctx context.Context, b *batch, outcomes []store.Ou
 			r.stats.released.Add(1)
 		case store.Failed:
 			r.stats.failed.Add(1)
-			ev := b.claim.Events[b.index[o.ID]]
-			fe := FailedEvent{
-				EventID:       o.EventID,
-				AggregateType: ev.AggregateType,
-				AggregateID:   ev.AggregateID,
-				EventType:     ev.EventType,
-				Attempts:      o.Attempt,
-				Reason:        o.Error,
-				Blocking:      r.failedBlocks(),
-			}
-			attrs := []any{"event_id", fe.EventID.String(), "aggregate_type", fe.AggregateType,
-				"aggregate_id", fe.AggregateID, "event_type", fe.EventType, "attempts", fe.Attempts, "reason", fe.Reason}
-			if fe.Blocking {
-				attrs = append(attrs, "blocked", fmt.Sprintf("later events of %s/%s wait until an operator runs `outbox events retry %s` or `outbox events skip %s`",
-					fe.AggregateType, fe.AggregateID, fe.EventID, fe.EventID))
-			}
-			r.log.Error("event FAILED and moved to the dead-letter table", attrs...)
-			if r.cfg.OnFailed != nil {
-				r.cfg.OnFailed(ctx, fe)
-			}
+			r.deadLettered(ctx, b, o)
 		}
 	}
 }

@@ -37,14 +37,6 @@ func (b *batch) dbTime(local time.Time) time.Time {
 	return b.claim.DBTime.Add(local.Sub(b.localClaim))
 }
 
-// localDeadline converts an event's expires_at to the local clock.
-func (b *batch) localDeadline(ev *store.Claimed) time.Time {
-	if ev.ExpiresAt.IsZero() {
-		return time.Time{}
-	}
-	return b.localClaim.Add(ev.ExpiresAt.Sub(b.claim.DBTime))
-}
-
 // aggregateState follows one aggregate through a batch: once an event of
 // it is not delivered, the later ones are released with the same delay (or
 // held as BLOCKED behind a FAILED one) so that order holds.
@@ -308,19 +300,7 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Error = "permanent error: " + o.Error
 		st.stopped, st.block = true, r.failedBlocks()
 	default:
-		failures := ev.RetryCount + 1
-		if r.cfg.NoRetries || failures > r.cfg.MaxRetries {
-			o.Kind, o.Attempted = store.Failed, true
-			o.Error = fmt.Sprintf("retries exhausted after %d attempts: %s", failures, o.Error)
-			st.stopped, st.block = true, r.failedBlocks()
-			return
-		}
-		delay := r.backoff.Delay(failures)
-		if ra := outbox.RetryAfter(err); ra > 0 {
-			delay = min(ra, 24*time.Hour)
-		}
-		o.Kind, o.Attempted, o.RetryIn = store.Retry, true, delay
-		st.stopped, st.retryIn = true, delay
+		r.retryOrFail(ev, o, err, st)
 	}
 }
 
@@ -382,30 +362,6 @@ func withAggregateSeq(headers map[string]string, seq int64) map[string]string {
 		out[sink.HeaderAggregateSeq] = strconv.FormatInt(seq, 10)
 	}
 	return out
-}
-
-// deadlineLead is how long before its deadline an event given back by the
-// breaker is due again at the latest: a poll interval (an idle relay looks
-// that seldom) and a quarter of a second (the outcome is recorded a moment
-// after the wait is computed). A relay then sees it again before its
-// deadline and, while the route stays open, ends it EXPIRED saying why,
-// rather than leaving it to the sweeper, which cannot say that the
-// destination was down.
-func (r *Relay) deadlineLead() time.Duration { return r.cfg.PollInterval + 250*time.Millisecond }
-
-// dueBy shortens wait (from now) so that an event with a deadline is due
-// again before it: lead before, or, when the deadline is closer than
-// that, halfway to it (at least 50ms later, so that an event near its
-// deadline is looked at a few times, not in a tight loop).
-func dueBy(wait time.Duration, deadline, now time.Time, lead time.Duration) time.Duration {
-	if deadline.IsZero() {
-		return wait
-	}
-	left := max(deadline.Sub(now), 0)
-	if left > lead {
-		return min(wait, left-lead)
-	}
-	return min(wait, max(left/2, 50*time.Millisecond))
 }
 
 func truncate(s string, n int) string {
