@@ -36,3 +36,6 @@ func (s *Store) LoseClaimAnswers(n int) { s.claimer.LoseCommitAnswers(n) }
 func (s *Store) SetSafetyNet(log *slog.Logger, every time.Duration) {
 	s.claimer.SetSafetyNet(log, every)
 }
+
+// LaneCursors returns the cursor of each lane relayID holds.
+func (s *Store) LaneCursors(relayID string) map[int]int64 { return s.claimer.Cursors(relayID) }

@@ -566,6 +566,19 @@ func (c *Claimer) Held(relayID string) map[int]int64 {
 	return rs.tokens()
 }
 
+// Cursors returns the cursor of each lane relayID holds: the id below
+// which its claims no longer read (0: from the lane's start).
+func (c *Claimer) Cursors(relayID string) map[int]int64 {
+	rs := c.state(relayID)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	out := make(map[int]int64, len(rs.held))
+	for l, h := range rs.held {
+		out[l] = h.cursor
+	}
+	return out
+}
+
 func sortedLanes[V any](m map[int]V) []int {
 	return slices.Sorted(maps.Keys(m))
 }
