@@ -282,12 +282,25 @@ func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	alter := "ALTER DATABASE " + pgx.Identifier{dbName}.Sanitize()
+	// The failover happens inside the handler of one request, so the
+	// destination has not answered it yet: the outcome of its batch is
+	// written on a session opened after the failover.
 	failover := make(chan struct{})
-	var once sync.Once
+	var readOnlyAt time.Time
 	rig.onReq = func(n int64) {
-		if n == failoverEvents/5 {
-			once.Do(func() { close(failover) })
+		if n != failoverEvents/5 {
+			return
 		}
+		defer close(failover)
+		if _, err := rig.admin.Exec(ctx, alter+" SET default_transaction_read_only = on"); err != nil {
+			t.Errorf("turn new sessions read-only: %v", err)
+			return
+		}
+		if _, err := rig.admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = 'failover-relay' AND pid <> pg_backend_pid()`); err != nil {
+			t.Errorf("end the relay's sessions: %v", err)
+		}
+		readOnlyAt = time.Now()
 	}
 	r := rig.relay(t, rig.store)
 	dctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
@@ -299,14 +312,9 @@ func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
 	case err := <-drained:
 		t.Fatalf("the drain ended (%v) before the failover", err)
 	}
-	if _, err := rig.admin.Exec(ctx, alter+" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
+	if t.Failed() {
+		t.FailNow()
 	}
-	if _, err := rig.admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 'failover-relay' AND pid <> pg_backend_pid()`); err != nil {
-		t.Fatal(err)
-	}
-	readOnlyAt := time.Now()
 	outage := time.NewTimer(20 * time.Second)
 	select {
 	case <-outage.C:
