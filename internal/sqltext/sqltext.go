@@ -9,6 +9,8 @@ package sqltext
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
+	"sort"
 	"text/template"
 )
 
@@ -79,4 +81,67 @@ func MustRender(text string, data any) string {
 		panic(err)
 	}
 	return s
+}
+
+// ParseFS parses the files of fsys that match pattern (a backend's
+// sql/*.sql, embedded) into one template set of named statements. Every
+// statement is defined once across the files: a name defined in two files
+// (or twice in one) is an error, where text/template would let the last
+// definition win in silence.
+func ParseFS(fsys fs.FS, pattern string) (*Template, error) {
+	files, err := fs.Glob(fsys, pattern)
+	if err != nil {
+		return nil, fmt.Errorf("sql %s: %w", pattern, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("sql %s: no file matches", pattern)
+	}
+	sort.Strings(files)
+	set := template.New(pattern).Option("missingkey=error")
+	definedIn := map[string]string{}
+	for _, name := range files {
+		text, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, fmt.Errorf("sql %s: %w", name, err)
+		}
+		one, err := template.New(name).Parse(string(text))
+		if err != nil {
+			return nil, fmt.Errorf("sql %s: parse: %w", name, err)
+		}
+		for _, t := range one.Templates() {
+			if t.Name() == name || t.Tree == nil {
+				continue // the file itself: only its {{define}} blocks render
+			}
+			if prev, ok := definedIn[t.Name()]; ok {
+				return nil, fmt.Errorf("sql %s: statement %q is defined again (first in %s)", name, t.Name(), prev)
+			}
+			definedIn[t.Name()] = name
+			if _, err := set.AddParseTree(t.Name(), t.Tree); err != nil {
+				return nil, fmt.Errorf("sql %s: %s: %w", name, t.Name(), err)
+			}
+		}
+	}
+	return &Template{tpl: set}, nil
+}
+
+// MustParseFS is ParseFS for files embedded at compile time: an error
+// there is a bug in the store, caught by its tests.
+func MustParseFS(fsys fs.FS, pattern string) *Template {
+	t, err := ParseFS(fsys, pattern)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// Names returns the names of the statements defined in t, sorted.
+func (t *Template) Names() []string {
+	var names []string
+	for _, one := range t.tpl.Templates() {
+		if one.Tree != nil && one.Name() != t.tpl.Name() {
+			names = append(names, one.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
 }

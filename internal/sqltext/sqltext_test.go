@@ -3,6 +3,7 @@ package sqltext
 import (
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 type names struct {
@@ -51,5 +52,38 @@ func TestSetRendersNamedStatementsOnly(t *testing.T) {
 	}
 	if _, err := set.RenderNamed("nope", names{}); err == nil {
 		t.Fatal("an unknown statement rendered")
+	}
+}
+
+func TestParseFSJoinsFilesAndRefusesADefinitionTwice(t *testing.T) {
+	fsys := fstest.MapFS{
+		"sql/claim.sql": {Data: []byte(`-- the claim
+{{define "claim.read"}}SELECT id FROM {{.Outbox}} WHERE {{template "common.due" .}}{{end}}`)},
+		"sql/common.sql": {Data: []byte(`{{define "common.due"}}available_at <= now(){{end}}`)},
+		"sql/notsql.txt": {Data: []byte(`{{define "claim.read"}}ignored{{end}}`)},
+	}
+	set, err := ParseFS(fsys, "sql/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := set.RenderNamed("claim.read", map[string]string{"Outbox": "ev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "SELECT id FROM ev WHERE available_at <= now()"; got != want {
+		t.Errorf("claim.read = %q, want %q", got, want)
+	}
+	if names := strings.Join(set.Names(), ","); names != "claim.read,common.due" {
+		t.Errorf("Names() = %s", names)
+	}
+	if _, err := set.RenderNamed("claim.read", map[string]string{}); err == nil {
+		t.Error("a missing field rendered")
+	}
+	fsys["sql/sweep.sql"] = &fstest.MapFile{Data: []byte(`{{define "claim.read"}}SELECT 1{{end}}`)}
+	if _, err := ParseFS(fsys, "sql/*.sql"); err == nil || !strings.Contains(err.Error(), `"claim.read" is defined again (first in sql/claim.sql)`) {
+		t.Errorf("a statement defined in two files: err = %v", err)
+	}
+	if _, err := ParseFS(fsys, "none/*.sql"); err == nil {
+		t.Error("a pattern that matches no file parsed")
 	}
 }
