@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox/metrics"
 	"github.com/txoutbox/outbox/relay"
+	"github.com/txoutbox/outbox/store"
 )
 
 // BenchmarkObserverPerEvent is what the metrics add to one delivered event
@@ -26,7 +27,7 @@ func BenchmarkObserverPerEvent(b *testing.B) {
 	}
 	const batch = 500
 	routes := []string{"payment.events", "merchant.events"}
-	info := relay.OutcomeInfo{Outcome: relay.OutcomeDelivered, Lag: 12 * time.Millisecond, HasDeadline: true, DeadlineMargin: 50 * time.Second}
+	info := relay.OutcomeInfo{Outcome: store.Delivered, Lag: 12 * time.Millisecond, HasDeadline: true, DeadlineMargin: 50 * time.Second}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -56,7 +57,7 @@ func BenchmarkScrape(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, r := range []string{"payment.events", "merchant.events"} {
-		m.OutcomeRecorded(relay.OutcomeInfo{Route: r, Outcome: relay.OutcomeDelivered, HasDeadline: true})
+		m.OutcomeRecorded(relay.OutcomeInfo{Route: r, Outcome: store.Delivered, HasDeadline: true})
 		m.PublishDone(r, time.Millisecond, 1)
 	}
 	mux := http.NewServeMux()

@@ -129,7 +129,7 @@ var _ relay.Observer = (*Metrics)(nil)
 
 // routeMetrics are one route's series, resolved once.
 type routeMetrics struct {
-	outcomes                   map[relay.Outcome]prometheus.Counter
+	outcomes                   map[store.OutcomeKind]prometheus.Counter
 	publish, lag, deadlineLeft prometheus.Observer
 }
 
@@ -228,13 +228,13 @@ func (m *Metrics) route(route string) *routeMetrics {
 		label = OtherRoute
 	}
 	rm := &routeMetrics{
-		outcomes:     make(map[relay.Outcome]prometheus.Counter, len(relay.Outcomes)),
+		outcomes:     make(map[store.OutcomeKind]prometheus.Counter, len(relay.Outcomes)),
 		publish:      m.publishDuration.WithLabelValues(label),
 		lag:          m.deliveryLag.WithLabelValues(label),
 		deadlineLeft: m.deadlineMargin.WithLabelValues(label),
 	}
 	for _, o := range relay.Outcomes {
-		rm.outcomes[o] = m.deliveries.WithLabelValues(label, string(o))
+		rm.outcomes[o] = m.deliveries.WithLabelValues(label, o.Label())
 	}
 	m.routes.Store(label, rm)
 	m.nRoutes++
@@ -255,7 +255,7 @@ func (m *Metrics) OutcomeRecorded(o relay.OutcomeInfo) {
 	if c := rm.outcomes[o.Outcome]; c != nil {
 		c.Inc()
 	}
-	if o.Outcome == relay.OutcomeDelivered {
+	if o.Outcome == store.Delivered {
 		rm.lag.Observe(max(o.Lag, 0).Seconds())
 	}
 	if o.HasDeadline {
@@ -281,7 +281,7 @@ func (m *Metrics) SweepDone(_ time.Duration, res store.SweepResult, _ error) {
 	}
 	if res.Expired > 0 {
 		rm := m.route(SweeperRoute)
-		rm.outcomes[relay.OutcomeExpired].Add(float64(res.Expired))
+		rm.outcomes[store.Expired].Add(float64(res.Expired))
 		for range min(res.Expired, 10000) {
 			rm.deadlineLeft.Observe(0)
 		}

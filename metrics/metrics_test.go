@@ -178,12 +178,12 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 			drainWithFailures(t, b, m, log, &logs)
 
 			route := sink.DefaultDestination
-			want := map[relay.Outcome]float64{
-				relay.OutcomeDelivered: 7, // 5 + flaky + ttl
-				relay.OutcomeRetried:   1,
-				relay.OutcomeFailed:    1,
-				relay.OutcomeExpired:   1,
-				relay.OutcomeFenced:    0,
+			want := map[store.OutcomeKind]float64{
+				store.Delivered: 7, // 5 + flaky + ttl
+				store.Retry:     1,
+				store.Failed:    1,
+				store.Expired:   1,
+				store.Fenced:    0,
 			}
 			// The late event is expired either by the relay's batch (route
 			// default) or, if the sweeper saw it first, by the sweeper
@@ -192,10 +192,10 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 			// while a claim of the relay that it did not see yet holds it;
 			// the relay's EXPIRED for it is then fenced, and counted as a
 			// lease lost.
-			bySweeper, _ := sample(t, reg, "outbox_deliveries_total", "route", "sweeper", "outcome", string(relay.OutcomeExpired))
+			bySweeper, _ := sample(t, reg, "outbox_deliveries_total", "route", "sweeper", "outcome", store.Expired.Label())
 			for outcome, n := range want {
-				got := sum(t, reg, "outbox_deliveries_total", "outcome", string(outcome))
-				if outcome == relay.OutcomeFenced && got <= bySweeper {
+				got := sum(t, reg, "outbox_deliveries_total", "outcome", outcome.Label())
+				if outcome == store.Fenced && got <= bySweeper {
 					continue
 				}
 				if got != n {

@@ -50,27 +50,15 @@ const (
 	OpCount    = "count" // the drain check
 )
 
-// Outcome is what happened to one event of a batch, as a metric label.
-type Outcome string
-
-// The outcomes of Observer.OutcomeRecorded.
-const (
-	OutcomeDelivered Outcome = "delivered" // PROCESSED
-	OutcomeRetried   Outcome = "retried"   // back to PENDING with backoff
-	OutcomeFailed    Outcome = "failed"    // FAILED, dead letter
-	OutcomeExpired   Outcome = "expired"   // EXPIRED, never (or no longer) sent
-	OutcomeFenced    Outcome = "fenced"    // the lease was lost: nothing recorded
-	OutcomeReleased  Outcome = "released"  // back to PENDING, no attempt counted
-)
-
-// Outcomes lists every Outcome.
-var Outcomes = []Outcome{OutcomeDelivered, OutcomeRetried, OutcomeFailed, OutcomeExpired, OutcomeFenced, OutcomeReleased}
+// Outcomes lists the outcomes Observer.OutcomeRecorded reports, in the
+// vocabulary of the store's Complete requests and audit rows.
+var Outcomes = []store.OutcomeKind{store.Delivered, store.Retry, store.Failed, store.Expired, store.Fenced, store.Released}
 
 // OutcomeInfo describes one recorded outcome.
 type OutcomeInfo struct {
 	// Route is the message's destination (sink.DestinationOf).
 	Route   string
-	Outcome Outcome
+	Outcome store.OutcomeKind
 	// Lag runs from the event's commit (created_at) to the moment its
 	// outcome was recorded. Both ends are on the database clock: the
 	// recording time is the claim's database time plus the relay's
@@ -213,21 +201,11 @@ func (h hooks) recorded(b *batch, outcomes []store.Outcome, res store.CompleteRe
 		}
 		ev := &b.claim.Events[i]
 		info := OutcomeInfo{Route: b.route(i), Error: o.Error, Lag: dbNow.Sub(ev.CreatedAt)}
-		switch {
-		case fenced[o.ID]:
-			info.Outcome = OutcomeFenced
-		case o.Kind == store.Delivered:
-			info.Outcome = OutcomeDelivered
-		case o.Kind == store.Retry:
-			info.Outcome = OutcomeRetried
-		case o.Kind == store.Failed:
-			info.Outcome = OutcomeFailed
-		case o.Kind == store.Expired:
-			info.Outcome = OutcomeExpired
-		default:
-			info.Outcome = OutcomeReleased
+		info.Outcome = o.Kind
+		if fenced[o.ID] {
+			info.Outcome = store.Fenced
 		}
-		if !ev.ExpiresAt.IsZero() && (info.Outcome == OutcomeDelivered || info.Outcome == OutcomeExpired) {
+		if !ev.ExpiresAt.IsZero() && (info.Outcome == store.Delivered || info.Outcome == store.Expired) {
 			at := o.FinishedAt
 			if at.IsZero() {
 				at = dbNow
@@ -241,9 +219,9 @@ func (h hooks) recorded(b *batch, outcomes []store.Outcome, res store.CompleteRe
 			routes[info.Route] = rr
 		}
 		switch info.Outcome {
-		case OutcomeDelivered:
+		case store.Delivered:
 			rr.delivered++
-		case OutcomeRetried, OutcomeFailed:
+		case store.Retry, store.Failed:
 			rr.failures++
 			rr.lastErr = info.Error
 		}

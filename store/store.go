@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -167,16 +168,33 @@ type Claimed struct {
 	Expired bool
 }
 
-// OutcomeKind is what happened to one claimed event.
+// OutcomeKind is what happened to one claimed event: the one vocabulary
+// of an attempt's outcome, in the relay's Complete requests, the audit
+// rows (attempts.outcome), the relay's observer and the metrics' outcome
+// label (Label). The event's status follows from it:
+//
+//	Delivered -> PROCESSED
+//	Retry     -> PENDING, retry_count+1, due after RetryIn
+//	Failed    -> FAILED, retry_count+1, a dead letter (its aggregate BLOCKED behind it)
+//	Expired   -> EXPIRED, never (or no longer) sent
+//	Released  -> PENDING (or BLOCKED), retry_count kept, no attempt counted
+//	Fenced    -> nothing: the claim's lease was lost, another relay owns the event
 type OutcomeKind string
 
 const (
-	Delivered OutcomeKind = "DELIVERED" // -> PROCESSED
-	Retry     OutcomeKind = "RETRY"     // -> PENDING, retry_count+1, available_at = now + RetryIn
-	Failed    OutcomeKind = "FAILED"    // -> FAILED, retry_count+1, dead letter
-	Expired   OutcomeKind = "EXPIRED"   // -> EXPIRED, never sent
-	Released  OutcomeKind = "RELEASED"  // -> PENDING (or BLOCKED), retry_count kept
+	Delivered OutcomeKind = "DELIVERED"
+	Retry     OutcomeKind = "RETRY"
+	Failed    OutcomeKind = "FAILED"
+	Expired   OutcomeKind = "EXPIRED"
+	Released  OutcomeKind = "RELEASED"
+	// Fenced is reported by the relay for an outcome Complete did not
+	// apply (CompleteResult.Fenced); it is never stored.
+	Fenced OutcomeKind = "FENCED"
 )
+
+// Label is the kind as a metric label value: "delivered", "retry",
+// "failed", "expired", "released", "fenced", ...
+func (k OutcomeKind) Label() string { return strings.ToLower(string(k)) }
 
 // Audit outcomes written by the sweeper and by operators, beside the above.
 const (
