@@ -231,7 +231,7 @@ func TestRelayAdminEndpoints(t *testing.T) {
 			waitUntil(t, 30*time.Second, "16 deliveries, 1 retry, 1 failure and the gauges", func() bool {
 				fams, body = scrape(t, r.addr)
 				delivered, _ := total(fams, "outbox_deliveries_total", "outcome", "delivered")
-				retried, _ := total(fams, "outbox_deliveries_total", "outcome", "retried")
+				retried, _ := total(fams, "outbox_deliveries_total", "outcome", "retry")
 				failed, _ := total(fams, "outbox_deliveries_total", "outcome", "failed")
 				processed, _ := total(fams, "outbox_events", "status", "PROCESSED")
 				blocked, _ := total(fams, "outbox_events", "status", "BLOCKED")
