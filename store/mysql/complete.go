@@ -11,41 +11,55 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/completion"
 )
 
-// appliedRow is a row of a completion that its claim still held.
-type appliedRow struct {
-	id  int64
-	agg aggKey
+// completeSQL holds the completion's fixed statements (sql/complete.sql),
+// rendered with the table names; the others take per-call fragments
+// (renderComplete).
+type completeSQL struct {
+	claimRow, claimIDs, claimDelete string
 }
 
-// Complete implements store.Store: the fenced state change, dead letters,
-// BLOCKED and pushed-back followers and the attempt rows, in one READ
-// COMMITTED transaction (completeSQL of the PostgreSQL backend does it in
-// one statement):
+func buildCompleteSQL(t store.Tables) completeSQL {
+	r := func(name string) string { return sqlStatements.MustRenderNamed(name, fragments{Tables: t}) }
+	return completeSQL{
+		claimRow:    r("complete.claim_row"),
+		claimIDs:    r("complete.claim_ids"),
+		claimDelete: r("complete.claim_delete"),
+	}
+}
+
+// renderComplete renders the statement name of sql/complete.sql with the
+// per-call fragments f.
+func (s *Store) renderComplete(name string, f fragments) (string, error) {
+	f.Tables = s.q.t
+	return sqlStatements.RenderNamed(name, f)
+}
+
+// Complete implements store.Store: the plan of store/internal/completion,
+// in one READ COMMITTED transaction (completeSQL of the PostgreSQL backend
+// does it in one statement):
 //
-//  1. the fence: lock the claim's row (its token, req.Token) and, with a
-//     share lock, the rows of its lanes, which a balance then cannot take
-//     until this commits; a row may change only while it is PENDING, one
-//     of the claim's ids, in a lane still held under the token the claim
-//     was made under. Without the claim's row (its lanes all ended and
-//     the sweeper reaped it, or a claim of the schema before lanes)
-//     nothing changes;
+//  1. the fence: lock the claim's row (its token) and, with a share lock,
+//     the rows of its lanes, which a balance then cannot take until this
+//     commits; a row may change only while it is PENDING, one of the
+//     claim's ids, in a lane still held under the token the claim was made
+//     under. Without the claim's row (its lanes all ended and the sweeper
+//     reaped it, or a claim of the schema before lanes) nothing changes;
 //  2. lock those rows by primary key, in id order, and apply one UPDATE
 //     per kind of outcome present (usually one: DELIVERED);
 //  3. dead letters for the new FAILED rows;
-//  4. the waiting PENDING rows of aggregates with a new FAILED row (when
-//     FAILED blocks) become BLOCKED, and those behind a retried row take its
-//     new available_at, but for the rows a claim holds: found by a read
-//     that takes no locks, then changed by primary key, so that a
-//     producer's uncommitted rows are never waited for;
+//  4. the waiting rows of the aggregates the plan holds back become
+//     BLOCKED or take a later available_at, but for the rows a claim
+//     holds: found by a read that takes no locks, then changed by primary
+//     key, so that a producer's uncommitted rows are never waited for;
 //  5. the attempt rows, with INSERT IGNORE on their key (event, token,
 //     outcome), so that a replay after an ambiguous commit writes nothing
 //     twice; a fenced outcome is audited too, as a lost lease;
-//  6. the completed rows leave the claim's row, which goes when none is
+//  6. the compensating events of the rows moved to EXPIRED;
+//  7. the completed rows leave the claim's row, which goes when none is
 //     left (a claim whose lanes all ended is left to the sweeper).
 //
 // A batch that is all DELIVERED, the common case, first tries a shorter
@@ -53,30 +67,20 @@ type appliedRow struct {
 // rows and the claim's row. If the UPDATE did not change every row, that
 // transaction is rolled back and the general one above runs.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
-	if len(req.Outcomes) == 0 {
-		return store.CompleteResult{}, nil
+	p, err := completion.New(req)
+	if err != nil || p.Empty() {
+		return store.CompleteResult{}, err
 	}
-	byID := make(map[int64]*store.Outcome, len(req.Outcomes))
-	ids := make([]int64, 0, len(req.Outcomes))
-	for i := range req.Outcomes {
-		o := &req.Outcomes[i]
-		if _, dup := byID[o.ID]; !dup {
-			byID[o.ID] = o
-			ids = append(ids, o.ID)
-		}
-	}
-	slices.Sort(ids)
-	applied := make(map[int64]bool, len(ids))
-	var err error
+	applied := make(map[int64]bool, len(p.Rows))
 	done := false
-	if allDelivered(req.Outcomes, len(ids)) {
+	if p.AllDelivered() {
 		err = s.inTx(ctx, "complete", func(tx *sql.Tx) error {
 			clear(applied)
-			f, err := s.claimFence(ctx, tx, req.Token)
+			f, err := s.claimFence(ctx, tx, p.Token)
 			if err != nil {
 				return err
 			}
-			return s.completeDelivered(ctx, tx, req, ids, f, applied)
+			return s.completeDelivered(ctx, tx, p, f, applied)
 		})
 		done = err == nil
 		if errors.Is(err, errSomeFenced) {
@@ -86,31 +90,18 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if !done && err == nil {
 		err = s.inTx(ctx, "complete", func(tx *sql.Tx) error {
 			clear(applied)
-			f, err := s.claimFence(ctx, tx, req.Token)
+			f, err := s.claimFence(ctx, tx, p.Token)
 			if err != nil {
 				return err
 			}
-			return s.completeAny(ctx, tx, req, ids, byID, f, applied)
+			return s.completeAny(ctx, tx, p, f, applied)
 		})
 	}
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
-	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
-}
-
-// allDelivered reports whether every outcome is DELIVERED, each row once.
-func allDelivered(outs []store.Outcome, unique int) bool {
-	if len(outs) != unique {
-		return false
-	}
-	for i := range outs {
-		if outs[i].Kind != store.Delivered {
-			return false
-		}
-	}
-	return true
+	s.claimer.Completed(p.RelayID, p.Token, p.IDs())
+	return p.Result(applied), nil
 }
 
 // errSomeFenced rolls the fast path back when not every row was the
@@ -139,7 +130,7 @@ func (s *Store) claimFence(ctx context.Context, tx *sql.Tx, token string) (claim
 		ls, ts, idsJSON []byte
 		m               map[int]int64
 	)
-	err := tx.QueryRowContext(ctx, s.q.claimRow, token).Scan(&ls, &ts, &idsJSON)
+	err := tx.QueryRowContext(ctx, s.q.complete.claimRow, token).Scan(&ls, &ts, &idsJSON)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -173,26 +164,22 @@ func (f claimFence) laneList() string {
 	return idList(ls)
 }
 
-// dropFromClaim takes the rows of outs out of the claim's row, and deletes
+// dropFromClaim takes the plan's rows out of the claim's row, and deletes
 // the row when none is left. A claim whose lanes are all gone is left to
 // the sweeper, which audits its rows.
-func (s *Store) dropFromClaim(ctx context.Context, tx *sql.Tx, token string, f claimFence, outs []store.Outcome) error {
+func (s *Store) dropFromClaim(ctx context.Context, tx *sql.Tx, p *completion.Plan, f claimFence) error {
 	if !f.live() {
 		return nil
 	}
-	done := make(map[int64]bool, len(outs))
-	for _, o := range outs {
-		done[o.ID] = true
-	}
-	left := slices.DeleteFunc(slices.Clone(f.all), func(id int64) bool { return done[id] })
-	if len(left) == len(f.all) {
+	left, changed := p.ClaimLeft(f.all)
+	switch {
+	case len(left) == 0:
+		_, err := tx.ExecContext(ctx, s.q.complete.claimDelete, p.Token)
+		return err
+	case !changed:
 		return nil
 	}
-	if len(left) == 0 {
-		_, err := tx.ExecContext(ctx, s.q.claimDelete, token)
-		return err
-	}
-	_, err := tx.ExecContext(ctx, s.q.claimIDs, int64sJSON(left), token)
+	_, err := tx.ExecContext(ctx, s.q.complete.claimIDs, int64sJSON(left), p.Token)
 	return err
 }
 
@@ -201,7 +188,8 @@ func (s *Store) dropFromClaim(ctx context.Context, tx *sql.Tx, token string, f c
 // claim's row. If the UPDATE did not change every row (some were fenced),
 // it returns errSomeFenced and the transaction is rolled back, for
 // completeAny to sort the rows out.
-func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64, f claimFence, applied map[int64]bool) error {
+func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, p *completion.Plan, f claimFence, applied map[int64]bool) error {
+	ids := p.IDs()
 	if !f.live() {
 		return errSomeFenced
 	}
@@ -210,11 +198,11 @@ func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.Com
 			return errSomeFenced
 		}
 	}
-	sets, args := deliveredSets(req, onRowOutcomes(req.Outcomes), "")
+	sets, args := deliveredSets(p, p.OnRow(nil), "")
 	if len(sets) > 0 {
 		sets = ", " + sets
 	}
-	q, err := s.q.render("complete_delivered", fragments{IDs: idList(ids), Sets: sets, Marks: f.laneList()})
+	q, err := s.renderComplete("complete.delivered", fragments{IDs: idList(ids), Sets: sets, Marks: f.laneList()})
 	if err != nil {
 		return err
 	}
@@ -228,19 +216,18 @@ func (s *Store) completeDelivered(ctx context.Context, tx *sql.Tx, req store.Com
 	for _, id := range ids {
 		applied[id] = true
 	}
-	if err := s.insertAttempts(ctx, tx, req, applied, nil, time.Time{}); err != nil {
+	if err := s.insertAttempts(ctx, tx, p, applied, nil, time.Time{}); err != nil {
 		return err
 	}
-	return s.dropFromClaim(ctx, tx, req.Token, f, req.Outcomes)
+	return s.dropFromClaim(ctx, tx, p, f)
 }
 
 // completeAny handles any mix of outcomes and fenced rows.
-func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, ids []int64,
-	byID map[int64]*store.Outcome, f claimFence, applied map[int64]bool) error {
-	var mine []appliedRow
-	eligible := slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return !f.ids[id] })
+func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, p *completion.Plan, f claimFence, applied map[int64]bool) error {
+	var mine []completion.Applied
+	eligible := slices.DeleteFunc(p.IDs(), func(id int64) bool { return !f.ids[id] })
 	if f.live() && len(eligible) > 0 {
-		query, err := s.q.render("complete_lock", fragments{IDs: idList(eligible), Marks: f.laneList()})
+		query, err := s.renderComplete("complete.lock", fragments{IDs: idList(eligible), Marks: f.laneList()})
 		if err != nil {
 			return err
 		}
@@ -249,13 +236,13 @@ func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteR
 			return err
 		}
 		for rows.Next() {
-			var r appliedRow
-			if err := rows.Scan(&r.id, &r.agg.typ, &r.agg.id); err != nil {
+			var a completion.Applied
+			if err := rows.Scan(&a.ID, &a.AggregateType, &a.AggregateID); err != nil {
 				rows.Close()
 				return err
 			}
-			mine = append(mine, r)
-			applied[r.id] = true
+			mine = append(mine, a)
+			applied[a.ID] = true
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -263,94 +250,56 @@ func (s *Store) completeAny(ctx context.Context, tx *sql.Tx, req store.CompleteR
 		}
 	}
 	now := f.now
+	mineIDs := make([]int64, len(mine))
+	for i := range mine {
+		mineIDs[i] = mine[i].ID
+		// The new available_at of a rescheduled row, as complete.update
+		// computes it.
+		if r := p.Row(mine[i].ID); r.Reschedules {
+			mine[i].AvailableAt = now.Add(r.AvailableIn.Truncate(time.Microsecond))
+		}
+	}
 	if len(mine) > 0 {
-		if err := s.applyOutcomes(ctx, tx, req, mine, byID, now); err != nil {
+		if err := s.applyOutcomes(ctx, tx, p, mine, mineIDs, now); err != nil {
 			return err
 		}
 	}
-	replays, err := s.deliveredReplays(ctx, tx, req, applied)
+	replays, err := s.deliveredReplays(ctx, tx, p, applied)
 	if err != nil {
 		return err
 	}
-	if err := s.insertAttempts(ctx, tx, req, applied, replays, now); err != nil {
+	if err := s.insertAttempts(ctx, tx, p, applied, replays, now); err != nil {
 		return err
 	}
-	var expired []int64
-	for _, r := range mine {
-		if byID[r.id].Kind == store.Expired {
-			expired = append(expired, r.id)
-		}
-	}
-	if err := s.compensateExpired(ctx, tx, expired, now, req.RelayID); err != nil {
+	if err := s.compensateExpired(ctx, tx, p.Expired(mineIDs), now, p.RelayID); err != nil {
 		return err
 	}
-	return s.dropFromClaim(ctx, tx, req.Token, f, req.Outcomes)
+	return s.dropFromClaim(ctx, tx, p, f)
 }
 
-// follow is the first retried row of an aggregate in a completion and the
-// latest available_at its retries got.
-type follow struct {
-	id          int64
-	availableAt time.Time
-}
-
-// applyOutcomes changes the rows of mine (locked, ours) as their outcomes
-// say, writes the dead letters, and holds back the aggregates' waiting rows.
-func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, mine []appliedRow,
-	byID map[int64]*store.Outcome, now time.Time) error {
-	byKind := map[store.OutcomeKind][]int64{}
-	var kinds []store.OutcomeKind
-	changed := make([]int64, len(mine))
-	var (
-		failed      []int64
-		failedHeads = map[aggKey]int64{}
-		failedOrder []aggKey
-		retried     = map[aggKey]*follow{}
-		retryOrder  []aggKey
-	)
-	for i, r := range mine {
-		o := byID[r.id]
-		if _, seen := byKind[o.Kind]; !seen {
-			kinds = append(kinds, o.Kind)
-		}
-		byKind[o.Kind] = append(byKind[o.Kind], r.id)
-		changed[i] = r.id
-		switch o.Kind {
-		case store.Failed:
-			failed = append(failed, r.id)
-			if _, seen := failedHeads[r.agg]; !seen {
-				failedHeads[r.agg] = r.id
-				failedOrder = append(failedOrder, r.agg)
-			}
-		case store.Retry:
-			at := now.Add(max(o.RetryIn, 0).Truncate(time.Microsecond))
-			if f := retried[r.agg]; f == nil {
-				retried[r.agg] = &follow{id: r.id, availableAt: at}
-				retryOrder = append(retryOrder, r.agg)
-			} else if at.After(f.availableAt) {
-				f.availableAt = at
-			}
-		}
-	}
+// applyOutcomes changes the rows of mine (locked, ours, in id order) as
+// the plan says, writes the dead letters, and holds back the aggregates'
+// waiting rows.
+func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, p *completion.Plan, mine []completion.Applied,
+	mineIDs []int64, now time.Time) error {
 	nowText := formatTime(now)
+	kinds, byKind := p.Group(mineIDs)
 	for _, kind := range kinds {
-		if err := s.updateKind(ctx, tx, req, kind, byKind[kind], byID, nowText); err != nil {
+		if err := s.updateRows(ctx, tx, p, byKind[kind], nowText); err != nil {
 			return err
 		}
 	}
-	if len(failed) > 0 {
+	if dead := p.DeadLetters(mineIDs); len(dead) > 0 {
 		var reasons strings.Builder
-		args := make([]any, 0, len(failed)+1)
-		for _, id := range failed {
-			reason := store.ErrorText(byID[id].Error)
-			if reason == "" {
-				reason = "failed"
-			}
-			fmt.Fprintf(&reasons, " WHEN %d THEN ?", id)
-			args = append(args, reason)
+		ids := make([]int64, len(dead))
+		args := make([]any, 0, len(dead)+1)
+		for i, r := range dead {
+			ids[i] = r.ID
+			fmt.Fprintf(&reasons, " WHEN %d THEN ?", r.ID)
+			args = append(args, r.Reason)
 		}
 		args = append(args, nowText)
-		q, err := s.q.render("dead_letter_insert", fragments{IDs: idList(failed), Cases: reasons.String()})
+		q, err := s.renderComplete("complete.dead_letter", fragments{IDs: idList(ids), Cases: reasons.String()})
 		if err != nil {
 			return err
 		}
@@ -358,10 +307,8 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 			return err
 		}
 	}
-	if !req.FailedBlocks {
-		failedOrder = nil
-	}
-	if len(failedOrder) == 0 && len(retryOrder) == 0 {
+	holds := p.Holds(mine)
+	if holds.Empty() {
 		return nil
 	}
 	// The waiting rows of those aggregates, read without locks (a
@@ -370,21 +317,14 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 	// them as PENDING either.
 	var cond strings.Builder
 	var args []any
-	for _, k := range failedOrder {
+	for _, h := range slices.Concat(holds.Block, holds.Defer) {
 		if cond.Len() > 0 {
 			cond.WriteString(" OR ")
 		}
 		cond.WriteString("(aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)")
-		args = append(args, k.typ, k.id, failedHeads[k])
+		args = append(args, h.AggregateType, h.AggregateID, h.ID)
 	}
-	for _, k := range retryOrder {
-		if cond.Len() > 0 {
-			cond.WriteString(" OR ")
-		}
-		cond.WriteString("(aggregate_type = ? AND aggregate_id = ? AND unfinished = 1 AND id > ?)")
-		args = append(args, k.typ, k.id, retried[k].id)
-	}
-	q, err := s.q.render("behind_retried", fragments{Cond: cond.String(), IDs: idList(changed)})
+	q, err := s.renderComplete("complete.behind", fragments{Cond: cond.String(), IDs: idList(mineIDs)})
 	if err != nil {
 		return err
 	}
@@ -404,11 +344,12 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 			rows.Close()
 			return err
 		}
-		if head, ok := failedHeads[k]; ok && req.FailedBlocks && id > head {
+		b, at := holds.Behind(k.typ, k.id, id, avail.Time)
+		if b {
 			block = append(block, id)
 		}
-		if f := retried[k]; f != nil && id > f.id && avail.Time.Before(f.availableAt) {
-			deferTo[id] = formatTime(f.availableAt)
+		if !at.IsZero() {
+			deferTo[id] = formatTime(at)
 		}
 	}
 	rows.Close()
@@ -419,11 +360,10 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 	return s.holdBack(ctx, tx, block, deferTo)
 }
 
-// updateKind applies one kind of outcome to its rows, which complete_lock
-// locked, by primary key. Values that differ per row are CASE id
-// expressions.
-func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, kind store.OutcomeKind, ids []int64,
-	byID map[int64]*store.Outcome, now string) error {
+// updateRows applies the changes of rows ids, all of one kind of outcome,
+// which complete.lock locked, by primary key. Values that differ per row
+// are CASE id expressions.
+func (s *Store) updateRows(ctx context.Context, tx *sql.Tx, p *completion.Plan, ids []int64, now string) error {
 	var (
 		sets []string
 		args []any
@@ -432,67 +372,48 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRe
 		sets = append(sets, clause)
 		args = append(args, a...)
 	}
-	perRow := func(value func(o *store.Outcome) any) (string, []any) {
+	rows := make([]*completion.Row, len(ids))
+	for i, id := range ids {
+		rows[i] = p.Row(id)
+	}
+	perRow := func(value func(r *completion.Row) any) (string, []any) {
 		var b strings.Builder
-		a := make([]any, 0, len(ids))
+		a := make([]any, 0, len(rows))
 		b.WriteString("CASE id")
-		for _, id := range ids {
-			fmt.Fprintf(&b, " WHEN %d THEN ?", id)
-			a = append(a, value(byID[id]))
+		for _, r := range rows {
+			fmt.Fprintf(&b, " WHEN %d THEN ?", r.ID)
+			a = append(a, value(r))
 		}
 		b.WriteString(" END")
 		return b.String(), a
 	}
-	lastError := func() {
-		expr, a := perRow(func(o *store.Outcome) any { return store.ErrorText(o.Error) })
-		set("last_error = "+expr, a...)
+	first := rows[0].Change
+	if slices.ContainsFunc(rows, func(r *completion.Row) bool { return r.Status != first.Status }) {
+		expr, a := perRow(func(r *completion.Row) any { return string(r.Status) })
+		set("status = "+expr, a...)
+	} else {
+		set("status = '" + string(first.Status) + "'") // a status constant
 	}
-	retryAt := func() {
-		expr, a := perRow(func(o *store.Outcome) any { return micros(max(o.RetryIn, 0)) })
+	if first.CountsRetry {
+		set("retry_count = retry_count + 1")
+	}
+	if first.Finishes {
+		set("processed_at = CAST(? AS DATETIME(6))", now)
+	} else {
+		set("processed_at = NULL")
+	}
+	if first.Reschedules {
+		expr, a := perRow(func(r *completion.Row) any { return micros(r.AvailableIn) })
 		set("available_at = CAST(? AS DATETIME(6)) + INTERVAL "+expr+" MICROSECOND", append([]any{now}, a...)...)
 	}
-	switch kind {
-	case store.Delivered:
-		set("status = 'PROCESSED'")
-		set("processed_at = CAST(? AS DATETIME(6))", now)
-		var outs []*store.Outcome
-		for _, id := range ids {
-			if backend.DeliveredOnRow(byID[id]) {
-				outs = append(outs, byID[id])
-			}
-		}
-		if sets, a := deliveredSets(req, outs, now); sets != "" {
-			set(sets, a...)
-		}
-	case store.Expired:
-		set("status = 'EXPIRED'")
-		set("processed_at = CAST(? AS DATETIME(6))", now)
-		lastError()
-	case store.Failed:
-		set("status = 'FAILED'")
-		set("retry_count = retry_count + 1")
-		set("processed_at = CAST(? AS DATETIME(6))", now)
-		lastError()
-	case store.Retry:
-		set("status = 'PENDING'")
-		set("retry_count = retry_count + 1")
-		set("processed_at = NULL")
-		retryAt()
-		lastError()
-	case store.Released:
-		expr, a := perRow(func(o *store.Outcome) any {
-			if o.Block {
-				return string(outbox.StatusBlocked)
-			}
-			return string(outbox.StatusPending)
-		})
-		set("status = "+expr, a...)
-		set("processed_at = NULL")
-		retryAt()
-	default:
-		return fmt.Errorf("unknown outcome kind %q for event %d", kind, ids[0])
+	if first.SetsError {
+		expr, a := perRow(func(r *completion.Row) any { return r.Error })
+		set("last_error = "+expr, a...)
 	}
-	q, err := s.q.render("complete_update", fragments{Sets: strings.Join(sets, ", "), IDs: idList(ids)})
+	if sql, a := deliveredSets(p, p.OnRow(ids), now); sql != "" {
+		set(sql, a...)
+	}
+	q, err := s.renderComplete("complete.update", fragments{Sets: strings.Join(sets, ", "), IDs: idList(ids)})
 	if err != nil {
 		return err
 	}
@@ -500,11 +421,11 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRe
 	return err
 }
 
-// insertAttempts writes one attempt row per attempted outcome that is not
-// recorded on its row (backend.DeliveredOnRow: applied, or a replay of one applied before);
-// a fenced one says that the lease was lost. Zero start or finish times
-// get the database clock (now, when the completion read it).
-func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied, replays map[int64]bool, now time.Time) error {
+// insertAttempts writes the plan's attempt rows; replays are the rows whose
+// delivery a replayed completion recorded (deliveredReplays). Zero start
+// or finish times get the database clock (now, when the completion read
+// it).
+func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, p *completion.Plan, applied, replays map[int64]bool, now time.Time) error {
 	at := func(t time.Time) (string, any) {
 		switch {
 		case !t.IsZero():
@@ -514,57 +435,34 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		}
 		return "UTC_TIMESTAMP(6)", nil
 	}
-	// The first outcome of each row is the one a completion applies; a
-	// second delivery of a row recorded on it writes nothing either (as
-	// the attempt row's key would have it).
-	first := make(map[int64]*store.Outcome, len(req.Outcomes))
-	for i := range req.Outcomes {
-		if o := &req.Outcomes[i]; first[o.ID] == nil {
-			first[o.ID] = o
-		}
-	}
 	var b strings.Builder
 	var args []any
-	n := 0
-	for i := range req.Outcomes {
-		o := &req.Outcomes[i]
-		if !o.Attempted || backend.DeliveredOnRow(o) && (replays[o.ID] || applied[o.ID] && backend.DeliveredOnRow(first[o.ID])) {
-			continue
-		}
-		var msg any
-		switch {
-		case applied[o.ID]:
-			if m := store.ErrorText(o.Error); m != "" {
-				msg = m
-			}
-		case o.Error != "":
-			msg = store.ErrorText(o.Error) + "; " + backend.LeaseLost
-		default:
-			msg = backend.LeaseLost
-		}
-		if n > 0 {
+	for i, a := range p.Attempts(applied, replays) {
+		if i > 0 {
 			b.WriteByte(',')
 		}
-		started, startedArg := at(o.StartedAt)
-		finished, finishedArg := at(o.FinishedAt)
+		started, startedArg := at(a.StartedAt)
+		finished, finishedArg := at(a.FinishedAt)
 		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?,?)")
-		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.StorableText(req.RelayID, store.MaxRelayIDRunes))
-		for _, a := range []any{startedArg, finishedArg} {
-			if a != nil {
-				args = append(args, a)
+		args = append(args, a.EventID.String(), p.Token, string(a.Kind), a.ID, a.Attempt, p.StoredRelayID)
+		for _, t := range []any{startedArg, finishedArg} {
+			if t != nil {
+				args = append(args, t)
 			}
 		}
-		var traceID any
-		if o.TraceID != "" {
-			traceID = o.TraceID
+		var msg, traceID any
+		if a.HasError {
+			msg = a.Error
+		}
+		if a.TraceID != "" {
+			traceID = a.TraceID
 		}
 		args = append(args, msg, traceID)
-		n++
 	}
-	if n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	q, err := s.q.render("insert_traced_attempts", fragments{Values: b.String()})
+	q, err := s.renderComplete("complete.insert_attempts", fragments{Values: b.String()})
 	if err != nil {
 		return err
 	}

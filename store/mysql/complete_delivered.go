@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/completion"
 )
 
 // A successful delivery is recorded on its event row (migration 00006),
@@ -19,30 +17,12 @@ import (
 // of the attempts table and the row; an operator action moves the row's
 // delivery into the attempts table first (admin.go).
 
-// onRowOutcomes are the outcomes of outs recorded on their rows, the first
-// of each row.
-func onRowOutcomes(outs []store.Outcome) []*store.Outcome {
-	var out []*store.Outcome
-	seen := map[int64]bool{}
-	for i := range outs {
-		o := &outs[i]
-		if seen[o.ID] {
-			continue
-		}
-		seen[o.ID] = true
-		if backend.DeliveredOnRow(o) {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // deliveredSets are the assignments that record the deliveries outs on
 // their rows: the relay and the claim token, and per row (CASE) the
 // attempt number, the start and finish times (the database clock now when
 // zero, or UTC_TIMESTAMP(6) when now is "") and the trace id. Other rows
 // keep their values. The ids and CASE arms are integers and placeholders.
-func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string) (string, []any) {
+func deliveredSets(p *completion.Plan, outs []*completion.Row, now string) (string, []any) {
 	if len(outs) == 0 {
 		return "", nil
 	}
@@ -55,12 +35,12 @@ func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string)
 	var b strings.Builder
 	b.WriteString("delivered_relay_id = CASE WHEN id IN (" + in + ") THEN ? ELSE delivered_relay_id END, ")
 	b.WriteString("delivered_token = CASE WHEN id IN (" + in + ") THEN ? ELSE delivered_token END")
-	args = append(args, store.StorableText(req.RelayID, store.MaxRelayIDRunes), req.Token)
+	args = append(args, p.StoredRelayID, p.Token)
 	// Each column's CASE has one arm per distinct value, over the ids
 	// that take it: a relay's batch shares its times and mostly its
 	// attempt number, and an IN list of constants is a binary search,
 	// where one arm per row would be tried one by one for every row.
-	perRow := func(col string, value func(o *store.Outcome) (string, any)) {
+	perRow := func(col string, value func(o *completion.Row) (string, any)) {
 		type arm struct {
 			expr string
 			arg  any
@@ -97,10 +77,10 @@ func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string)
 		}
 		return "UTC_TIMESTAMP(6)", nil
 	}
-	perRow("delivered_attempt", func(o *store.Outcome) (string, any) { return "?", o.Attempt })
-	perRow("delivered_started_at", func(o *store.Outcome) (string, any) { return at(o.StartedAt) })
-	perRow("delivered_finished_at", func(o *store.Outcome) (string, any) { return at(o.FinishedAt) })
-	perRow("delivered_trace_id", func(o *store.Outcome) (string, any) {
+	perRow("delivered_attempt", func(o *completion.Row) (string, any) { return "?", o.Attempt })
+	perRow("delivered_started_at", func(o *completion.Row) (string, any) { return at(o.StartedAt) })
+	perRow("delivered_finished_at", func(o *completion.Row) (string, any) { return at(o.FinishedAt) })
+	perRow("delivered_trace_id", func(o *completion.Row) (string, any) {
 		if o.TraceID == "" {
 			return "NULL", nil
 		}
@@ -109,26 +89,20 @@ func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string)
 	return b.String(), args
 }
 
-// deliveredReplays reads which rows of the DELIVERED outcomes not applied
-// now are PROCESSED with their delivery recorded under the request's
-// token: the outcome is a replay (after an ambiguous commit) and writes
-// nothing.
-func (s *Store) deliveredReplays(ctx context.Context, tx *sql.Tx, req store.CompleteRequest, applied map[int64]bool) (map[int64]bool, error) {
-	var ids []int64
-	for i := range req.Outcomes {
-		if o := &req.Outcomes[i]; backend.DeliveredOnRow(o) && !applied[o.ID] && !slices.Contains(ids, o.ID) {
-			ids = append(ids, o.ID)
-		}
-	}
+// deliveredReplays reads which rows of the deliveries recorded on their
+// rows that were not applied now (completion.Plan.ReplayCandidates) are
+// PROCESSED with their delivery recorded under the plan's token: the
+// outcome is a replay (after an ambiguous commit) and writes nothing.
+func (s *Store) deliveredReplays(ctx context.Context, tx *sql.Tx, p *completion.Plan, applied map[int64]bool) (map[int64]bool, error) {
+	ids := p.ReplayCandidates(applied)
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	slices.Sort(ids)
-	q, err := s.q.byIDs("delivered_replays", ids)
+	q, err := s.renderComplete("complete.delivered_replays", fragments{IDs: idList(ids)})
 	if err != nil {
 		return nil, err
 	}
-	found, err := queryIDs(ctx, tx, q, req.Token)
+	found, err := queryIDs(ctx, tx, q, p.Token)
 	if err != nil {
 		return nil, err
 	}

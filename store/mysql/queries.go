@@ -40,8 +40,8 @@ type queries struct {
 	claimLaneHead, claimAllHead, claimDeadlineHead string
 	claimOwnHead, claimRunHead                     string
 	claimsOf, claimInsert                          string
-	claimRow, claimIDs, claimDelete                string
 	allClaims, allLanes, deadClaimRows             string
+	complete                                       completeSQL
 
 	// The operator's statements (admin.go).
 	listEvents, countMatching, selectMatching string
@@ -96,9 +96,7 @@ func buildQueries(t store.Tables) queries {
 		claimRunHead:      render("claim_run_head"),
 		claimsOf:          render("claims_of"),
 		claimInsert:       render("claim_insert"),
-		claimRow:          render("claim_row"),
-		claimIDs:          render("claim_ids"),
-		claimDelete:       render("claim_delete"),
+		complete:          buildCompleteSQL(t),
 		allClaims:         render("all_claims"),
 		allLanes:          render("all_lanes"),
 		snapshot:          snapshotDialect(t, render("blocked_aggregates")),
@@ -130,7 +128,7 @@ type idsParams struct {
 }
 
 // byIDs renders one of the statements over an id list: claim_events,
-// delivered_replays, dead_claim_rows or expire_update.
+// dead_claim_rows or expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
 }

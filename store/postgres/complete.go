@@ -2,66 +2,66 @@ package postgres
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/compensation"
+	"github.com/txoutbox/outbox/store/internal/completion"
 )
 
-// Complete implements store.Store.
+// completeSQL holds the completion's statements (sql/complete.sql),
+// rendered with the table names.
+type completeSQL struct {
+	any, expiring, delivered string
+}
+
+func buildCompleteSQL(t store.Tables) completeSQL {
+	r := func(name string) string { return sqlStatements.MustRenderNamed(name, t) }
+	return completeSQL{
+		any:       r("complete.any"),
+		expiring:  r("complete.expiring"),
+		delivered: r("complete.delivered"),
+	}
+}
+
+// Complete implements store.Store: the plan of store/internal/completion
+// in one statement, complete.any, whose arrays the plan supplies. A batch
+// of deliveries alike takes the shorter complete.delivered; one with
+// EXPIRED outcomes takes complete.expiring, whose applied rows come back
+// with what their compensating events need.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
-	n := len(req.Outcomes)
-	if n == 0 {
-		return store.CompleteResult{}, nil
+	p, err := completion.New(req)
+	if err != nil || p.Empty() {
+		return store.CompleteResult{}, err
 	}
-	ids := make([]int64, n)
-	eventIDs := make([]string, n)
-	kinds := make([]string, n)
-	errs := make([]string, n)
-	retryMS := make([]int64, n)
-	block := make([]bool, n)
-	attempted := make([]bool, n)
-	attempt := make([]int32, n)
-	started := make([]time.Time, n)
-	finished := make([]time.Time, n)
-	traceIDs := make([]string, n)
-	for i, o := range req.Outcomes {
-		ids[i] = o.ID
-		eventIDs[i] = o.EventID.String()
-		kinds[i] = string(o.Kind)
-		errs[i] = store.ErrorText(o.Error)
-		retryMS[i] = o.RetryIn.Milliseconds()
-		block[i] = o.Block
-		attempted[i] = o.Attempted
-		attempt[i] = int32(o.Attempt)
-		started[i] = o.StartedAt
-		finished[i] = o.FinishedAt
-		traceIDs[i] = o.TraceID
-	}
-	relayID := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
-	applied := make(map[int64]bool, n)
-	sorted := slices.Compact(slices.Sorted(slices.Values(ids)))
-	if allDeliveredAlike(req.Outcomes) {
-		o := req.Outcomes[0]
-		args := []any{req.Token, relayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, sorted}
-		if err := s.completeRows(ctx, s.q.completeDelivered, args, applied); err != nil {
+	applied := make(map[int64]bool, len(p.Rows))
+	ids := p.OutcomeIDs()
+	if p.DeliveredAlike() {
+		o := &p.Outcomes[0]
+		eventIDs := make([]string, len(p.Outcomes))
+		attempt := make([]int32, len(p.Outcomes))
+		for i := range p.Outcomes {
+			eventIDs[i] = p.Outcomes[i].EventID.String()
+			attempt[i] = int32(p.Outcomes[i].Attempt)
+		}
+		args := []any{p.Token, p.StoredRelayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, p.IDs(), backend.LeaseLost}
+		if err := s.completeRows(ctx, s.q.complete.delivered, args, applied); err != nil {
 			return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 		}
-		s.claimer.Completed(req.RelayID, req.Token, ids)
-		return store.NewCompleteResult(req.Outcomes, applied), nil
+		s.claimer.Completed(p.RelayID, p.Token, ids)
+		return p.Result(applied), nil
 	}
-	args := []any{req.Token, relayID, req.FailedBlocks,
-		ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs, sorted}
-	if hasExpired(req.Outcomes) {
+	args := planArgs(p)
+	if p.HasExpired() {
 		// An EXPIRED event may have a compensating event to enqueue: in
 		// the transaction of the move, so that it exists if and only if
 		// the event ended EXPIRED.
 		err := retrySerialization(ctx, func() error {
 			clear(applied)
 			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				rows, err := tx.Query(ctx, s.q.completeExpiring, args...)
+				rows, err := tx.Query(ctx, s.q.complete.expiring, args...)
 				if err != nil {
 					return err
 				}
@@ -69,20 +69,88 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 				if err != nil {
 					return err
 				}
-				return s.compensate(ctx, tx, xs, req.RelayID)
+				return s.compensate(ctx, tx, xs, p.RelayID)
 			})
 		})
 		if err != nil {
 			return store.CompleteResult{}, s.wrap("complete", err)
 		}
-		s.claimer.Completed(req.RelayID, req.Token, ids)
-		return store.NewCompleteResult(req.Outcomes, applied), nil
+		s.claimer.Completed(p.RelayID, p.Token, ids)
+		return p.Result(applied), nil
 	}
-	if err := s.completeRows(ctx, s.q.complete, args, applied); err != nil {
+	if err := s.completeRows(ctx, s.q.complete.any, args, applied); err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
-	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	s.claimer.Completed(p.RelayID, p.Token, ids)
+	return p.Result(applied), nil
+}
+
+// planArgs are the arguments of complete.rows: the outcomes ($4 to $12,
+// $25, $26) and the plan's rows with what each becomes ($13 to $24).
+func planArgs(p *completion.Plan) []any {
+	n := len(p.Outcomes)
+	ids := make([]int64, n)
+	eventIDs := make([]string, n)
+	kinds := make([]string, n)
+	errs := make([]string, n)
+	attempted := make([]bool, n)
+	attempt := make([]int32, n)
+	started := make([]time.Time, n)
+	finished := make([]time.Time, n)
+	traceIDs := make([]string, n)
+	onRow := make([]bool, n)
+	lostErrs := make([]string, n)
+	for i := range p.Outcomes {
+		o := &p.Outcomes[i]
+		ids[i] = o.ID
+		eventIDs[i] = o.EventID.String()
+		kinds[i] = string(o.Kind)
+		errs[i] = o.Error
+		attempted[i] = o.Attempted
+		attempt[i] = int32(o.Attempt)
+		started[i] = o.StartedAt
+		finished[i] = o.FinishedAt
+		traceIDs[i] = o.TraceID
+		onRow[i] = backend.DeliveredOnRow(o)
+		lostErrs[i], _ = completion.AttemptError(o, false)
+	}
+	m := len(p.Rows)
+	status := make([]string, m)
+	addRetry := make([]int32, m)
+	finish := make([]bool, m)
+	retryMS := make([]*int64, m)
+	lastError := make([]*string, m)
+	reason := make([]*string, m)
+	push := make([]bool, m)
+	rowOnRow := make([]bool, m)
+	rowStarted := make([]time.Time, m)
+	rowFinished := make([]time.Time, m)
+	rowTrace := make([]string, m)
+	for i := range p.Rows {
+		r := &p.Rows[i]
+		status[i] = string(r.Status)
+		if r.CountsRetry {
+			addRetry[i] = 1
+		}
+		finish[i] = r.Finishes
+		if r.Reschedules {
+			ms := r.AvailableIn.Milliseconds()
+			retryMS[i] = &ms
+		}
+		if r.SetsError {
+			lastError[i] = &r.Error
+		}
+		if r.DeadLetter {
+			reason[i] = &r.Reason
+		}
+		push[i] = r.PushesBack
+		rowOnRow[i] = r.OnRow
+		rowStarted[i], rowFinished[i], rowTrace[i] = r.StartedAt, r.FinishedAt, r.TraceID
+	}
+	return []any{p.Token, p.StoredRelayID, p.FailedBlocks,
+		ids, eventIDs, kinds, errs, attempted, attempt, started, finished, traceIDs,
+		p.IDs(), status, addRetry, finish, retryMS, lastError, reason, push, rowOnRow, rowStarted, rowFinished, rowTrace,
+		onRow, lostErrs}
 }
 
 // completeRows runs a completion statement that returns the applied ids.
@@ -105,31 +173,7 @@ func (s *Store) completeRows(ctx context.Context, query string, args []any, appl
 	})
 }
 
-// allDeliveredAlike reports whether completeDeliveredSQL can record the
-// batch: every outcome DELIVERED and attempted, without error or trace
-// id, with one start and one end.
-func allDeliveredAlike(outs []store.Outcome) bool {
-	for i := range outs {
-		o := &outs[i]
-		if o.Kind != store.Delivered || !o.Attempted || o.Error != "" || o.TraceID != "" ||
-			!o.StartedAt.Equal(outs[0].StartedAt) || !o.FinishedAt.Equal(outs[0].FinishedAt) {
-			return false
-		}
-	}
-	return true
-}
-
-// hasExpired reports whether any outcome is EXPIRED.
-func hasExpired(outs []store.Outcome) bool {
-	for i := range outs {
-		if outs[i].Kind == store.Expired {
-			return true
-		}
-	}
-	return false
-}
-
-// scanApplied reads completeExpiring's rows: every applied id goes in
+// scanApplied reads complete.expiring's rows: every applied id goes in
 // applied, and the EXPIRED ones with a compensating event are returned.
 func scanApplied(rows pgx.Rows, applied map[int64]bool) ([]compensation.Expired, error) {
 	defer rows.Close()

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
@@ -15,7 +14,7 @@ import (
 // rendered once when the store is built; every value is a bind parameter.
 type queries struct {
 	readClaim, readClaimIDs, claims, commitClaim  string
-	complete, completeExpiring, completeDelivered string
+	complete                                      completeSQL
 	reap, reapClaims, expire, block, unblock      string
 	countMovable, stats, oldestPending, blockedAg string
 	deadLetterCount                               string
@@ -50,32 +49,30 @@ func placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 func buildQueries(t store.Tables) queries {
 	return queries{
-		readClaim:         render(t, readClaimSQL),
-		readClaimIDs:      render(t, readClaimIDsSQL),
-		claims:            render(t, claimsSQL),
-		idOrder:           render(t, idOrderSQL),
-		scanBehind:        render(t, scanBehindSQL),
-		commitClaim:       render(t, commitClaimSQL),
-		reapClaims:        render(t, reapClaimsSQL),
-		complete:          render(t, completeSQL),
-		completeDelivered: render(t, completeDeliveredSQL),
-		completeExpiring:  render(t, strings.TrimSuffix(completeSQL, "\nSELECT id FROM u")+completeExpiringTail),
-		reap:              render(t, reapSQL),
-		expire:            render(t, expireSQL),
-		block:             render(t, blockSQL),
-		unblock:           render(t, unblockSQL),
-		countMovable:      render(t, countMovableSQL),
-		stats:             render(t, statsSQL),
-		oldestPending:     render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
-		blockedAg:         render(t, blockedAggregatesSQL),
-		deadLetterCount:   render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
-		purge:             render(t, purgeSQL),
-		purgeDeliveries:   render(t, purgeDeliveriesSQL),
-		attempts:          render(t, attemptsSQL),
-		moveDelivery:      render(t, moveDeliverySQL),
-		overdue:           render(t, overdueSQL),
-		missingIDs:        render(t, missingIDsSQL),
-		snapshot:          snapshotDialect(t, render(t, blockedAggregatesSQL)),
+		readClaim:       render(t, readClaimSQL),
+		readClaimIDs:    render(t, readClaimIDsSQL),
+		claims:          render(t, claimsSQL),
+		idOrder:         render(t, idOrderSQL),
+		scanBehind:      render(t, scanBehindSQL),
+		commitClaim:     render(t, commitClaimSQL),
+		reapClaims:      render(t, reapClaimsSQL),
+		complete:        buildCompleteSQL(t),
+		reap:            render(t, reapSQL),
+		expire:          render(t, expireSQL),
+		block:           render(t, blockSQL),
+		unblock:         render(t, unblockSQL),
+		countMovable:    render(t, countMovableSQL),
+		stats:           render(t, statsSQL),
+		oldestPending:   render(t, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`),
+		blockedAg:       render(t, blockedAggregatesSQL),
+		deadLetterCount: render(t, `SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL`),
+		purge:           render(t, purgeSQL),
+		purgeDeliveries: render(t, purgeDeliveriesSQL),
+		attempts:        render(t, attemptsSQL),
+		moveDelivery:    render(t, moveDeliverySQL),
+		overdue:         render(t, overdueSQL),
+		missingIDs:      render(t, missingIDsSQL),
+		snapshot:        snapshotDialect(t, render(t, blockedAggregatesSQL)),
 
 		listEvents:          render(t, `SELECT `+recordColumns+recordFrom),
 		getEvent:            render(t, `SELECT `+recordColumns+recordFrom+` WHERE o.event_id = $1::uuid`),
@@ -140,187 +137,6 @@ const operatorUnblockSQL = `UPDATE "{{.Outbox}}" o SET status = 'PENDING', hold 
         WHERE o.aggregate_type = $1 AND o.aggregate_id = $2 AND o.hold = 2 AND o.status = 'BLOCKED'
           AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" f WHERE f.hold = 2 AND f.status = 'FAILED'
               AND f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id AND f.id < o.id)`
-
-// completeSQL applies a batch of outcomes under one claim token ($1) in one
-// statement. The fence: v, the claim's lanes still held under the tokens
-// it was made under (a share lock on those lane rows keeps a balance from
-// taking them until this commits), and the rows must be the claim's own
-// (mine) and still PENDING. Then: the state change; dead letters for new
-// FAILED rows; BLOCKED for the waiting events of their aggregates (when
-// $3); a pushed-back available_at for the waiting events of retried
-// aggregates (neither touches rows another claim holds); one attempt row
-// per attempted event that was not delivered (a replay conflicts and
-// writes nothing); one row in the deliveries table per start and finish
-// time of the delivered events (their audit: the lanes of the events, which
-// are the PROCESSED rows of those lanes whose processed_at is now(), and
-// only when some event carries a trace id, the events and their trace
-// ids); and the claim's row loses
-// the rows completed (and goes when none is left).
-//
-// "(x IN (SELECT ...)) IS TRUE" keeps the membership test a hashed
-// subquery: as a plain IN it becomes a join, which PostgreSQL, expecting
-// 10 rows of each unnest, plans as a nested loop over 1,000 x 1,000 rows.
-//
-// A delivery writes only status and processed_at of the event row, and
-// hold stays 0 for a row that had it: no index names those columns, so the
-// update is HOT. A replayed DELIVERED outcome is recognised by its claim's
-// row in the deliveries table (the event is PROCESSED at that row's time)
-// and writes nothing either; a delivery that
-// carries an error text (a sink's note) keeps its attempt row, so that
-// the text is kept too.
-const completeSQL = `
-WITH i AS (
-    SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bigint[],
-                         $9::bool[], $10::bool[], $11::int[], $12::timestamptz[], $13::timestamptz[], $14::text[])
-        AS i(id, event_id, kind, err, retry_ms, block, attempted, attempt, started_at, finished_at, trace_id)
-),
-c AS MATERIALIZED (
-    SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = $1::uuid
-),
-v AS MATERIALIZED (
-    SELECT l.lane FROM c CROSS JOIN LATERAL unnest(c.lanes, c.lane_tokens) AS f(lane, token)
-    JOIN "{{.Outbox}}_lanes" l ON l.lane = f.lane AND l.token = f.token
-    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint
-    ORDER BY l.lane
-    FOR SHARE OF l
-),
-mine AS MATERIALIZED (
-    SELECT unnest(ids) AS id FROM c WHERE EXISTS (SELECT 1 FROM v)
-),
-u AS (
-    UPDATE "{{.Outbox}}" o SET
-        status = CASE i.kind
-            WHEN 'DELIVERED' THEN 'PROCESSED'
-            WHEN 'FAILED' THEN 'FAILED'
-            WHEN 'EXPIRED' THEN 'EXPIRED'
-            WHEN 'RETRY' THEN 'PENDING'
-            ELSE CASE WHEN i.block THEN 'BLOCKED' ELSE 'PENDING' END END,
-        hold = CASE WHEN i.kind IN ('DELIVERED', 'EXPIRED') THEN 0
-            WHEN i.kind = 'FAILED' OR (i.kind = 'RELEASED' AND i.block) THEN 2 ELSE 1 END,
-        retry_count = o.retry_count + CASE WHEN i.kind IN ('RETRY', 'FAILED') THEN 1 ELSE 0 END,
-        processed_at = CASE WHEN i.kind IN ('DELIVERED', 'FAILED', 'EXPIRED') THEN now() END,
-        available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
-            THEN now() + i.retry_ms * interval '1 millisecond' ELSE o.available_at END,
-        last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN left(i.err, 2000) ELSE o.last_error END
-    FROM i
-    WHERE o.id = i.id AND o.status = 'PENDING'
-      AND (i.id IN (SELECT id FROM mine)) IS TRUE AND o.lane = ANY(ARRAY(SELECT lane FROM v))
-    RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-        o.retry_count, o.status, o.available_at, i.kind, i.err, o.expires_at, o.on_expired,
-        i.attempted, i.started_at, i.finished_at, i.trace_id, o.lane
-),
-busy AS MATERIALIZED (
-    SELECT DISTINCT unnest(ids) AS id FROM "{{.Outbox}}_claims"
-),
-dl AS (
-    INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason)
-    SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, COALESCE(NULLIF(err, ''), 'failed')
-    FROM u WHERE status = 'FAILED'
-),
-blk AS (
-    UPDATE "{{.Outbox}}" o SET status = 'BLOCKED', hold = 2
-    FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM u WHERE status = 'FAILED' GROUP BY 1, 2) f
-    WHERE $3::bool AND o.aggregate_type = f.aggregate_type AND o.aggregate_id = f.aggregate_id
-      AND o.id > f.id AND o.status = 'PENDING' AND o.id NOT IN (SELECT id FROM busy)
-),
-dfr AS (
-    UPDATE "{{.Outbox}}" o SET available_at = r.available_at, hold = 1
-    FROM (SELECT aggregate_type, aggregate_id, min(id) AS id, max(available_at) AS available_at
-          FROM u WHERE kind = 'RETRY' GROUP BY 1, 2) r
-    WHERE o.aggregate_type = r.aggregate_type AND o.aggregate_id = r.aggregate_id
-      AND o.id > r.id AND o.status = 'PENDING' AND (o.available_at < r.available_at OR o.hold = 0)
-      AND o.id NOT IN (SELECT id FROM busy)
-),
-att AS (
-    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
-    SELECT i.event_id, $1::uuid, i.kind, i.id, i.attempt, $2, i.started_at, i.finished_at,
-        CASE WHEN u.id IS NULL
-            THEN concat_ws('; ', NULLIF(i.err, ''), 'lease lost before the mark: the row was not changed')
-            ELSE NULLIF(left(i.err, 2000), '') END,
-        NULLIF(i.trace_id, '')
-    FROM i LEFT JOIN u ON u.id = i.id
-    WHERE i.attempted AND NOT (i.kind = 'DELIVERED' AND COALESCE(i.err, '') = '' AND (u.id IS NOT NULL OR EXISTS (
-        SELECT 1 FROM "{{.Outbox}}_deliveries" d JOIN "{{.Outbox}}" p ON p.id = i.id
-        WHERE d.token = $1::uuid AND p.status = 'PROCESSED' AND p.processed_at = d.completed_at)))
-    ON CONFLICT DO NOTHING
-),
-dlv AS (
-    INSERT INTO "{{.Outbox}}_deliveries" (token, relay_id, completed_at, started_at, finished_at, lanes, delivered, ids, trace_ids)
-    SELECT $1::uuid, $2, now(), u.started_at, u.finished_at, array_agg(DISTINCT u.lane), count(*),
-        CASE WHEN bool_or(COALESCE(u.trace_id, '') <> '') THEN array_agg(u.id ORDER BY u.id) END,
-        CASE WHEN bool_or(COALESCE(u.trace_id, '') <> '') THEN array_agg(NULLIF(u.trace_id, '') ORDER BY u.id) END
-    FROM u
-    WHERE u.kind = 'DELIVERED' AND u.attempted AND COALESCE(u.err, '') = ''
-    GROUP BY u.started_at, u.finished_at
-),
-cd AS (
-    DELETE FROM "{{.Outbox}}_claims" WHERE token = $1::uuid AND (ids = $15::bigint[] OR ids <@ $4::bigint[]) AND EXISTS (SELECT 1 FROM v)
-),
-cu AS (
-    UPDATE "{{.Outbox}}_claims" SET ids = ARRAY(SELECT x FROM unnest(ids) AS x WHERE x <> ALL($4::bigint[]) ORDER BY x)
-    WHERE token = $1::uuid AND NOT (ids = $15::bigint[] OR ids <@ $4::bigint[]) AND EXISTS (SELECT 1 FROM v)
-)
-SELECT id FROM u`
-
-// completeDeliveredSQL is completeSQL for the common batch: every outcome
-// DELIVERED, attempted, without error or trace id, sent in one call
-// ($4 started, $5 finished). $3 are the rows, $6 their event ids and $7
-// their attempt numbers; $8 the rows sorted (the claim's ids when the
-// batch is whole: the claim's row is then deleted without comparing
-// element by element). The fence, the audit of a fenced or replayed
-// outcome and the claim's bookkeeping are those of completeSQL.
-const completeDeliveredSQL = `
-WITH c AS MATERIALIZED (
-    SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = $1::uuid
-),
-v AS MATERIALIZED (
-    SELECT l.lane FROM c CROSS JOIN LATERAL unnest(c.lanes, c.lane_tokens) AS f(lane, token)
-    JOIN "{{.Outbox}}_lanes" l ON l.lane = f.lane AND l.token = f.token
-    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint
-    ORDER BY l.lane
-    FOR SHARE OF l
-),
-mine AS MATERIALIZED (
-    SELECT unnest(ids) AS id FROM c WHERE EXISTS (SELECT 1 FROM v)
-),
-u AS (
-    UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now()
-    FROM unnest($3::bigint[]) AS i(id)
-    WHERE o.id = i.id AND o.status = 'PENDING'
-      AND (i.id IN (SELECT id FROM mine)) IS TRUE AND o.lane = ANY(ARRAY(SELECT lane FROM v))
-    RETURNING o.id, o.lane
-),
-att AS (
-    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
-    SELECT i.event_id, $1::uuid, 'DELIVERED', i.id, i.attempt, $2, $4, $5,
-        'lease lost before the mark: the row was not changed'
-    FROM unnest($3::bigint[], $6::uuid[], $7::int[]) AS i(id, event_id, attempt)
-    WHERE i.id NOT IN (SELECT id FROM u) AND NOT EXISTS (
-        SELECT 1 FROM "{{.Outbox}}_deliveries" d JOIN "{{.Outbox}}" p ON p.id = i.id
-        WHERE d.token = $1::uuid AND p.status = 'PROCESSED' AND p.processed_at = d.completed_at)
-    ON CONFLICT DO NOTHING
-),
-dlv AS (
-    INSERT INTO "{{.Outbox}}_deliveries" (token, relay_id, completed_at, started_at, finished_at, lanes, delivered)
-    SELECT $1::uuid, $2, now(), $4, $5, array_agg(DISTINCT lane), count(*) FROM u HAVING count(*) > 0
-),
-cd AS (
-    DELETE FROM "{{.Outbox}}_claims" WHERE token = $1::uuid AND (ids = $8::bigint[] OR ids <@ $3::bigint[]) AND EXISTS (SELECT 1 FROM v)
-),
-cu AS (
-    UPDATE "{{.Outbox}}_claims" SET ids = ARRAY(SELECT x FROM unnest(ids) AS x WHERE x <> ALL($3::bigint[]) ORDER BY x)
-    WHERE token = $1::uuid AND NOT (ids = $8::bigint[] OR ids <@ $3::bigint[]) AND EXISTS (SELECT 1 FROM v)
-)
-SELECT id FROM u`
-
-// completeExpiringTail replaces the last line of completeSQL for a batch
-// with EXPIRED outcomes: the applied rows come back as expiredColumns, the
-// payload and headers only for rows with a compensating event to enqueue.
-const completeExpiringTail = `
-SELECT id, event_id, aggregate_type, aggregate_id, event_type,
-    CASE WHEN c THEN payload END, CASE WHEN c THEN headers END, expires_at, retry_count,
-    CASE WHEN c THEN on_expired END
-FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u`
 
 // reapSQL returns rows PROCESSING under a lease of the previous schema
 // (before lanes) whose lease ended to PENDING, keeping retry_count, and

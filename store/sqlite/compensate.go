@@ -13,14 +13,7 @@ import (
 	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
-// expiredRowsSQL reads the rows of ?1 (JSON ids, just moved to EXPIRED)
-// that have a compensating event to enqueue.
-const expiredRowsSQL = `
-SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, expires_at, retry_count, on_expired
-FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'EXPIRED' AND on_expired IS NOT NULL
-ORDER BY id`
-
-// scanExpired reads rows of expiredRowsSQL's columns (expireSQL returns
+// scanExpired reads rows of complete.expired_rows' columns (expireSQL returns
 // them too); rows without on_expired are counted, not returned.
 func scanExpired(rows *sql.Rows) (xs []compensation.Expired, n int64, err error) {
 	defer rows.Close()

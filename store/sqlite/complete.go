@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,22 +9,44 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 
-	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
-	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/completion"
 )
 
-// completeItem is one outcome as completeUpdateSQL reads it.
-type completeItem struct {
-	ID    int64  `json:"id"`
-	Kind  string `json:"kind"`
-	Err   string `json:"err"`
-	Retry string `json:"retry"`
-	Block bool   `json:"block"`
-	// D: the delivery is recorded on the row (backend.DeliveredOnRow),
-	// with the attempt number, the times and the trace id.
+// completeSQL holds the completion's statements (sql/complete.sql),
+// rendered with the table names.
+type completeSQL struct {
+	claimRow, claimIDs, update, deadLetter string
+	blockAfter, deferFrom, insertAttempts  string
+	expiredRows                            string
+}
+
+func buildCompleteSQL(t store.Tables) completeSQL {
+	r := func(name string) string { return sqlStatements.MustRenderNamed(name, names{Tables: t, TS: tsSQL}) }
+	return completeSQL{
+		claimRow:       r("complete.claim_row"),
+		claimIDs:       r("complete.claim_ids"),
+		update:         r("complete.update"),
+		deadLetter:     r("complete.dead_letter"),
+		blockAfter:     r("complete.block_after"),
+		deferFrom:      r("complete.defer"),
+		insertAttempts: r("complete.insert_attempts"),
+		expiredRows:    r("complete.expired_rows"),
+	}
+}
+
+// rowItem is one row of the plan as complete.update reads it.
+type rowItem struct {
+	ID     int64   `json:"id"`
+	Status string  `json:"status"`
+	Add    int     `json:"add"`
+	Fin    bool    `json:"fin"`
+	Retry  *string `json:"retry"`
+	SetErr bool    `json:"set_err"`
+	Err    string  `json:"err"`
+	// D: the delivery is recorded on the row, with the attempt number, the
+	// times and the trace id.
 	D        bool    `json:"d,omitempty"`
 	Attempt  int     `json:"attempt,omitempty"`
 	Started  string  `json:"started,omitempty"`
@@ -31,7 +54,7 @@ type completeItem struct {
 	TraceID  *string `json:"trace_id,omitempty"`
 }
 
-// attemptItem is one attempt row as insertAttemptsSQL reads it.
+// attemptItem is one attempt row as complete.insert_attempts reads it.
 type attemptItem struct {
 	ID       int64   `json:"id"`
 	EventID  string  `json:"event_id"`
@@ -41,213 +64,170 @@ type attemptItem struct {
 	Finished string  `json:"finished"`
 	Error    *string `json:"error"`
 	TraceID  *string `json:"trace_id"`
-	// Replay: a delivery recorded on the row that this completion did not
-	// apply; insertAttemptsSQL writes nothing for it if the row is
-	// PROCESSED with its delivery under the same token.
-	Replay bool `json:"replay,omitempty"`
+	Replay   bool    `json:"replay,omitempty"`
 }
 
-// appliedRow is a row completeUpdateSQL changed.
-type appliedRow struct {
-	id                  int64
-	aggType, aggID      string
-	status, availableAt string
-}
-
-// Complete implements store.Store: the guarded state change, dead letters,
-// BLOCKED and pushed-back followers and the attempt rows, in one BEGIN
-// IMMEDIATE transaction, as completeSQL of the PostgreSQL backend does in one
-// statement.
+// Complete implements store.Store: the plan of store/internal/completion,
+// in one BEGIN IMMEDIATE transaction.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
-	n := len(req.Outcomes)
-	if n == 0 {
-		return store.CompleteResult{}, nil
+	p, err := completion.New(req)
+	if err != nil || p.Empty() {
+		return store.CompleteResult{}, err
 	}
-	req = req.Storable()
-	items := make([]completeItem, n)
-	byID := make(map[int64]*store.Outcome, n)
-	for i := range req.Outcomes {
-		o := &req.Outcomes[i]
-		items[i] = completeItem{ID: o.ID, Kind: string(o.Kind), Err: o.Error, Retry: modifier(o.RetryIn), Block: o.Block}
-		if backend.DeliveredOnRow(o) {
-			it := &items[i]
-			it.D, it.Attempt = true, o.Attempt
-			if !o.StartedAt.IsZero() {
-				it.Started = formatTime(o.StartedAt)
-			}
-			if !o.FinishedAt.IsZero() {
-				it.Finished = formatTime(o.FinishedAt)
-			}
-			if o.TraceID != "" {
-				it.TraceID = &o.TraceID
-			}
-		}
-		if _, dup := byID[o.ID]; !dup {
-			byID[o.ID] = o
-		}
-	}
-	itemsJSON, err := json.Marshal(items)
+	itemsJSON, err := json.Marshal(rowItems(p))
 	if err != nil {
 		return store.CompleteResult{}, fmt.Errorf("complete: %w", err)
 	}
-	applied := make(map[int64]bool, n)
+	applied := make(map[int64]bool, len(p.Rows))
 	err = s.writeTx(ctx, func(conn *sql.Conn, now string) error {
 		clear(applied)
-		fence, err := s.claimFence(ctx, conn, req.Token)
-		if err != nil {
-			return err
-		}
-		var rowsChanged []appliedRow
-		rows, err := conn.QueryContext(ctx, s.q.completeUpdate, now, req.Token, string(itemsJSON), req.RelayID,
-			fence.idsJSON, fence.lanesJSON)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var r appliedRow
-			if err := rows.Scan(&r.id, &r.aggType, &r.aggID, &r.status, &r.availableAt); err != nil {
-				rows.Close()
-				return err
-			}
-			rowsChanged = append(rowsChanged, r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		sort.Slice(rowsChanged, func(i, j int) bool { return rowsChanged[i].id < rowsChanged[j].id })
-		changedIDs := make([]int64, len(rowsChanged))
-		for i, r := range rowsChanged {
-			applied[r.id] = true
-			changedIDs[i] = r.id
-		}
-		changedJSON := int64sJSON(changedIDs)
-
-		type aggKey struct{ typ, id string }
-		type follow struct {
-			id          int64
-			availableAt string
-		}
-		failedHeads := map[aggKey]int64{}
-		retried := map[aggKey]*follow{}
-		var failedOrder, retriedOrder []aggKey
-		for _, r := range rowsChanged {
-			k := aggKey{r.aggType, r.aggID}
-			o := byID[r.id]
-			if r.status == string(outbox.StatusFailed) {
-				reason := o.Error
-				if reason == "" {
-					reason = "failed"
-				}
-				if _, err := conn.ExecContext(ctx, s.q.deadLetter, r.id, reason, now); err != nil {
-					return err
-				}
-				if _, seen := failedHeads[k]; !seen {
-					failedHeads[k] = r.id
-					failedOrder = append(failedOrder, k)
-				}
-			}
-			if o.Kind == store.Retry {
-				f := retried[k]
-				if f == nil {
-					f = &follow{id: r.id, availableAt: r.availableAt}
-					retried[k] = f
-					retriedOrder = append(retriedOrder, k)
-				} else if r.availableAt > f.availableAt {
-					f.availableAt = r.availableAt
-				}
-			}
-		}
-		if req.FailedBlocks {
-			for _, k := range failedOrder {
-				if _, err := conn.ExecContext(ctx, s.q.blockAfter, k.typ, k.id, failedHeads[k], changedJSON); err != nil {
-					return err
-				}
-			}
-		}
-		for _, k := range retriedOrder {
-			f := retried[k]
-			if _, err := conn.ExecContext(ctx, s.q.deferFrom, k.typ, k.id, f.id, f.availableAt, changedJSON); err != nil {
-				return err
-			}
-		}
-
-		var atts []attemptItem
-		for i := range req.Outcomes {
-			o := &req.Outcomes[i]
-			onRow := backend.DeliveredOnRow(o)
-			// A delivery recorded on the row writes no attempt row (nor
-			// does a second outcome of that row delivered the same way).
-			if !o.Attempted || onRow && applied[o.ID] && backend.DeliveredOnRow(byID[o.ID]) {
-				continue
-			}
-			a := attemptItem{ID: o.ID, EventID: o.EventID.String(), Kind: string(o.Kind), Attempt: o.Attempt,
-				Started: now, Finished: now}
-			if !o.StartedAt.IsZero() {
-				a.Started = formatTime(o.StartedAt)
-			}
-			if !o.FinishedAt.IsZero() {
-				a.Finished = formatTime(o.FinishedAt)
-			}
-			var msg string
-			if applied[o.ID] {
-				msg = o.Error
-			} else if o.Error != "" {
-				msg = o.Error + "; " + backend.LeaseLost
-			} else {
-				msg = backend.LeaseLost
-			}
-			if msg != "" {
-				a.Error = &msg
-			}
-			if o.TraceID != "" {
-				a.TraceID = &o.TraceID
-			}
-			a.Replay = onRow && !applied[o.ID]
-			atts = append(atts, a)
-		}
-		if len(atts) > 0 {
-			attsJSON, err := json.Marshal(atts)
-			if err != nil {
-				return err
-			}
-			if _, err := conn.ExecContext(ctx, s.q.insertAttempts, req.Token, req.RelayID, string(attsJSON)); err != nil {
-				return err
-			}
-		}
-		if err := s.dropFromClaim(ctx, conn, req.Token, fence, req.Outcomes); err != nil {
-			return err
-		}
-		// Compensating events of the rows this completion moved to
-		// EXPIRED, in the same transaction.
-		var expiredIDs []int64
-		for _, r := range rowsChanged {
-			if r.status == string(outbox.StatusExpired) {
-				expiredIDs = append(expiredIDs, r.id)
-			}
-		}
-		if len(expiredIDs) == 0 {
-			return nil
-		}
-		rows, err = conn.QueryContext(ctx, s.q.expiredRows, int64sJSON(expiredIDs))
-		if err != nil {
-			return err
-		}
-		xs, _, err := scanExpired(rows)
-		if err != nil {
-			return err
-		}
-		return s.compensate(ctx, conn, now, xs, req.RelayID)
+		return s.completeTx(ctx, conn, now, p, string(itemsJSON), applied)
 	})
 	if err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
-	ids := make([]int64, len(req.Outcomes))
-	for i, o := range req.Outcomes {
-		ids[i] = o.ID
+	s.claimer.Completed(p.RelayID, p.Token, p.OutcomeIDs())
+	return p.Result(applied), nil
+}
+
+// rowItems renders the plan's rows for complete.update.
+func rowItems(p *completion.Plan) []rowItem {
+	items := make([]rowItem, len(p.Rows))
+	for i, r := range p.Rows {
+		it := rowItem{ID: r.ID, Status: string(r.Status), Fin: r.Finishes, SetErr: r.SetsError, Err: r.Error}
+		if r.CountsRetry {
+			it.Add = 1
+		}
+		if r.Reschedules {
+			m := modifier(r.AvailableIn)
+			it.Retry = &m
+		}
+		if r.OnRow {
+			it.D, it.Attempt = true, r.Attempt
+			if !r.StartedAt.IsZero() {
+				it.Started = formatTime(r.StartedAt)
+			}
+			if !r.FinishedAt.IsZero() {
+				it.Finished = formatTime(r.FinishedAt)
+			}
+			if r.TraceID != "" {
+				it.TraceID = &r.TraceID
+			}
+		}
+		items[i] = it
 	}
-	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return items
+}
+
+// completeTx runs the plan's steps in the write transaction.
+func (s *Store) completeTx(ctx context.Context, conn *sql.Conn, now string, p *completion.Plan, itemsJSON string, applied map[int64]bool) error {
+	q := &s.q.complete
+	fence, err := s.claimFence(ctx, conn, p.Token)
+	if err != nil {
+		return err
+	}
+	rows, err := conn.QueryContext(ctx, q.update, now, p.Token, itemsJSON, p.StoredRelayID, fence.idsJSON, fence.lanesJSON)
+	if err != nil {
+		return err
+	}
+	var changed []completion.Applied
+	for rows.Next() {
+		var (
+			a             completion.Applied
+			status, avail string
+		)
+		if err := rows.Scan(&a.ID, &a.AggregateType, &a.AggregateID, &status, &avail); err != nil {
+			rows.Close()
+			return err
+		}
+		if a.AvailableAt, err = parseTime(avail); err != nil {
+			rows.Close()
+			return err
+		}
+		changed = append(changed, a)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	slices.SortFunc(changed, func(a, b completion.Applied) int { return cmp.Compare(a.ID, b.ID) })
+	changedIDs := make([]int64, len(changed))
+	for i, a := range changed {
+		applied[a.ID] = true
+		changedIDs[i] = a.ID
+	}
+	changedJSON := int64sJSON(changedIDs)
+
+	for _, r := range p.DeadLetters(changedIDs) {
+		if _, err := conn.ExecContext(ctx, q.deadLetter, r.ID, r.Reason, now); err != nil {
+			return err
+		}
+	}
+	holds := p.Holds(changed)
+	for _, h := range holds.Block {
+		if _, err := conn.ExecContext(ctx, q.blockAfter, h.AggregateType, h.AggregateID, h.ID, changedJSON); err != nil {
+			return err
+		}
+	}
+	for _, h := range holds.Defer {
+		if _, err := conn.ExecContext(ctx, q.deferFrom, h.AggregateType, h.AggregateID, h.ID, formatTime(h.AvailableAt), changedJSON); err != nil {
+			return err
+		}
+	}
+	if err := s.insertAttempts(ctx, conn, now, p, applied); err != nil {
+		return err
+	}
+	if err := s.dropFromClaim(ctx, conn, p, fence); err != nil {
+		return err
+	}
+	// Compensating events of the rows this completion moved to EXPIRED,
+	// in the same transaction.
+	expired := p.Expired(changedIDs)
+	if len(expired) == 0 {
+		return nil
+	}
+	rows, err = conn.QueryContext(ctx, q.expiredRows, int64sJSON(expired))
+	if err != nil {
+		return err
+	}
+	xs, _, err := scanExpired(rows)
+	if err != nil {
+		return err
+	}
+	return s.compensate(ctx, conn, now, xs, p.RelayID)
+}
+
+// insertAttempts writes the plan's attempt rows; the replay of a delivery
+// recorded on its row is sorted out by the statement.
+func (s *Store) insertAttempts(ctx context.Context, conn *sql.Conn, now string, p *completion.Plan, applied map[int64]bool) error {
+	var atts []attemptItem
+	for _, a := range p.Attempts(applied, nil) {
+		it := attemptItem{ID: a.ID, EventID: a.EventID.String(), Kind: string(a.Kind), Attempt: a.Attempt,
+			Started: now, Finished: now, Replay: a.Replay}
+		if !a.StartedAt.IsZero() {
+			it.Started = formatTime(a.StartedAt)
+		}
+		if !a.FinishedAt.IsZero() {
+			it.Finished = formatTime(a.FinishedAt)
+		}
+		if a.HasError {
+			msg := a.Error
+			it.Error = &msg
+		}
+		if a.TraceID != "" {
+			it.TraceID = &a.TraceID
+		}
+		atts = append(atts, it)
+	}
+	if len(atts) == 0 {
+		return nil
+	}
+	attsJSON, err := json.Marshal(atts)
+	if err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, s.q.complete.insertAttempts, p.Token, p.StoredRelayID, string(attsJSON))
+	return err
 }
 
 // claimFence is what a completion may change: the rows of its claim
@@ -263,7 +243,7 @@ type claimFence struct {
 func (s *Store) claimFence(ctx context.Context, c *sql.Conn, token string) (claimFence, error) {
 	f := claimFence{idsJSON: "[]", lanesJSON: "[]"}
 	var ls, ts, ids string
-	err := c.QueryRowContext(ctx, s.q.claimRow, token).Scan(&ls, &ts, &ids)
+	err := c.QueryRowContext(ctx, s.q.complete.claimRow, token).Scan(&ls, &ts, &ids)
 	if errors.Is(err, sql.ErrNoRows) {
 		return f, nil
 	}
@@ -292,22 +272,21 @@ func (s *Store) claimFence(ctx context.Context, c *sql.Conn, token string) (clai
 	return f, nil
 }
 
-// dropFromClaim takes the rows of outs out of claim token's row, and
-// deletes the row when none is left. A claim whose lanes are all gone is
-// left to the sweeper, which audits its rows.
-func (s *Store) dropFromClaim(ctx context.Context, c *sql.Conn, token string, f claimFence, outs []store.Outcome) error {
+// dropFromClaim takes the plan's rows out of the claim's row, and deletes
+// the row when none is left. A claim whose lanes are all gone is left to
+// the sweeper, which audits its rows.
+func (s *Store) dropFromClaim(ctx context.Context, c *sql.Conn, p *completion.Plan, f claimFence) error {
 	if !f.live {
 		return nil
 	}
-	done := make(map[int64]bool, len(outs))
-	for _, o := range outs {
-		done[o.ID] = true
-	}
-	left := slices.DeleteFunc(slices.Clone(f.ids), func(id int64) bool { return done[id] })
-	if len(left) == 0 {
-		_, err := c.ExecContext(ctx, s.q.claimDelete, token)
+	left, changed := p.ClaimLeft(f.ids)
+	switch {
+	case len(left) == 0:
+		_, err := c.ExecContext(ctx, s.q.claimDelete, p.Token)
 		return err
+	case !changed:
+		return nil
 	}
-	_, err := c.ExecContext(ctx, s.q.claimIDs, token, int64sJSON(left))
+	_, err := c.ExecContext(ctx, s.q.complete.claimIDs, p.Token, int64sJSON(left))
 	return err
 }

@@ -12,17 +12,16 @@ import (
 // transaction that already excludes every other writer. "now" is always a
 // parameter: the database clock read once at the start of the transaction.
 type queries struct {
-	claimRead, claimsOf, laneLeases                   string
-	claimEvents, insertClaim                          string
-	claimDefer, claimBlock                            string
-	claimRow, claimIDs, claimDelete, deadClaimRows    string
-	allClaims                                         string
-	completeUpdate, deadLetter, blockAfter, deferFrom string
-	insertAttempts                                    string
-	reapSelect, reapUpdate, audit                     string
-	expire, block, unblock, expiredRows               string
-	countMovable, stats, oldestPending, blockedAg     string
-	deadLetterCount                                   string
+	claimRead, claimsOf, laneLeases               string
+	claimEvents, insertClaim                      string
+	claimDefer, claimBlock                        string
+	claimDelete, deadClaimRows                    string
+	allClaims                                     string
+	complete                                      completeSQL
+	reapSelect, reapUpdate, audit                 string
+	expire, block, unblock                        string
+	countMovable, stats, oldestPending, blockedAg string
+	deadLetterCount                               string
 
 	// The operator's statements (admin.go). listEvents, countMatching and
 	// selectMatching are the fixed heads of statements whose WHERE is
@@ -67,21 +66,14 @@ func buildQueries(t store.Tables) queries {
 		insertClaim:     render(t, insertClaimSQL),
 		claimDefer:      render(t, claimDeferSQL),
 		claimBlock:      render(t, claimBlockSQL),
-		claimRow:        render(t, `SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = ?`),
-		claimIDs:        render(t, `UPDATE "{{.Outbox}}_claims" SET ids = ?2 WHERE token = ?1`),
 		claimDelete:     render(t, `DELETE FROM "{{.Outbox}}_claims" WHERE token = ?`),
+		complete:        buildCompleteSQL(t),
 		allClaims:       render(t, `SELECT token, lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" ORDER BY created_ms LIMIT ?`),
 		deadClaimRows:   render(t, `SELECT id, event_id, retry_count FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?))`),
-		completeUpdate:  render(t, completeUpdateSQL),
-		deadLetter:      render(t, deadLetterSQL),
-		blockAfter:      render(t, blockAfterSQL),
-		deferFrom:       render(t, deferSQL),
-		insertAttempts:  render(t, insertAttemptsSQL),
 		reapSelect:      render(t, reapSelectSQL),
 		reapUpdate:      render(t, reapUpdateSQL),
 		audit:           render(t, auditSQL),
 		expire:          render(t, expireSQL),
-		expiredRows:     render(t, expiredRowsSQL),
 		block:           render(t, blockSQL),
 		unblock:         render(t, unblockSQL),
 		countMovable:    render(t, countMovableSQL),
@@ -186,52 +178,6 @@ const claimBlockSQL = `
 UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'PENDING'`
 
-// completeUpdateSQL is the guarded state change of completeSQL: ?1 is now,
-// ?2 the claim token, ?3 the outcomes as a JSON array of objects, ?4 the
-// relay; the fence: a row changes only while PENDING, in the claim (?5,
-// its ids) and in a lane still held under the claim's token (?6). A delivery marked d is recorded on the row (migration 00006):
-// the relay, the claim token, the attempt number, the times (now when
-// absent) and the trace id.
-const completeUpdateSQL = `
-WITH i AS MATERIALIZED (
-    SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.kind') AS kind,
-        json_extract(value, '$.err') AS err, json_extract(value, '$.retry') AS retry,
-        json_extract(value, '$.block') AS block, COALESCE(json_extract(value, '$.d'), 0) AS d,
-        json_extract(value, '$.attempt') AS attempt, COALESCE(json_extract(value, '$.started'), ?1) AS started,
-        COALESCE(json_extract(value, '$.finished'), ?1) AS finished, json_extract(value, '$.trace_id') AS trace_id
-    FROM json_each(?3)
-)
-UPDATE "{{.Outbox}}" AS o SET
-    status = CASE i.kind
-        WHEN 'DELIVERED' THEN 'PROCESSED'
-        WHEN 'FAILED' THEN 'FAILED'
-        WHEN 'EXPIRED' THEN 'EXPIRED'
-        WHEN 'RETRY' THEN 'PENDING'
-        ELSE CASE WHEN i.block THEN 'BLOCKED' ELSE 'PENDING' END END,
-    retry_count = o.retry_count + CASE WHEN i.kind IN ('RETRY', 'FAILED') THEN 1 ELSE 0 END,
-    processed_at = CASE WHEN i.kind IN ('DELIVERED', 'FAILED', 'EXPIRED') THEN ?1 END,
-    available_at = CASE WHEN i.kind IN ('RETRY', 'RELEASED')
-        THEN strftime({{.TS}}, ?1, i.retry) ELSE o.available_at END,
-    last_error = CASE WHEN i.kind IN ('RETRY', 'FAILED', 'EXPIRED') THEN substr(i.err, 1, 2000) ELSE o.last_error END,
-    delivered_relay_id = CASE WHEN i.d THEN ?4 ELSE o.delivered_relay_id END,
-    delivered_attempt = CASE WHEN i.d THEN i.attempt ELSE o.delivered_attempt END,
-    delivered_started_at = CASE WHEN i.d THEN i.started ELSE o.delivered_started_at END,
-    delivered_finished_at = CASE WHEN i.d THEN i.finished ELSE o.delivered_finished_at END,
-    delivered_trace_id = CASE WHEN i.d THEN i.trace_id ELSE o.delivered_trace_id END,
-    delivered_token = CASE WHEN i.d THEN ?2 ELSE o.delivered_token END,
-    locked_until = NULL,
-    lock_token = NULL
-FROM i
-WHERE o.id = i.id AND o.status = 'PENDING' AND o.id IN (SELECT value FROM json_each(?5))
-  AND o.lane IN (SELECT value FROM json_each(?6))
-RETURNING id, aggregate_type, aggregate_id, status, available_at`
-
-// deadLetterSQL records a newly FAILED row (?1) with its reason ?2 at ?3.
-const deadLetterSQL = `
-INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, reason, failed_at)
-SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, ?2, ?3
-FROM "{{.Outbox}}" WHERE id = ?1`
-
 // busySQL lists the rows the claims in flight hold (PROCESSING).
 const busySQL = `SELECT j.value FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j`
 
@@ -239,36 +185,6 @@ const busySQL = `SELECT j.value FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) 
 // partial index only when the query names its condition, and does not infer
 // it from status = 'PENDING'.
 const unfinished = `status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')`
-
-// blockAfterSQL holds the PENDING rows after a newly FAILED row ?3 of
-// aggregate (?1, ?2) as BLOCKED; ?4 lists (JSON) the rows this completion
-// itself changed, which PostgreSQL's single statement does not see as
-// PENDING either.
-const blockAfterSQL = `
-UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
-WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
-  AND id NOT IN (SELECT value FROM json_each(?4)) AND id NOT IN (` + busySQL + `)`
-
-// deferSQL pushes back the PENDING rows after a retried row ?3 of aggregate
-// (?1, ?2) to its new available_at ?4; ?5 as in blockAfterSQL.
-const deferSQL = `
-UPDATE "{{.Outbox}}" SET available_at = ?4
-WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND ` + unfinished + `
-  AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5)) AND id NOT IN (` + busySQL + `)`
-
-// insertAttemptsSQL writes one attempt row per element of ?3 (claim token
-// ?1, relay ?2); a replay conflicts and writes nothing, and so does the
-// replay of a delivery recorded on its row (marked replay: the row is
-// PROCESSED with its delivery under ?1).
-const insertAttemptsSQL = `
-INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
-SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
-    json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
-    json_extract(value, '$.error'), json_extract(value, '$.trace_id')
-FROM json_each(?3)
-WHERE NOT (COALESCE(json_extract(value, '$.replay'), 0) AND EXISTS (SELECT 1 FROM "{{.Outbox}}" p
-    WHERE p.id = json_extract(value, '$.id') AND p.status = 'PROCESSED' AND p.delivered_token = ?1))
-ON CONFLICT DO NOTHING`
 
 // reapSelectSQL finds a page of PROCESSING rows whose lease ended (?1 now,
 // ?2 page size), with the claim token they had.

@@ -6,8 +6,8 @@ import "github.com/txoutbox/outbox/store"
 // (the delivered_* columns) rather than as a row of the attempts table: an
 // attempted delivery without an error text. A delivery whose outcome
 // carries a text (a sink's note) keeps its attempt row, which has a column
-// for it. PostgreSQL's completeSQL, MySQL's and SQLite's completions
-// follow this rule.
+// for it. The completion plan (store/internal/completion) applies this
+// rule for every backend.
 func DeliveredOnRow(o *store.Outcome) bool {
 	return o.Kind == store.Delivered && o.Attempted && o.Error == ""
 }
