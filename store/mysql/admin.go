@@ -473,9 +473,7 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 	}, s.Requeue)
 }
 
-var _ store.AdminQuerier = (*Store)(nil)
-
-// AdminQueries implements store.AdminQuerier.
+// AdminQueries implements store.Store.
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.New(s.db, sqladmin.Dialect{
 		Mark:    func(int) string { return "?" },

@@ -17,9 +17,7 @@ import (
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
-var _ store.LaneHolder = (*Store)(nil)
-
-// BalanceLanes implements store.LaneHolder.
+// BalanceLanes implements store.Store.
 func (s *Store) BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error {
 	if err := checkRelayID(relayID); err != nil {
 		return err
@@ -27,7 +25,7 @@ func (s *Store) BalanceLanes(ctx context.Context, relayID string, lease time.Dur
 	return s.wrap("balance lanes", s.claimer.Balance(ctx, relayID, lease))
 }
 
-// ReleaseLanes implements store.LaneHolder.
+// ReleaseLanes implements store.Store.
 func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 	if err := checkRelayID(relayID); err != nil {
 		return err
@@ -35,7 +33,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 	return s.wrap("release lanes", s.claimer.Release(ctx, relayID))
 }
 
-// HeldLanes implements store.LaneHolder.
+// HeldLanes implements store.Store.
 func (s *Store) HeldLanes(relayID string) map[int]int64 { return s.claimer.Held(relayID) }
 
 // leaseTx runs the lane statements in one READ COMMITTED transaction,

@@ -400,9 +400,7 @@ del AS (DELETE FROM "{{.Outbox}}" o USING d WHERE o.id = d.id RETURNING o.id)
 SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
        (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`
 
-var _ store.AdminQuerier = (*Store)(nil)
-
-// AdminQueries implements store.AdminQuerier over a database/sql handle on
+// AdminQueries implements store.Store over a database/sql handle on
 // the store's pool, which opens no connections of its own; Close the
 // queries when done (it leaves the pool open).
 func (s *Store) AdminQueries() store.AdminQueries {

@@ -490,11 +490,9 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 	}, s.Requeue)
 }
 
-var _ store.AdminQuerier = (*Store)(nil)
-
 const sqliteNow = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
-// AdminQueries implements store.AdminQuerier.
+// AdminQueries implements store.Store.
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.New(s.db, sqladmin.Dialect{
 		Mark:  func(int) string { return "?" },
