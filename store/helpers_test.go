@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,20 +20,6 @@ func TestPurgeRequestNormalize(t *testing.T) {
 	}
 	if _, err := (PurgeRequest{OlderThan: -1}).Normalize(); !errors.Is(err, outbox.ErrInvalidConfig) {
 		t.Fatalf("negative retention: %v", err)
-	}
-}
-
-func TestListFilterWhere(t *testing.T) {
-	if w, args := (ListFilter{}).Where(nil); w != "" || len(args) != 0 {
-		t.Fatalf("empty filter: %q %v", w, args)
-	}
-	f := ListFilter{Status: outbox.StatusFailed, AggregateID: "p1", BeforeID: 7}
-	w, args := f.Where(func(n int) string { return "$" + strconv.Itoa(n) })
-	if w != " WHERE status = $1 AND aggregate_id = $2 AND id < $3" || !reflect.DeepEqual(args, []any{"FAILED", "p1", int64(7)}) {
-		t.Fatalf("got %q %v", w, args)
-	}
-	if w, _ := f.Where(nil); w != " WHERE status = ? AND aggregate_id = ? AND id < ?" {
-		t.Fatalf("got %q", w)
 	}
 }
 
