@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 )
 
 // OperatorChange describes an operator action on one event: the outcome of
@@ -52,5 +53,5 @@ func (c OperatorChange) Audit(a OperatorAction, status string) (relayID, text st
 	if a.Reason != "" {
 		text += ": " + a.Reason
 	}
-	return StorableText("operator:"+actor, MaxRelayIDRunes), ErrorText(text)
+	return textlimit.StorableText("operator:"+actor, textlimit.MaxRelayIDRunes), textlimit.ErrorText(text)
 }

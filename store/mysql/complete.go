@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
@@ -97,7 +98,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
 	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return backend.NewCompleteResult(req.Outcomes, applied), nil
 }
 
 // allDelivered reports whether every outcome is DELIVERED, each row once.
@@ -342,7 +343,7 @@ func (s *Store) applyOutcomes(ctx context.Context, tx *sql.Tx, req store.Complet
 		var reasons strings.Builder
 		args := make([]any, 0, len(failed)+1)
 		for _, id := range failed {
-			reason := store.ErrorText(byID[id].Error)
+			reason := textlimit.ErrorText(byID[id].Error)
 			if reason == "" {
 				reason = "failed"
 			}
@@ -444,7 +445,7 @@ func (s *Store) updateKind(ctx context.Context, tx *sql.Tx, req store.CompleteRe
 		return b.String(), a
 	}
 	lastError := func() {
-		expr, a := perRow(func(o *store.Outcome) any { return store.ErrorText(o.Error) })
+		expr, a := perRow(func(o *store.Outcome) any { return textlimit.ErrorText(o.Error) })
 		set("last_error = "+expr, a...)
 	}
 	retryAt := func() {
@@ -534,11 +535,11 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		var msg any
 		switch {
 		case applied[o.ID]:
-			if m := store.ErrorText(o.Error); m != "" {
+			if m := textlimit.ErrorText(o.Error); m != "" {
 				msg = m
 			}
 		case o.Error != "":
-			msg = store.ErrorText(o.Error) + "; " + backend.LeaseLost
+			msg = textlimit.ErrorText(o.Error) + "; " + backend.LeaseLost
 		default:
 			msg = backend.LeaseLost
 		}
@@ -548,7 +549,7 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, req store.Comple
 		started, startedArg := at(o.StartedAt)
 		finished, finishedArg := at(o.FinishedAt)
 		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?,?)")
-		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, store.StorableText(req.RelayID, store.MaxRelayIDRunes))
+		args = append(args, o.EventID.String(), req.Token, string(o.Kind), o.ID, o.Attempt, textlimit.StorableText(req.RelayID, textlimit.MaxRelayIDRunes))
 		for _, a := range []any{startedArg, finishedArg} {
 			if a != nil {
 				args = append(args, a)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
@@ -55,7 +56,7 @@ func deliveredSets(req store.CompleteRequest, outs []*store.Outcome, now string)
 	var b strings.Builder
 	b.WriteString("delivered_relay_id = CASE WHEN id IN (" + in + ") THEN ? ELSE delivered_relay_id END, ")
 	b.WriteString("delivered_token = CASE WHEN id IN (" + in + ") THEN ? ELSE delivered_token END")
-	args = append(args, store.StorableText(req.RelayID, store.MaxRelayIDRunes), req.Token)
+	args = append(args, textlimit.StorableText(req.RelayID, textlimit.MaxRelayIDRunes), req.Token)
 	// Each column's CASE has one arm per distinct value, over the ids
 	// that take it: a relay's batch shares its times and mostly its
 	// attempt number, and an IN list of constants is a binary search,

@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
@@ -47,7 +47,7 @@ func (s *Store) leaseTx(ctx context.Context, _ bool, f func(q lanes.Querier) err
 // cannot hold as it is (VARCHAR(200) of utf8mb4): longer, not UTF-8, or
 // with a NUL byte. The id names the relay's lanes, so it may not be cut.
 func checkRelayID(id string) error {
-	if id == "" || store.StorableText(id, store.MaxRelayIDRunes) == id {
+	if id == "" || textlimit.StorableText(id, textlimit.MaxRelayIDRunes) == id {
 		return nil
 	}
 	what := fmt.Sprintf("has %d characters", utf8.RuneCountInString(id))
@@ -55,7 +55,7 @@ func checkRelayID(id string) error {
 		what = "is not valid UTF-8 text without NUL bytes"
 	}
 	return fmt.Errorf("%w: the relay id %s; on MySQL it must be UTF-8 text of at most %d characters, as it names the lanes the relay holds: choose a shorter --relay-id (relay.Config.RelayID)",
-		outbox.ErrInvalidConfig, what, store.MaxRelayIDRunes)
+		outbox.ErrInvalidConfig, what, textlimit.MaxRelayIDRunes)
 }
 
 // claimsOf reads relayID's rows of the claims table.

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
@@ -31,7 +33,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		ids[i] = o.ID
 		eventIDs[i] = o.EventID.String()
 		kinds[i] = string(o.Kind)
-		errs[i] = store.ErrorText(o.Error)
+		errs[i] = textlimit.ErrorText(o.Error)
 		retryMS[i] = o.RetryIn.Milliseconds()
 		block[i] = o.Block
 		attempted[i] = o.Attempted
@@ -40,7 +42,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		finished[i] = o.FinishedAt
 		traceIDs[i] = o.TraceID
 	}
-	relayID := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
+	relayID := textlimit.StorableText(req.RelayID, textlimit.MaxRelayIDRunes)
 	applied := make(map[int64]bool, n)
 	sorted := slices.Compact(slices.Sorted(slices.Values(ids)))
 	if allDeliveredAlike(req.Outcomes) {
@@ -50,7 +52,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 		}
 		s.claimer.Completed(req.RelayID, req.Token, ids)
-		return store.NewCompleteResult(req.Outcomes, applied), nil
+		return backend.NewCompleteResult(req.Outcomes, applied), nil
 	}
 	args := []any{req.Token, relayID, req.FailedBlocks,
 		ids, eventIDs, kinds, errs, retryMS, block, attempted, attempt, started, finished, traceIDs, sorted}
@@ -76,13 +78,13 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 			return store.CompleteResult{}, s.wrap("complete", err)
 		}
 		s.claimer.Completed(req.RelayID, req.Token, ids)
-		return store.NewCompleteResult(req.Outcomes, applied), nil
+		return backend.NewCompleteResult(req.Outcomes, applied), nil
 	}
 	if err := s.completeRows(ctx, s.q.complete, args, applied); err != nil {
 		return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 	}
 	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return backend.NewCompleteResult(req.Outcomes, applied), nil
 }
 
 // completeRows runs a completion statement that returns the applied ids.

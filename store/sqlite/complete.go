@@ -63,7 +63,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 	if n == 0 {
 		return store.CompleteResult{}, nil
 	}
-	req = req.Storable()
+	req = backend.StorableRequest(req)
 	items := make([]completeItem, n)
 	byID := make(map[int64]*store.Outcome, n)
 	for i := range req.Outcomes {
@@ -247,7 +247,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		ids[i] = o.ID
 	}
 	s.claimer.Completed(req.RelayID, req.Token, ids)
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return backend.NewCompleteResult(req.Outcomes, applied), nil
 }
 
 // claimFence is what a completion may change: the rows of its claim
