@@ -142,31 +142,9 @@ func CountStatus(t testing.TB, s store.Store, status outbox.Status) int64 {
 	return st.Counts[status]
 }
 
-// DropPostgresTables returns one PostgreSQL statement that drops every
-// table of the outbox named table in the current schema: the outbox
-// table and every table whose name starts with table + "_" (dead
-// letters, attempts, aggregates, the migration versions that a
-// MigrateDown keeps, and whatever tables later migrations add), and the
-// functions whose name starts with table + "_" (the trigger's). Harnesses run it at cleanup,
-// also when the test failed, so that shared databases do not fill up.
-// table must be a valid outbox table name (store.ValidateTable), which is
-// why it may be written into the statement.
-func DropPostgresTables(table string) string {
-	if err := store.ValidateTable(table); err != nil {
-		panic(err) // a harness's own table name: a bug in the test
-	}
-	return `DO $$ DECLARE r record; BEGIN
-  FOR r IN SELECT tablename FROM pg_tables
-           WHERE schemaname = current_schema() AND (tablename = '` + table + `' OR starts_with(tablename, '` + table + `_'))
-  LOOP EXECUTE 'DROP TABLE IF EXISTS ' || quote_ident(r.tablename) || ' CASCADE'; END LOOP;
-  FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
-           WHERE p.pronamespace = current_schema()::regnamespace AND starts_with(p.proname, '` + table + `_')
-  LOOP EXECUTE 'DROP FUNCTION IF EXISTS ' || r.fn::text; END LOOP;
-END $$`
-}
-
 // DropMySQLTables drops every table of the outbox named table in db's
-// current database, as DropPostgresTables does on PostgreSQL.
+// current database, as pgtest.DropTables (internal/testenv/pgtest) does on
+// PostgreSQL.
 func DropMySQLTables(ctx context.Context, db *sql.DB, table string) error {
 	if err := store.ValidateTable(table); err != nil {
 		return err
@@ -233,20 +211,4 @@ func DropStaleFuzzTables(t testing.TB, names []string, drop func(name string) er
 			t.Logf("dropping the stale fuzz table %s: %v", name, err)
 		}
 	}
-}
-
-// DollarPlaceholders rewrites the ? placeholders of query as $1, $2 ...
-// for PostgreSQL (Harness.Bind). The suite's queries have no ? in literals.
-func DollarPlaceholders(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
