@@ -106,6 +106,8 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		SQL:   db,
 		Table: table,
 		Bind:  pgtest.DollarPlaceholders,
+		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, Listener: true, EnqueueObserver: true,
+			CursorGuard: true, GaugeLeaser: true, AdoptionReporter: true},
 	}
 }
 

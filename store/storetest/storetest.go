@@ -67,6 +67,9 @@ type Harness struct {
 	// busy_timeout on SQLite): an application retries such a transaction as
 	// a whole, and so do the producer tests.
 	Conflict func(err error) bool
+	// Promises lists the optional capabilities the backend promises;
+	// RunFeatures checks that Store.Features declares exactly these.
+	Promises Capabilities
 }
 
 // Factory returns a fresh harness on new tables; it registers its own cleanup.
@@ -74,6 +77,7 @@ type Factory func(t *testing.T) *Harness
 
 // Run runs the whole suite.
 func Run(t *testing.T, newHarness Factory) {
+	t.Run("Features", func(t *testing.T) { RunFeatures(t, newHarness) })
 	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
 	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
