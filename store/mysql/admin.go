@@ -268,7 +268,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		if err != nil {
 			return err
 		}
-		relay, reason := ch.Audit(a, status)
+		relay, reason := backend.OperatorAudit(ch, a, status)
 		if _, err := tx.ExecContext(ctx, s.q.operatorAudit,
 			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, runes.Truncate(relay, 200),
 			nowText, nowText, reason); err != nil {

@@ -271,7 +271,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 	if err != nil {
 		return s.wrap("operator action", err)
 	}
-	relay, reason := c.Audit(a, status)
+	relay, reason := backend.OperatorAudit(c, a, status)
 	if _, err := tx.Exec(ctx, s.q.operatorAudit,
 		id, string(c.Kind), rowID, retries, relay, reason); err != nil {
 		return s.wrap("operator action: audit", err)

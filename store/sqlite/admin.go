@@ -327,7 +327,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		if err != nil {
 			return err
 		}
-		relay, reason := ch.Audit(a, status)
+		relay, reason := backend.OperatorAudit(ch, a, status)
 		if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(ch.Kind), rowID, retries,
 			relay, now, reason); err != nil {
 			return fmt.Errorf("audit: %w", err)
