@@ -1,8 +1,8 @@
 // Package storetest is the Store conformance suite every store backend
 // runs: storetest.Run(t, newHarness). It checks the Store contract
-// directly, without a relay or a sink: atomic enqueue, claims and their
-// order, fencing, outcomes, expiry, sweeps, snapshots, routes and operator
-// actions. The guarantees that need the real relay over the store (no
+// directly, without a relay or a sink: the declared Features (against
+// Harness.Promises), atomic enqueue, claims and their order, fencing,
+// outcomes, expiry, sweeps, snapshots, routes and operator actions. The guarantees that need the real relay over the store (no
 // loss, per-aggregate order, bounded duplicates under failures) are in
 // relay/relaytest, which runs on the same Harness.
 package storetest
