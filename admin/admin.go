@@ -28,8 +28,8 @@ import (
 
 // Config configures the handler.
 type Config struct {
-	// Store is the outbox. It must implement store.AdminQuerier and
-	// store.Snapshotter (the PostgreSQL, MySQL and SQLite stores do).
+	// Store is the outbox: its AdminQueries answer the API, its Snapshot
+	// the overview.
 	Store store.Store
 	// Tokens are the accepted bearer tokens (see ParseTokens).
 	Tokens []Token
@@ -46,7 +46,7 @@ type Config struct {
 	// and the failure groups; nil means "{aggregate_type}.events".
 	Route func(aggregateType, aggregateID, eventType string) string
 	// RouteStates, when set, lists the routes and their breaker states on
-	// the relays page (the hook for stores that keep route state).
+	// the relays page; nil reads them from Store.Routes.
 	RouteStates func(ctx context.Context) ([]RouteState, error)
 	// RelayWithin: a relay whose heartbeat is older is not listed as
 	// alive. Default 30s.
@@ -70,7 +70,6 @@ type Handler struct {
 	cfg      Config
 	st       store.Store
 	q        store.AdminQueries
-	snap     store.Snapshotter
 	auth     *authenticator
 	mux      *http.ServeMux
 	log      *slog.Logger
@@ -87,14 +86,6 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: admin.Config.Store is required", outbox.ErrInvalidConfig)
 	}
-	aq, ok := cfg.Store.(store.AdminQuerier)
-	if !ok {
-		return nil, fmt.Errorf("%w: the store %T does not answer admin queries (store.AdminQuerier)", outbox.ErrInvalidConfig, cfg.Store)
-	}
-	snap, ok := cfg.Store.(store.Snapshotter)
-	if !ok {
-		return nil, fmt.Errorf("%w: the store %T cannot take snapshots (store.Snapshotter)", outbox.ErrInvalidConfig, cfg.Store)
-	}
 	if len(cfg.Tokens) == 0 && !cfg.InsecureNoAuth {
 		return nil, fmt.Errorf("%w: the admin handler needs tokens (--tokens-file or OUTBOX_ADMIN_TOKENS), or --insecure-no-auth on a loopback address", outbox.ErrInvalidConfig)
 	}
@@ -105,9 +96,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Route = func(aggregateType, _, _ string) string { return aggregateType + ".events" }
 	}
 	if cfg.RouteStates == nil {
-		if rs, ok := cfg.Store.(store.RouteStore); ok {
-			cfg.RouteStates = routeStatesOf(rs)
-		}
+		cfg.RouteStates = routeStatesOf(cfg.Store)
 	}
 	if cfg.RelayWithin <= 0 {
 		cfg.RelayWithin = 30 * time.Second
@@ -124,7 +113,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Handler{cfg: cfg, st: cfg.Store, q: aq.AdminQueries(), snap: snap, log: cfg.Logger,
+	h := &Handler{cfg: cfg, st: cfg.Store, q: cfg.Store.AdminQueries(), log: cfg.Logger,
 		mux: http.NewServeMux(), sessions: newSessions(cfg.SessionTTL), jobs: newJobs()}
 	h.auth = newAuthenticator(cfg.Tokens, cfg.InsecureNoAuth)
 	var err error

@@ -233,7 +233,7 @@ func testAPI(t *testing.T, b *backend) {
 	})
 
 	t.Run("stats and relays", func(t *testing.T) {
-		aq := st.(store.AdminQuerier).AdminQueries()
+		aq := st.AdminQueries()
 		defer aq.Close()
 		if err := aq.Heartbeat(ctx, store.RelayHeartbeat{RelayID: "relay-a", Host: "host-a", InFlight: 2}); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
 )
@@ -54,7 +55,7 @@ func BenchmarkAdminPostgres(b *testing.B) {
 			b.Logf("kept table %s", table)
 			return
 		}
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+		if _, err := pool.Exec(context.Background(), pgtest.DropTables(table)); err != nil {
 			b.Errorf("cleanup: %v", err)
 		}
 	}()

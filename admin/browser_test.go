@@ -215,7 +215,7 @@ func TestBrowser(t *testing.T) {
 	// RelayWithin: the heartbeat below is written once, and a loaded
 	// machine may take a while to reach the relays page.
 	base := serve(t, admin.Config{Store: b.store, FailedBlocks: true, RelayWithin: time.Hour})
-	aq := b.store.(store.AdminQuerier).AdminQueries()
+	aq := b.store.AdminQueries()
 	defer aq.Close()
 	if err := aq.Heartbeat(context.Background(), store.RelayHeartbeat{RelayID: "browser-test-relay", Host: "ci", InFlight: 1}); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -61,7 +62,7 @@ func newBulkOutbox(t testing.TB, n int) *bulkOutbox {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := o.pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+		if _, err := o.pool.Exec(context.Background(), pgtest.DropTables(table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

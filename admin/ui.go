@@ -495,7 +495,7 @@ func (h *Handler) blockedPage(_ http.ResponseWriter, r *http.Request, v *view) (
 
 // RouteState is one route's row on the relays page: its circuit breaker
 // as the relays share it through the store (Config.RouteStates; by default
-// read from a store that implements store.RouteStore).
+// read from Store.Routes).
 type RouteState struct {
 	Route   string
 	Breaker string // CLOSED, OPEN or HALF_OPEN
@@ -508,7 +508,7 @@ type RouteState struct {
 }
 
 // routeStatesOf reads the routes' breakers from rs, for the relays page.
-func routeStatesOf(rs store.RouteStore) func(ctx context.Context) ([]RouteState, error) {
+func routeStatesOf(rs store.Store) func(ctx context.Context) ([]RouteState, error) {
 	return func(ctx context.Context) ([]RouteState, error) {
 		snap, err := rs.Routes(ctx)
 		if err != nil {

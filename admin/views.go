@@ -48,7 +48,7 @@ type blockedAggJSON struct {
 }
 
 func (h *Handler) stats(ctx context.Context) (statsJSON, error) {
-	snap, err := h.snap.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: h.cfg.FailedBlocks, BlockedLimit: 10})
+	snap, err := h.st.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: h.cfg.FailedBlocks, BlockedLimit: 10})
 	if err != nil {
 		return statsJSON{}, err
 	}

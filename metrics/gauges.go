@@ -15,8 +15,8 @@ import (
 // gauges is the collector of the cluster-wide gauges. They are computed
 // in SQL from one store.Snapshot, so every relay would report the same
 // numbers; to keep the database's work bounded, only the relay holding the
-// store's gauge lease (store.GaugeLeaser) refreshes and exports them, at
-// most once per GaugeInterval. The others export outbox_gauges_leader 0 and
+// store's gauge lease (store.Features.GaugeLeaser) refreshes and exports
+// them, at most once per GaugeInterval. The others export outbox_gauges_leader 0 and
 // none of the gauges, so that sum() over all relays stays right. A store
 // without a lease (SQLite: one relay per database) refreshes in every
 // process that runs RunGauges.
@@ -85,11 +85,10 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 
 // RunGauges refreshes the cluster-wide gauges every GaugeInterval until
 // ctx ends, then gives up the gauge lease. It returns at once when
-// Config.Store does not implement store.Snapshotter. Run it beside the
-// relay: go m.RunGauges(ctx).
+// Config.Store is nil. Run it beside the relay: go m.RunGauges(ctx).
 func (m *Metrics) RunGauges(ctx context.Context) {
 	g := m.gauges
-	if _, ok := g.cfg.Store.(store.Snapshotter); !ok {
+	if g.cfg.Store == nil {
 		return
 	}
 	defer g.drop()
@@ -109,8 +108,8 @@ func (m *Metrics) RunGauges(ctx context.Context) {
 func (g *gauges) refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, max(g.cfg.GaugeInterval, 5*time.Second))
 	defer cancel()
-	snapshot := g.cfg.Store.(store.Snapshotter).Snapshot
-	if leaser, ok := g.cfg.Store.(store.GaugeLeaser); ok {
+	snapshot := g.cfg.Store.Snapshot
+	if leaser := g.cfg.Store.Features().GaugeLeaser; leaser != nil {
 		if g.lease == nil {
 			lease, got, err := leaser.TryGaugeLease(ctx)
 			if err != nil {

@@ -29,7 +29,7 @@ func TestOneRelayExportsTheGauges(t *testing.T) {
 			t.Parallel()
 			b := openBackend(t, kind)
 			b.enqueue(t, event("a", 0), event("b", 0))
-			if _, ok := b.store.(store.GaugeLeaser); !ok {
+			if b.store.Features().GaugeLeaser == nil {
 				t.Fatalf("%T has no gauge lease", b.store)
 			}
 			newMetrics := func(st store.Store) (*metrics.Metrics, *prometheus.Registry) {

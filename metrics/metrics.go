@@ -23,8 +23,8 @@ type Config struct {
 	// (relay.NewRelayID() gives one before the relay exists).
 	RelayID, Version string
 
-	// Store, when it implements store.Snapshotter, feeds the cluster-wide
-	// gauges (see RunGauges). nil: no gauges.
+	// Store feeds the cluster-wide gauges (see RunGauges) and the relay's
+	// lanes gauge. nil: no gauges.
 	Store store.Store
 	// OnFailure is the relays' failure policy: with BlockAggregate (the
 	// default) aggregates behind a FAILED event count as blocked.
@@ -180,14 +180,14 @@ func New(cfg Config) (*Metrics, error) {
 	}, []string{"relay_id", "version"})
 	info.WithLabelValues(cfg.RelayID, cfg.Version).Set(1)
 	collectors := []prometheus.Collector{info}
-	if lh, ok := cfg.Store.(store.LaneHolder); ok {
-		relayID := cfg.RelayID
+	if cfg.Store != nil {
+		lh, relayID := cfg.Store, cfg.RelayID
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "outbox_relay_lanes",
 			Help: "Lanes this relay holds (of 64 per outbox): its share of the outbox's aggregates.",
 		}, func() float64 { return float64(len(lh.HeldLanes(relayID))) }))
 	}
-	if g, ok := cfg.Store.(store.CursorGuard); ok {
+	if g := features(cfg.Store).CursorGuard; g != nil {
 		collectors = append(collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "outbox_events_found_behind_cursor_total",
 			Help: "PENDING events this relay's safety net found behind their lane's cursor, where no claim read them, and handed back to the claims (each also logged as an ERROR). Above 0: ids were drawn out of the order of their transactions (a sequence CACHE above 1, rows written past the insert trigger).",
@@ -290,3 +290,11 @@ func (m *Metrics) SweepDone(_ time.Duration, res store.SweepResult, _ error) {
 
 // StoreError implements relay.Observer.
 func (m *Metrics) StoreError(op string, _ error) { m.storeErrors.WithLabelValues(op).Inc() }
+
+// features returns the capabilities st declares; none when st is nil.
+func features(st store.Store) store.Features {
+	if st == nil {
+		return store.Features{}
+	}
+	return st.Features()
+}

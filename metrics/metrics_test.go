@@ -238,7 +238,7 @@ func TestCountersAfterADrainWithFailures(t *testing.T) {
 			if got := mustSample(t, reg, "outbox_relay_lanes"); got != 0 {
 				t.Errorf("lanes after the relay stopped = %v, want 0", got)
 			}
-			if err := b.store.(store.LaneHolder).BalanceLanes(context.Background(), "relay-a", time.Minute); err != nil {
+			if err := b.store.BalanceLanes(context.Background(), "relay-a", time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			if got := mustSample(t, reg, "outbox_relay_lanes"); got != 64 {

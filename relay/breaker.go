@@ -16,8 +16,8 @@ import (
 
 // BreakerConfig configures the circuit breaker each route (the sink plus
 // the destination routing computes: a topic, subject, stream or URL) gets.
-// Its state lives in the database (store.RouteStore), so every relay on
-// the outbox sees the same one. Zero values mean the documented defaults.
+// Its state lives in the database (store.Store's Routes and
+// ChangeRoute), so every relay on the outbox sees the same one. Zero values mean the documented defaults.
 //
 // Faults are counted in time, as each attempt's result arrives (a request
 // that exceeds its timeout counts at that moment, not when its batch
@@ -149,12 +149,19 @@ type BreakerObserver interface {
 	BreakerState(route string, state store.BreakerState)
 }
 
+// routeStore is what the breaker needs of the store: the shared state of
+// the routes (see [store.Store]).
+type routeStore interface {
+	Routes(ctx context.Context) (store.RouteSnapshot, error)
+	ChangeRoute(ctx context.Context, c store.RouteChange) (bool, error)
+}
+
 // breaker is one relay's view of the shared breakers, and its own count of
 // recent faults per route.
 type breaker struct {
 	r   *Relay
 	cfg BreakerConfig
-	rs  store.RouteStore
+	rs  routeStore
 
 	mu       sync.Mutex
 	shared   map[string]store.Route
@@ -164,15 +171,9 @@ type breaker struct {
 	reported map[string]store.BreakerState
 }
 
-// newBreaker returns nil (no breaker) when it is disabled or the store
-// cannot keep its state.
+// newBreaker returns nil (no breaker) when it is disabled.
 func newBreaker(r *Relay) *breaker {
 	if r.cfg.Breaker.Disabled {
-		return nil
-	}
-	rs, ok := r.cfg.Store.(store.RouteStore)
-	if !ok {
-		r.log.Info("circuit breaker off: the store does not keep route state", "store", fmt.Sprintf("%T", r.cfg.Store))
 		return nil
 	}
 	// A lone event meeting an outage opens the breaker by the silence rule
@@ -184,7 +185,7 @@ func newBreaker(r *Relay) *breaker {
 			" attempts are fewer than the "+fmt.Sprint(failedBatchesFaults)+" failed in a row that open it; raise the backoff or max retries, or lower failing-for",
 			"failing_for", r.cfg.Breaker.FailingFor, "max_retries", r.cfg.MaxRetries, "backoff_min", r.cfg.BackoffMin)
 	}
-	return &breaker{r: r, cfg: r.cfg.Breaker, rs: rs, shared: map[string]store.Route{},
+	return &breaker{r: r, cfg: r.cfg.Breaker, rs: r.cfg.Store, shared: map[string]store.Route{},
 		windows: map[string]*faultWindow{}, reported: map[string]store.BreakerState{}}
 }
 

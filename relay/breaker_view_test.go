@@ -10,7 +10,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// memRoutes is a store.RouteStore in memory. A snapshot put in late is
+// memRoutes keeps the routes of a store in memory. A snapshot put in late is
 // what the next Routes call returns instead of the rows: a read that
 // began before a change and ended after it.
 type memRoutes struct {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -208,7 +209,7 @@ func refusedOutcomes(orig store.Outcome, err error) []store.Outcome {
 	long, short, none := base, base, base
 	long.Error = fmt.Sprintf("the database refused to record this event's outcome (%s): %s; "+
 		"it ends FAILED so that it is not sent again in a loop (the sink's error text, if any, is not kept)",
-		orig.Kind, store.StorableText(err.Error(), 300))
+		orig.Kind, textlimit.StorableText(err.Error(), 300))
 	short.Error = "the database refused to record this event's outcome (" + string(orig.Kind) + ")"
 	return []store.Outcome{long, short, none}
 }

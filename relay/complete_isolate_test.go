@@ -46,7 +46,7 @@ func (s *isolatingStore) Complete(_ context.Context, req store.CompleteRequest) 
 		applied[o.ID] = true
 		s.recorded[o.ID] = o.Kind
 	}
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return completeResult(req.Outcomes, applied), nil
 }
 
 func (s *isolatingStore) GetEvent(context.Context, outbox.EventID) (store.Record, error) {

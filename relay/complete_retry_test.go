@@ -45,7 +45,7 @@ func (f *flakyCompleter) Complete(_ context.Context, req store.CompleteRequest) 
 	for _, o := range req.Outcomes {
 		applied[o.ID] = true
 	}
-	return store.NewCompleteResult(req.Outcomes, applied), nil
+	return completeResult(req.Outcomes, applied), nil
 }
 
 // GetEvent fails as Complete does: the database is unreachable, so the

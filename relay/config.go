@@ -115,8 +115,8 @@ type Config struct {
 	StopTimeout time.Duration
 
 	// Breaker configures the circuit breaker of each route (see
-	// BreakerConfig). It needs a store that implements store.RouteStore
-	// (every backend of this module does); with another store it is off.
+	// BreakerConfig). The store keeps its state (Store.Routes and
+	// Store.ChangeRoute).
 	Breaker BreakerConfig
 	// StrictFIFO turns earliest-deadline-first off: every claim takes the
 	// oldest due events in (available_at, id) order, whatever their

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
@@ -264,7 +265,7 @@ func (b *batch) classify(ev *store.Claimed, o *store.Outcome, err error, st *agg
 		o.Attempted = true
 		return
 	}
-	o.Error = store.StorableText(sinkErrorText(err), maxSinkErrorRunes)
+	o.Error = textlimit.StorableText(sinkErrorText(err), maxSinkErrorRunes)
 	attempted := !errors.Is(err, outbox.ErrNotAttempted)
 	switch {
 	case st.stopped:

@@ -19,6 +19,20 @@ type featuresOnly struct{ store.Store }
 
 func (featuresOnly) Features() store.Features { return store.Features{} }
 
+// completeResult sorts the ids of outcomes, in their order, into Applied
+// (applied[id]) and Fenced (the others), as a store's Complete reports them.
+func completeResult(outcomes []store.Outcome, applied map[int64]bool) store.CompleteResult {
+	var res store.CompleteResult
+	for _, o := range outcomes {
+		if applied[o.ID] {
+			res.Applied = append(res.Applied, o.ID)
+		} else {
+			res.Fenced = append(res.Fenced, o.ID)
+		}
+	}
+	return res
+}
+
 type nopSink struct{}
 
 func (nopSink) Publish(_ context.Context, m []outbox.Message) []error { return make([]error, len(m)) }

@@ -107,12 +107,12 @@ func (r *Relay) Run(ctx context.Context) error { return r.run(ctx, false) }
 func (r *Relay) Drain(ctx context.Context) error { return r.run(ctx, true) }
 
 // checkIDOrder refuses to run on a database whose settings would let the
-// lanes' cursors pass committed events (store.CursorGuard). A check that
+// lanes' cursors pass committed events (store.Features.CursorGuard). A check that
 // could not run (the database is away) is logged, not fatal: the safety
 // net behind the cursors runs all the same.
 func (r *Relay) checkIDOrder(ctx context.Context) error {
-	g, ok := r.cfg.Store.(store.CursorGuard)
-	if !ok {
+	g := r.cfg.Store.Features().CursorGuard
+	if g == nil {
 		return nil
 	}
 	err := g.CheckIDOrder(ctx)
@@ -159,14 +159,13 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 			r.breaker.refreshLoop(bgCtx)
 		}()
 	}
-	if lh, ok := r.cfg.Store.(store.LaneHolder); ok {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.laneLoop(bgCtx, lh)
-		}()
-	}
-	if l, ok := r.cfg.Store.(store.Listener); ok && !r.cfg.NoListen {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.laneLoop(bgCtx)
+	}()
+	features := r.cfg.Store.Features()
+	if l := features.Listener; l != nil && !r.cfg.NoListen {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -175,7 +174,7 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 			}
 		}()
 	}
-	if o, ok := r.cfg.Store.(store.EnqueueObserver); ok {
+	if o := features.EnqueueObserver; o != nil {
 		defer o.OnEnqueue(r.enqueued)()
 	}
 	defer func() {
@@ -197,7 +196,7 @@ func (r *Relay) run(ctx context.Context, drain bool) error {
 // claims: a relay whose batches are all in flight (a slow destination)
 // keeps its lanes and hands some to relays that join. A failure is
 // logged once until a balance succeeds again.
-func (r *Relay) laneLoop(ctx context.Context, lh store.LaneHolder) {
+func (r *Relay) laneLoop(ctx context.Context) {
 	t := time.NewTicker(store.LaneBalanceInterval(r.cfg.Lease))
 	defer t.Stop()
 	failing := false
@@ -207,7 +206,7 @@ func (r *Relay) laneLoop(ctx context.Context, lh store.LaneHolder) {
 			return
 		case <-t.C:
 		}
-		err := lh.BalanceLanes(ctx, r.cfg.RelayID, r.cfg.Lease)
+		err := r.cfg.Store.BalanceLanes(ctx, r.cfg.RelayID, r.cfg.Lease)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
@@ -223,13 +222,9 @@ func (r *Relay) laneLoop(ctx context.Context, lh store.LaneHolder) {
 // recorded, so that the other relays take them at once rather than when
 // their leases end.
 func (r *Relay) releaseLanes(ctx context.Context) {
-	lr, ok := r.cfg.Store.(store.LaneHolder)
-	if !ok {
-		return
-	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StopTimeout)
 	defer cancel()
-	if err := lr.ReleaseLanes(rctx, r.cfg.RelayID); err != nil {
+	if err := r.cfg.Store.ReleaseLanes(rctx, r.cfg.RelayID); err != nil {
 		r.log.Warn("could not give the lanes back; the other relays take them when their leases end", "err", err)
 	}
 }

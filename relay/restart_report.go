@@ -14,16 +14,11 @@ import (
 
 // restartReport logs, once at start, one line on what passed its deadline
 // while no relay ran (the events the sweeper is about to end EXPIRED):
-// how many, the oldest and newest deadline, and their routes. Stores that
-// cannot tell (no store.OverdueReporter) log nothing.
+// how many, the oldest and newest deadline, and their routes.
 func (r *Relay) restartReport(ctx context.Context) {
-	rep, ok := r.cfg.Store.(store.OverdueReporter)
-	if !ok {
-		return
-	}
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	o, err := rep.Overdue(qctx)
+	o, err := r.cfg.Store.Overdue(qctx)
 	if err != nil {
 		r.log.Warn("restart report: cannot read what expired while no relay ran", "err", err)
 		return

@@ -2,16 +2,17 @@ package relay
 
 import (
 	"context"
+	"time"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 )
 
 // Store is what a relay needs of a store: the methods it calls, and no
-// more. Every [store.Store] is one. When the store also implements them,
-// the relay uses [store.RouteStore] (the circuit breaker's shared state),
-// [store.Listener] and [store.EnqueueObserver] (wake-ups) and
-// [store.OverdueReporter] (the restart report).
+// more. Every [store.Store] is one. Of the optional capabilities that
+// [store.Features] declares, the relay uses Listener and EnqueueObserver
+// (wake-ups), CursorGuard (the check of the id sequence at start) and
+// AdoptionReporter (what retention keeps).
 type Store interface {
 	// Claim claims the next batch (see [store.Store]).
 	Claim(ctx context.Context, req store.ClaimRequest) (*store.Claim, error)
@@ -27,6 +28,16 @@ type Store interface {
 	// CountMovable counts the events a relay can still move, to tell when
 	// the outbox is drained.
 	CountMovable(ctx context.Context, failedBlocks bool) (int64, error)
+	// Overdue reads what passed its deadline while no relay ran (the
+	// restart report).
+	Overdue(ctx context.Context) (store.Overdue, error)
+	// BalanceLanes and ReleaseLanes renew, balance and give back the
+	// relay's lanes.
+	BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error
+	ReleaseLanes(ctx context.Context, relayID string) error
+	// Routes and ChangeRoute read and move the routes' circuit breakers.
+	Routes(ctx context.Context) (store.RouteSnapshot, error)
+	ChangeRoute(ctx context.Context, c store.RouteChange) (bool, error)
 	// Features declares the store's optional capabilities.
 	Features() store.Features
 }

@@ -82,8 +82,8 @@ func (r *Relay) logRetention(ctx context.Context) {
 		return
 	}
 	const kept = "FAILED and SKIPPED events and their dead letters are kept"
-	ar, ok := r.cfg.Store.(store.AdoptionReporter)
-	if !ok {
+	ar := r.cfg.Store.Features().AdoptionReporter
+	if ar == nil {
 		r.log.Info("retention deletes PROCESSED and EXPIRED events this long after they finished; "+kept, "retention", r.cfg.Retention)
 		return
 	}

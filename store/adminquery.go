@@ -9,14 +9,6 @@ import (
 	"github.com/txoutbox/outbox"
 )
 
-// AdminQuerier is implemented by stores that answer the admin API's
-// questions: the event list with every filter, failure groups, blocked
-// chains, bulk selections and relay heartbeats. Every query reads an index
-// or a bounded page; none scans the whole table.
-type AdminQuerier interface {
-	AdminQueries() AdminQueries
-}
-
 // AdminQueries are the admin API's store-level reads and the relay
 // heartbeat writes.
 type AdminQueries interface {

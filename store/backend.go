@@ -4,11 +4,6 @@ import (
 	"errors"
 )
 
-// MaxErrorRunes bounds the error texts a backend stores (last_error, the
-// audit rows' error, dead-letter reasons where the backend bounds them), as
-// PostgreSQL's left(err, 2000) does.
-const MaxErrorRunes = 2000
-
 // ErrRefused marks an error of Complete (or another write) that the
 // database gave because of the data it was asked to store: a text it
 // cannot hold, a value over a column's limit, a constraint. Unlike a lost

@@ -38,19 +38,3 @@ func (c OperatorChange) Check(a OperatorAction, status string) error {
 	return fmt.Errorf("%w: event %s is %s; %s applies to %s events", outbox.ErrConflict, a.EventID, status,
 		c.Verb(), strings.Join(StatusNames(c.From), " or "))
 }
-
-// Audit returns the relay_id and the error text of the audit row the change
-// writes for an event that was in status: "operator:" and the actor (a.Actor,
-// "operator" when empty), and "<verb> by <actor> (was <status>)" followed by
-// ": <a.Reason>" when a reason is given.
-func (c OperatorChange) Audit(a OperatorAction, status string) (relayID, text string) {
-	actor := a.Actor
-	if actor == "" {
-		actor = "operator"
-	}
-	text = fmt.Sprintf("%s by %s (was %s)", c.Verb(), actor, status)
-	if a.Reason != "" {
-		text += ": " + a.Reason
-	}
-	return StorableText("operator:"+actor, MaxRelayIDRunes), ErrorText(text)
-}

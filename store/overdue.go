@@ -1,18 +1,8 @@
 package store
 
 import (
-	"context"
 	"time"
 )
-
-// OverdueReporter is implemented by stores that can tell a starting relay
-// what passed its deadline while no relay ran: the events still waiting
-// (PENDING, BLOCKED, or PROCESSING under a lease that ended) whose
-// expires_at is behind the database clock. The sweeper or the next claim
-// ends them EXPIRED.
-type OverdueReporter interface {
-	Overdue(ctx context.Context) (Overdue, error)
-}
 
 // Overdue summarizes the events past their deadline, unfinished.
 type Overdue struct {

@@ -1,9 +1,7 @@
 package store
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/txoutbox/outbox"
 )
@@ -37,13 +35,4 @@ func StatusNames(ss []outbox.Status) []string {
 		names[i] = string(s)
 	}
 	return names
-}
-
-// AdoptionReporter is implemented by the stores whose table outbox may
-// have adopted (PostgreSQL, MySQL/MariaDB).
-type AdoptionReporter interface {
-	// AdoptedAt returns when outbox adopted the table, on the database's
-	// clock, and false when outbox created the table. A purge without
-	// [PurgeRequest.Adopted] deletes only rows that finished after it.
-	AdoptedAt(ctx context.Context) (time.Time, bool, error)
 }

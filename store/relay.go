@@ -50,20 +50,6 @@ func (r ClaimRequest) FIFOSlots() (fifo, deadline int) {
 	return fifo, r.Limit - fifo
 }
 
-// NewCompleteResult sorts the ids of outcomes, in their order, into Applied
-// (applied[id]) and Fenced (the others).
-func NewCompleteResult(outcomes []Outcome, applied map[int64]bool) CompleteResult {
-	var res CompleteResult
-	for _, o := range outcomes {
-		if applied[o.ID] {
-			res.Applied = append(res.Applied, o.ID)
-		} else {
-			res.Fenced = append(res.Fenced, o.ID)
-		}
-	}
-	return res
-}
-
 // Normalize fills the defaults of r: Limit 1000 when it is not positive,
 // RelayID "sweeper" (the relay named in audit rows) when it is empty.
 func (r SweepRequest) Normalize() SweepRequest {

@@ -1,31 +1,11 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/txoutbox/outbox"
 )
-
-// RouteStore is implemented by stores that keep the circuit breaker of
-// every route (a sink plus its routed destination) in the database, so
-// that every relay on the outbox agrees on it. The state lives in
-// <table>_routes, one row per route that ever changed; every change
-// appends a row to <table>_route_log. A route without a row is CLOSED.
-type RouteStore interface {
-	// Routes returns every route row and the database clock.
-	Routes(ctx context.Context) (RouteSnapshot, error)
-	// ChangeRoute applies c only if the route's row is still at
-	// c.Version (0 for a route without a row): it writes the new state and
-	// an audit row in one transaction and reports whether it applied.
-	// Every transition of a breaker goes through it, so that two relays
-	// never both move a route (only one takes the probe).
-	ChangeRoute(ctx context.Context, c RouteChange) (bool, error)
-	// RouteLog returns up to limit audit rows (newest first) of route, or
-	// of every route when route is "".
-	RouteLog(ctx context.Context, route string, limit int) ([]RouteLogEntry, error)
-}
 
 // BreakerState is the state of a route's circuit breaker.
 type BreakerState string

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -84,21 +83,6 @@ type AdoptResult struct {
 	// AlreadyAdopted: an earlier run adopted the table; only the later
 	// migrations were applied.
 	AlreadyAdopted bool
-}
-
-// SchemaManager is implemented by the stores whose schema can be checked,
-// planned and adopted (PostgreSQL, MySQL/MariaDB; SQLite checks and plans
-// but refuses adoption).
-type SchemaManager interface {
-	// InspectSchema reads the table's shape and versions. It changes nothing.
-	InspectSchema(ctx context.Context) (Schema, error)
-	// PlanMigrateUp returns the SQL MigrateUp would run. It changes nothing.
-	PlanMigrateUp(ctx context.Context) ([]string, error)
-	// PlanMigrateDown returns the SQL MigrateDown would run. It changes nothing.
-	PlanMigrateDown(ctx context.Context) ([]string, error)
-	// Adopt brings an existing table to the outbox's shape in place, then
-	// applies the later migrations.
-	Adopt(ctx context.Context, o AdoptOptions) (AdoptResult, error)
 }
 
 // AdoptedOutcome is the audit outcome written for each row that was

@@ -1,21 +1,10 @@
 package store
 
 import (
-	"context"
 	"time"
 
 	"github.com/txoutbox/outbox"
 )
-
-// Snapshotter is implemented by stores that read the outbox's figures in
-// one consistent snapshot (a read-only REPEATABLE READ transaction on
-// PostgreSQL and MySQL, one read transaction on SQLite), so that they
-// agree with each other: the FAILED count, the open dead letters and the
-// blocked aggregates are read at the same instant. `outbox status` and the
-// cluster-wide gauges of the metrics package read it.
-type Snapshotter interface {
-	Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error)
-}
 
 // SnapshotRequest says what a snapshot reads besides the cheap figures.
 type SnapshotRequest struct {
@@ -71,25 +60,3 @@ var FinalStatuses = []outbox.Status{outbox.StatusProcessed, outbox.StatusExpired
 
 // BlockedListLimit returns req.BlockedLimit bounded to 0..100.
 func (req SnapshotRequest) BlockedListLimit() int { return min(max(req.BlockedLimit, 0), 100) }
-
-// GaugeLeaser is implemented by stores that can elect, among all the
-// processes on one outbox, the one that refreshes the cluster-wide gauges
-// (a session advisory lock on PostgreSQL, GET_LOCK on MySQL): at most one
-// process holds the lease at a time, and it passes to another when the
-// holder's database session ends.
-type GaugeLeaser interface {
-	// TryGaugeLease takes the lease if no other process holds it. ok is
-	// false when another one does; err reports a database failure.
-	TryGaugeLease(ctx context.Context) (lease GaugeLease, ok bool, err error)
-}
-
-// GaugeLease is a held gauge lease. It keeps a database session of its
-// own for as long as it is held.
-type GaugeLease interface {
-	// Snapshot reads a Snapshot on the lease's session. An error may mean
-	// the session, and with it the lease, is gone: Release the lease and
-	// try again later.
-	Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error)
-	// Release gives the lease up and closes its session.
-	Release()
-}

@@ -9,10 +9,17 @@ import (
 	"github.com/txoutbox/outbox"
 )
 
-// Store is what the relay and the operator commands need from a database.
+// Store is the whole contract between the relay, the operator's tools
+// and a database: every backend (store/postgres, store/mysql,
+// store/sqlite) implements all of it, and store/storetest checks it.
+// What only some backends can do is not part of it: [Features] declares
+// those capabilities.
+//
 // Every state change it makes is a compare-and-set on (status, claim token),
 // and every lease and due time is computed with the database clock.
 type Store interface {
+	// --- the relay ---
+
 	// Claim moves up to req.Limit due PENDING events to PROCESSING under a
 	// fresh claim token and a lease of req.Lease, in one short transaction.
 	// It claims an event only if every earlier unfinished event of its
@@ -33,13 +40,70 @@ type Store interface {
 	// req.Limit rows and never waits on a row another transaction holds.
 	Sweep(ctx context.Context, req SweepRequest) (SweepResult, error)
 
-	// Stats counts events by status and reports the oldest pending age and
-	// the aggregates held back by a FAILED event.
-	Stats(ctx context.Context, failedBlocks bool) (Stats, error)
 	// CountMovable counts events a relay can still move without an
 	// operator: PROCESSING ones, and PENDING ones not held back by a FAILED
 	// event of their aggregate (when failedBlocks).
 	CountMovable(ctx context.Context, failedBlocks bool) (int64, error)
+
+	// Purge deletes final events (and their attempt rows) older than the
+	// retention, in batches; it returns how many events it deleted.
+	Purge(ctx context.Context, req PurgeRequest) (int64, error)
+
+	// Overdue tells a starting relay what passed its deadline while no
+	// relay ran: the events still waiting (PENDING, BLOCKED, or PROCESSING
+	// under a lease that ended) whose expires_at is behind the database
+	// clock. The sweeper or the next claim ends them EXPIRED.
+	Overdue(ctx context.Context) (Overdue, error)
+
+	// --- lanes: every aggregate belongs to one lane, and a relay holds a
+	// fair share of the lanes under a lease, which it renews while it runs ---
+
+	// BalanceLanes renews the lanes relayID holds through this store and
+	// moves it towards its fair share: it gives up lanes others lack and
+	// takes free ones. Claim does it too when it is due; a relay also
+	// calls it on its own every quarter of the lease (at most every
+	// second), so that a relay whose batches are all in flight still
+	// renews its lanes and hands some to relays that join.
+	BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error
+	// ReleaseLanes gives up every lane relayID holds through this store,
+	// so that the other relays take them at once rather than when their
+	// leases end. A relay calls it when it stops, after its last batch is
+	// recorded.
+	ReleaseLanes(ctx context.Context, relayID string) error
+	// HeldLanes returns the lanes relayID holds through this store, with
+	// their lease tokens.
+	HeldLanes(relayID string) map[int]int64
+
+	// --- routes: the circuit breaker of every route (a sink plus its
+	// routed destination), kept in the database so that every relay on
+	// the outbox agrees on it. The state lives in <table>_routes, one row
+	// per route that ever changed; every change appends a row to
+	// <table>_route_log. A route without a row is CLOSED ---
+
+	// Routes returns every route row and the database clock.
+	Routes(ctx context.Context) (RouteSnapshot, error)
+	// ChangeRoute applies c only if the route's row is still at
+	// c.Version (0 for a route without a row): it writes the new state and
+	// an audit row in one transaction and reports whether it applied.
+	// Every transition of a breaker goes through it, so that two relays
+	// never both move a route (only one takes the probe).
+	ChangeRoute(ctx context.Context, c RouteChange) (bool, error)
+	// RouteLog returns up to limit audit rows (newest first) of route, or
+	// of every route when route is "".
+	RouteLog(ctx context.Context, route string, limit int) ([]RouteLogEntry, error)
+
+	// --- the operator: figures, reads and actions on events ---
+
+	// Stats counts events by status and reports the oldest pending age and
+	// the aggregates held back by a FAILED event.
+	Stats(ctx context.Context, failedBlocks bool) (Stats, error)
+	// Snapshot reads the outbox's figures in one consistent snapshot (a
+	// read-only REPEATABLE READ transaction on PostgreSQL and MySQL, one
+	// read transaction on SQLite), so that they agree with each other: the
+	// FAILED count, the open dead letters and the blocked aggregates are
+	// read at the same instant. `outbox status` and the cluster-wide
+	// gauges of the metrics package read it.
+	Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error)
 
 	// ListEvents returns events matching the filter, newest first.
 	ListEvents(ctx context.Context, f ListFilter) ([]Record, error)
@@ -63,60 +127,42 @@ type Store interface {
 	// Skip moves a FAILED event to SKIPPED so that its aggregate moves on,
 	// releases the events it held back, and writes an audit row.
 	Skip(ctx context.Context, a OperatorAction) error
-	// Purge deletes final events (and their attempt rows) older than the
-	// retention, in batches; it returns how many events it deleted.
-	Purge(ctx context.Context, req PurgeRequest) (int64, error)
 
-	Migrator
+	// --- the admin API ---
 
-	// Features declares optional capabilities.
-	Features() Features
-	// Table returns the outbox table name.
-	Table() string
-	// Close releases the store's own resources (not a pool the caller passed in).
-	Close() error
-}
+	// AdminQueries returns the admin API's questions: the event list with
+	// every filter, failure groups, blocked chains, bulk selections and
+	// relay heartbeats. Every query reads an index or a bounded page; none
+	// scans the whole table.
+	AdminQueries() AdminQueries
 
-// Migrator applies the versioned, embedded schema migrations.
-type Migrator interface {
+	// --- the schema ---
+
 	// MigrateUp applies every pending migration and returns the versions it applied.
 	MigrateUp(ctx context.Context) ([]int64, error)
 	// MigrateDown reverts every migration: it drops the outbox tables.
 	MigrateDown(ctx context.Context) error
 	// MigrationVersion returns the applied and the latest known version.
 	MigrationVersion(ctx context.Context) (current, latest int64, err error)
-}
+	// InspectSchema reads the table's shape and versions. It changes nothing.
+	InspectSchema(ctx context.Context) (Schema, error)
+	// PlanMigrateUp returns the SQL MigrateUp would run. It changes nothing.
+	PlanMigrateUp(ctx context.Context) ([]string, error)
+	// PlanMigrateDown returns the SQL MigrateDown would run. It changes nothing.
+	PlanMigrateDown(ctx context.Context) ([]string, error)
+	// Adopt brings an existing table to the outbox's shape in place, then
+	// applies the later migrations. A backend that cannot adopt (SQLite)
+	// refuses with outbox.ErrInvalidConfig.
+	Adopt(ctx context.Context, o AdoptOptions) (AdoptResult, error)
 
-// Listener is implemented by stores that can wake a relay when events are
-// committed (PostgreSQL LISTEN/NOTIFY). Listen calls wake for each
-// notification (and once after every reconnect, since notifications sent
-// while disconnected are lost) until ctx ends. A wake-up only cuts latency:
-// the relay's polling stays correct without it.
-type Listener interface {
-	Listen(ctx context.Context, wake func()) error
-}
+	// --- the store itself ---
 
-// EnqueueObserver is implemented by stores that tell relays in the same
-// process that events were just enqueued (the source's hybrid path). The
-// events become visible when the producer commits, which is usually a
-// moment later, so an observer should look again shortly.
-type EnqueueObserver interface {
-	// OnEnqueue registers f; the returned func removes it.
-	OnEnqueue(f func()) (remove func())
-}
-
-// Features lists capabilities that not every backend has.
-type Features struct {
-	// SkipLocked: concurrent claims skip each other's rows instead of
-	// waiting (PostgreSQL, MySQL 8, MariaDB 10.6). SQLite has a single writer.
-	SkipLocked bool
-	// Notify: the store can wake relays when events are committed
-	// (PostgreSQL LISTEN/NOTIFY).
-	Notify bool
-	// ClaimBehindOwn: Claim honours ClaimRequest.Own, so a relay can claim
-	// the next events of an aggregate while its earlier ones are still in
-	// flight with the same relay (pipelining).
-	ClaimBehindOwn bool
+	// Features declares the optional capabilities the store has.
+	Features() Features
+	// Table returns the outbox table name.
+	Table() string
+	// Close releases the store's own resources (not a pool the caller passed in).
+	Close() error
 }
 
 // ClaimRequest asks for a batch of events.
@@ -405,27 +451,6 @@ func TraceIDOf(headers map[string]string) string {
 		return ""
 	}
 	return id
-}
-
-// LaneHolder is implemented by the stores whose relays lease lanes (the
-// three backends): every aggregate belongs to one lane, and a relay holds a
-// fair share of the lanes under a lease, which it renews while it runs.
-type LaneHolder interface {
-	// BalanceLanes renews the lanes relayID holds through this store and
-	// moves it towards its fair share: it gives up lanes others lack and
-	// takes free ones. Claim does it too when it is due; a relay also
-	// calls it on its own every quarter of the lease (at most every
-	// second), so that a relay whose batches are all in flight still
-	// renews its lanes and hands some to relays that join.
-	BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error
-	// ReleaseLanes gives up every lane relayID holds through this store,
-	// so that the other relays take them at once rather than when their
-	// leases end. A relay calls it when it stops, after its last batch is
-	// recorded.
-	ReleaseLanes(ctx context.Context, relayID string) error
-	// HeldLanes returns the lanes relayID holds through this store, with
-	// their lease tokens.
-	HeldLanes(relayID string) map[int]int64
 }
 
 // LaneBalanceInterval is how often a relay renews and balances its lanes

@@ -127,14 +127,12 @@ func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay
 
 // heartbeat keeps the relay's row in the heartbeat table fresh every
 // interval, with the batches it has in flight, and removes it at the end.
-// Stores without admin queries have no heartbeat table; it then does
-// nothing.
+// An interval of 0 or less turns it off.
 func heartbeat(ctx context.Context, st store.Store, relayID string, interval time.Duration, inFlight func() int, log *slog.Logger) (stop func()) {
-	aq, ok := st.(store.AdminQuerier)
-	if !ok || interval <= 0 {
+	if interval <= 0 {
 		return func() {}
 	}
-	q := aq.AdminQueries()
+	q := st.AdminQueries()
 	host, _ := os.Hostname()
 	beat := store.RelayHeartbeat{RelayID: relayID, Host: host, StartedAt: time.Now()}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

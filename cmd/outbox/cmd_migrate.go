@@ -33,10 +33,7 @@ func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer b.close()
-	sm, ok := b.store.(store.SchemaManager)
-	if !ok {
-		return fmt.Errorf("%w: the %s store cannot inspect its schema", outbox.ErrInvalidConfig, b.kind)
-	}
+	sm := b.store
 	switch {
 	case c.Status:
 		cur, latest, err := b.store.MigrationVersion(ctx)
@@ -97,7 +94,7 @@ func (c *MigrateCmd) validate() error {
 	return nil
 }
 
-func (c *MigrateCmd) check(ctx context.Context, g *Globals, sm store.SchemaManager) error {
+func (c *MigrateCmd) check(ctx context.Context, g *Globals, sm store.Store) error {
 	sc, err := sm.InspectSchema(ctx)
 	if err != nil {
 		return err
@@ -113,7 +110,7 @@ func (c *MigrateCmd) check(ctx context.Context, g *Globals, sm store.SchemaManag
 	return nil
 }
 
-func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.SchemaManager) error {
+func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.Store) error {
 	res, err := sm.Adopt(ctx, store.AdoptOptions{AggregateType: c.AggregateType, DryRun: c.DryRun})
 	if err != nil {
 		return err
@@ -134,7 +131,7 @@ func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.SchemaManag
 	return nil
 }
 
-func (c *MigrateCmd) down(ctx context.Context, g *Globals, b *backend, sm store.SchemaManager) error {
+func (c *MigrateCmd) down(ctx context.Context, g *Globals, b *backend, sm store.Store) error {
 	sc, err := sm.InspectSchema(ctx)
 	if err != nil {
 		return err

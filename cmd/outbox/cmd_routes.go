@@ -26,17 +26,12 @@ type RoutesListCmd struct {
 }
 
 // routeStore opens the backend and its route state.
-func routeStore(ctx context.Context, g *Globals) (*backend, store.RouteStore, error) {
+func routeStore(ctx context.Context, g *Globals) (*backend, store.Store, error) {
 	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	rs, ok := b.store.(store.RouteStore)
-	if !ok {
-		b.close()
-		return nil, nil, fmt.Errorf("the %s backend keeps no route state", b.kind)
-	}
-	return b, rs, nil
+	return b, b.store, nil
 }
 
 // Run lists.

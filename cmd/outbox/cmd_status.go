@@ -91,17 +91,11 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
-// readStatus reads every figure in one consistent snapshot when the store
-// offers it (store.Snapshotter: the figures of the gauges), else through
-// Stats. dueAge is the age of the oldest due PENDING event (0 without a
-// snapshot).
+// readStatus reads every figure in one consistent snapshot (Store.Snapshot:
+// the figures of the gauges). dueAge is the age of the oldest due PENDING
+// event.
 func readStatus(ctx context.Context, st store.Store, failedBlocks bool) (store.Stats, time.Duration, error) {
-	sn, ok := st.(store.Snapshotter)
-	if !ok {
-		stats, err := st.Stats(ctx, failedBlocks)
-		return stats, 0, err
-	}
-	snap, err := sn.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: failedBlocks, Full: true, BlockedLimit: 100})
+	snap, err := st.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: failedBlocks, Full: true, BlockedLimit: 100})
 	if err != nil {
 		return store.Stats{}, 0, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/sink/sinktest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -290,7 +291,7 @@ func (b *Backlog) drop(t testing.TB) {
 		}
 		t.Logf("table %s held %s when the test failed", b.Table, strings.Join(counts, " "))
 	}
-	if _, err := conn.Exec(ctx, storetest.DropPostgresTables(b.Table)); err != nil {
+	if _, err := conn.Exec(ctx, pgtest.DropTables(b.Table)); err != nil {
 		t.Errorf("drop %s: %v", b.Table, err)
 	}
 }

@@ -73,11 +73,7 @@ func breakerEvents(t *testing.T, h *storetest.Harness, prefix string, aggregates
 // routeLog returns every route's breaker moves, oldest first.
 func routeLog(t *testing.T, h *storetest.Harness) []store.RouteLogEntry {
 	t.Helper()
-	rs, ok := h.Store.(store.RouteStore)
-	if !ok {
-		t.Fatalf("the store %T does not implement store.RouteStore: the breaker cannot keep its state", h.Store)
-	}
-	log, err := rs.RouteLog(context.Background(), "", 10000)
+	log, err := h.Store.RouteLog(context.Background(), "", 10000)
 	if err != nil {
 		t.Fatalf("route log: %v", err)
 	}
@@ -341,7 +337,7 @@ func testHangingDestinationOpens(t *testing.T, h *storetest.Harness) {
 	if n := maxRetryCount(t, h); n != 0 {
 		t.Errorf("retry_count reached %d while the destination hung, want 0 (an outage spends no retry)", n)
 	}
-	if snap, err := h.Store.(store.RouteStore).Routes(ctx); err != nil || len(snap.Routes) != 1 || snap.Routes[0].State == store.BreakerClosed {
+	if snap, err := h.Store.Routes(ctx); err != nil || len(snap.Routes) != 1 || snap.Routes[0].State == store.BreakerClosed {
 		t.Errorf("routes while the destination hangs: %+v, %v; want one route, not CLOSED", snap.Routes, err)
 	}
 	checkNothingEnded(t, h, "a hanging destination must not end events")

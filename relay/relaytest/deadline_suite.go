@@ -297,10 +297,7 @@ func (routedRecorder) Destination(m *outbox.Message) string { return m.Aggregate
 // reported once when a relay starts: the count, the oldest and newest
 // deadline, and the routes; events with time left are not counted.
 func testRestartReport(t *testing.T, h *storetest.Harness) {
-	rep, ok := h.Store.(store.OverdueReporter)
-	if !ok {
-		t.Skip("the store does not implement store.OverdueReporter")
-	}
+	rep := h.Store
 	ctx := context.Background()
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	var events []outbox.Event

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -129,7 +130,7 @@ func checkStoredText(t *testing.T, what, s, prefix string) {
 	switch {
 	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
 		t.Errorf("%s is not clean UTF-8: %q", what, s[:min(len(s), 80)])
-	case utf8.RuneCountInString(s) > store.MaxErrorRunes || len(s) > store.MaxErrorBytes:
+	case utf8.RuneCountInString(s) > textlimit.MaxErrorRunes || len(s) > textlimit.MaxErrorBytes:
 		t.Errorf("%s: %d characters, %d bytes, over the limits", what, utf8.RuneCountInString(s), len(s))
 	case !strings.HasPrefix(s, prefix):
 		t.Errorf("%s = %q..., want it to start with %q", what, s[:min(len(s), 80)], prefix)

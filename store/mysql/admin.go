@@ -16,6 +16,7 @@ import (
 	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/filter"
 	"github.com/txoutbox/outbox/store/internal/pages"
 	"github.com/txoutbox/outbox/store/internal/sqladmin"
 )
@@ -103,7 +104,7 @@ func scanRecord(row scanner) (store.Record, error) {
 func listWhere(f store.ListFilter) (string, []any) {
 	status := f.Status
 	f.Status = ""
-	where, args := f.Where(nil)
+	where, args := filter.List(f, nil)
 	var cond string
 	switch status {
 	case "":
@@ -267,7 +268,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		if err != nil {
 			return err
 		}
-		relay, reason := ch.Audit(a, status)
+		relay, reason := backend.OperatorAudit(ch, a, status)
 		if _, err := tx.ExecContext(ctx, s.q.operatorAudit,
 			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, runes.Truncate(relay, 200),
 			nowText, nowText, reason); err != nil {
@@ -431,7 +432,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 
 // requeueFilterSQL writes store.RequeueFilter for MySQL and MariaDB: the
 // text columns' binary collation makes LIKE case-sensitive, hence LOWER.
-var requeueFilterSQL = store.FilterSQL{
+var requeueFilterSQL = filter.SQL{
 	Like: func(col, ph string) string { return "LOWER(" + col + ") LIKE LOWER(" + ph + ")" },
 	Time: func(t time.Time) any { return formatTime(t) },
 }
@@ -441,7 +442,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	where, args := f.Where(requeueFilterSQL, 0)
+	where, args := filter.Requeue(f, requeueFilterSQL, 0)
 	var n int64
 	err := s.db.QueryRowContext(ctx, s.q.countMatching+where, args...).Scan(&n)
 	return n, s.wrap("count matching events", err)
@@ -450,7 +451,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 // RequeueMatching implements store.Store.
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
 	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
-		where, args := f.Where(requeueFilterSQL, after)
+		where, args := filter.Requeue(f, requeueFilterSQL, after)
 		rows, err := s.db.QueryContext(ctx, s.q.selectMatching+where+
 			" ORDER BY id LIMIT "+strconv.Itoa(limit), args...)
 		if err != nil {
@@ -473,9 +474,7 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 	}, s.Requeue)
 }
 
-var _ store.AdminQuerier = (*Store)(nil)
-
-// AdminQueries implements store.AdminQuerier.
+// AdminQueries implements store.Store.
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.New(s.db, sqladmin.Dialect{
 		Mark:    func(int) string { return "?" },

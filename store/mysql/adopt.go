@@ -12,8 +12,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
-var _ store.SchemaManager = (*Store)(nil)
-
 func quote(name string) string { return "`" + name + "`" }
 
 func (s *Store) indexes(ctx context.Context) ([]string, error) {

@@ -15,6 +15,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
@@ -373,7 +374,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 		for i, l := range ls {
 			ts[i], lsInt[i] = cr.Fence[l], int64(l)
 		}
-		_, err = tx.ExecContext(ctx, s.q.claimInsert, cr.Token, store.StorableText(cr.RelayID, store.MaxRelayIDRunes),
+		_, err = tx.ExecContext(ctx, s.q.claimInsert, cr.Token, textlimit.StorableText(cr.RelayID, textlimit.MaxRelayIDRunes),
 			int64sJSON(lsInt), int64sJSON(ts), int64sJSON(ids))
 		return err
 	})

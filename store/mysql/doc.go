@@ -50,7 +50,7 @@
 //
 // # Differences from PostgreSQL
 //
-//   - No LISTEN/NOTIFY (Features().Notify is false): relays find new events
+//   - No LISTEN/NOTIFY (Features().Listener is nil): relays find new events
 //     by polling, plus the in-process nudge after a commit.
 //   - No partial indexes: the per-aggregate index leads with a stored
 //     generated column, unfinished, which plays the partial index's part.

@@ -13,13 +13,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
-var _ store.LaneHolder = (*Store)(nil)
-
-// BalanceLanes implements store.LaneHolder.
+// BalanceLanes implements store.Store.
 func (s *Store) BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error {
 	if err := checkRelayID(relayID); err != nil {
 		return err
@@ -27,7 +25,7 @@ func (s *Store) BalanceLanes(ctx context.Context, relayID string, lease time.Dur
 	return s.wrap("balance lanes", s.claimer.Balance(ctx, relayID, lease))
 }
 
-// ReleaseLanes implements store.LaneHolder.
+// ReleaseLanes implements store.Store.
 func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 	if err := checkRelayID(relayID); err != nil {
 		return err
@@ -35,7 +33,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 	return s.wrap("release lanes", s.claimer.Release(ctx, relayID))
 }
 
-// HeldLanes implements store.LaneHolder.
+// HeldLanes implements store.Store.
 func (s *Store) HeldLanes(relayID string) map[int]int64 { return s.claimer.Held(relayID) }
 
 // leaseTx runs the lane statements in one READ COMMITTED transaction,
@@ -49,7 +47,7 @@ func (s *Store) leaseTx(ctx context.Context, _ bool, f func(q lanes.Querier) err
 // cannot hold as it is (VARCHAR(200) of utf8mb4): longer, not UTF-8, or
 // with a NUL byte. The id names the relay's lanes, so it may not be cut.
 func checkRelayID(id string) error {
-	if id == "" || store.StorableText(id, store.MaxRelayIDRunes) == id {
+	if id == "" || textlimit.StorableText(id, textlimit.MaxRelayIDRunes) == id {
 		return nil
 	}
 	what := fmt.Sprintf("has %d characters", utf8.RuneCountInString(id))
@@ -57,7 +55,7 @@ func checkRelayID(id string) error {
 		what = "is not valid UTF-8 text without NUL bytes"
 	}
 	return fmt.Errorf("%w: the relay id %s; on MySQL it must be UTF-8 text of at most %d characters, as it names the lanes the relay holds: choose a shorter --relay-id (relay.Config.RelayID)",
-		outbox.ErrInvalidConfig, what, store.MaxRelayIDRunes)
+		outbox.ErrInvalidConfig, what, textlimit.MaxRelayIDRunes)
 }
 
 // claimsOf reads relayID's rows of the claims table.

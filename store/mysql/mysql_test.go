@@ -97,6 +97,8 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		Scale: scale(),
 		SQL:   db,
 		Table: s.Table(),
+		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, EnqueueObserver: true,
+			GaugeLeaser: true, AdoptionReporter: true},
 	}
 }
 

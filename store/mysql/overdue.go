@@ -6,9 +6,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-var _ store.OverdueReporter = (*Store)(nil)
-
-// Overdue implements store.OverdueReporter.
+// Overdue implements store.Store.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.overdue)
 	if err != nil {

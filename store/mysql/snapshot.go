@@ -15,7 +15,6 @@ import (
 )
 
 var (
-	_ store.Snapshotter = (*Store)(nil)
 	_ store.GaugeLeaser = (*Store)(nil)
 )
 
@@ -72,7 +71,7 @@ func snapshotDialect(t store.Tables, blockedAggregates string) snapshotsql.Diale
 	}
 }
 
-// Snapshot implements store.Snapshotter: every figure is read in one
+// Snapshot implements store.Store: every figure is read in one
 // read-only REPEATABLE READ transaction (one InnoDB read view).
 func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.Snapshot, error) {
 	return s.snapshot(ctx, s.db, req)

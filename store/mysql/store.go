@@ -185,11 +185,18 @@ func (s *Store) Table() string { return s.t.Outbox }
 // table is Tables().Outbox + "_aggregates").
 func (s *Store) Tables() store.Tables { return s.t }
 
-// Features reports SKIP LOCKED and claims behind the relay's own batches
-// in flight. MySQL has no LISTEN/NOTIFY, so relays poll (and relays in the
+// Features declares SKIP LOCKED, claims behind the relay's own batches in
+// flight, the in-process enqueue signal, the gauge lease and the adoption
+// report. MySQL has no LISTEN/NOTIFY, so relays poll (and relays in the
 // process that enqueues are nudged: see OnEnqueue).
 func (s *Store) Features() store.Features {
-	return store.Features{SkipLocked: true, Notify: false, ClaimBehindOwn: true}
+	return store.Features{
+		SkipLocked:       true,
+		ClaimBehindOwn:   true,
+		EnqueueObserver:  s,
+		GaugeLeaser:      s,
+		AdoptionReporter: s,
+	}
 }
 
 // OnEnqueue implements store.EnqueueObserver: f runs after each successful

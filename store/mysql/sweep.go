@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/pages"
 )
@@ -301,7 +302,7 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, rows []attemptRow) error 
 		b.WriteString("(?,?,?,?,?,?,CAST(? AS DATETIME(6)),CAST(? AS DATETIME(6)),?)")
 		at := formatTime(r.at)
 		args = append(args, r.eventID.String(), r.token, string(r.outcome), r.outboxID, r.attempt,
-			store.StorableText(r.relay, store.MaxRelayIDRunes), at, at, r.msg)
+			textlimit.StorableText(r.relay, textlimit.MaxRelayIDRunes), at, at, r.msg)
 	}
 	q, err := s.q.render("insert_attempts", fragments{Values: b.String()})
 	if err != nil {

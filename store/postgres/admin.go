@@ -14,6 +14,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/filter"
 	"github.com/txoutbox/outbox/store/internal/pages"
 	"github.com/txoutbox/outbox/store/internal/sqladmin"
 )
@@ -83,7 +84,7 @@ const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN LATERAL (
 func listWhere(f store.ListFilter) (string, []any) {
 	status := f.Status
 	f.Status = ""
-	where, args := f.Where(placeholder)
+	where, args := filter.List(f, placeholder)
 	var cond string
 	switch status {
 	case "":
@@ -270,7 +271,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 	if err != nil {
 		return s.wrap("operator action", err)
 	}
-	relay, reason := c.Audit(a, status)
+	relay, reason := backend.OperatorAudit(c, a, status)
 	if _, err := tx.Exec(ctx, s.q.operatorAudit,
 		id, string(c.Kind), rowID, retries, relay, reason); err != nil {
 		return s.wrap("operator action: audit", err)
@@ -332,7 +333,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 }
 
 // requeueFilterSQL writes store.RequeueFilter for PostgreSQL.
-var requeueFilterSQL = store.FilterSQL{
+var requeueFilterSQL = filter.SQL{
 	Mark: func(n int) string { return "$" + strconv.Itoa(n) },
 	Like: func(col, ph string) string { return col + ` ILIKE ` + ph + ` ESCAPE '\'` },
 }
@@ -342,7 +343,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	where, args := f.Where(requeueFilterSQL, 0)
+	where, args := filter.Requeue(f, requeueFilterSQL, 0)
 	var n int64
 	err := s.pool.QueryRow(ctx, s.q.countMatching+where, args...).Scan(&n)
 	return n, s.wrap("count matching events", err)
@@ -351,7 +352,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 // RequeueMatching implements store.Store.
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
 	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
-		where, args := f.Where(requeueFilterSQL, after)
+		where, args := filter.Requeue(f, requeueFilterSQL, after)
 		rows, err := s.pool.Query(ctx, s.q.selectMatching+where+
 			` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
 		if err != nil {
@@ -400,9 +401,7 @@ del AS (DELETE FROM "{{.Outbox}}" o USING d WHERE o.id = d.id RETURNING o.id)
 SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
        (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`
 
-var _ store.AdminQuerier = (*Store)(nil)
-
-// AdminQueries implements store.AdminQuerier over a database/sql handle on
+// AdminQueries implements store.Store over a database/sql handle on
 // the store's pool, which opens no connections of its own; Close the
 // queries when done (it leaves the pool open).
 func (s *Store) AdminQueries() store.AdminQueries {

@@ -13,8 +13,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
-var _ store.SchemaManager = (*Store)(nil)
-
 // adoptColumn is the definition adoption gives a missing column. event_id
 // is added nullable, backfilled, then made NOT NULL and unique, with
 // gen_random_uuid() as its default so that the team's existing INSERTs

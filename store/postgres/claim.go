@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
@@ -317,7 +318,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, c lanes.CommitRequest) (l
 	if ids == nil {
 		ids = []int64{}
 	}
-	rows, err := s.pool.Query(ctx, s.q.commitClaim, c.Token, store.StorableText(c.RelayID, store.MaxRelayIDRunes),
+	rows, err := s.pool.Query(ctx, s.q.commitClaim, c.Token, textlimit.StorableText(c.RelayID, textlimit.MaxRelayIDRunes),
 		fenceLanes, fenceTokens, c.MinLeaseMS, deferIDs, deferAt, block, ids)
 	if err != nil {
 		return res, err

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/internal/testenv/wait"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
@@ -33,7 +34,7 @@ func TestClaimIDsKeepsAggregateOrder(t *testing.T) {
 	if _, err := s.MigrateUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), storetest.DropPostgresTables(table)) })
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), pgtest.DropTables(table)) })
 	ids := map[string][]int64{}
 	for _, agg := range []string{"a", "b", "c"} {
 		tx, err := pool.Begin(ctx)

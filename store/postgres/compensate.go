@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/compensation"
@@ -53,7 +54,7 @@ func (s *Store) expirePage(ctx context.Context, req store.SweepRequest) (int64, 
 	err := retrySerialization(ctx, func() error {
 		n = 0
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, s.q.expire, req.Limit, store.StorableText(req.RelayID, store.MaxRelayIDRunes))
+			rows, err := tx.Query(ctx, s.q.expire, req.Limit, textlimit.StorableText(req.RelayID, textlimit.MaxRelayIDRunes))
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -21,7 +22,7 @@ func TestDeliveryRecordedOnTheEventRow(t *testing.T) {
 	pool := newPool(t)
 	table := storetest.TableName("pgdlv")
 	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+		if _, err := pool.Exec(context.Background(), pgtest.DropTables(table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -31,7 +32,7 @@ func dropStaleFuzzTables(t testing.TB) {
 		t.Fatal(err)
 	}
 	storetest.DropStaleFuzzTables(t, names, func(name string) error {
-		_, err := pool.Exec(ctx, storetest.DropPostgresTables(name))
+		_, err := pool.Exec(ctx, pgtest.DropTables(name))
 		return err
 	})
 }

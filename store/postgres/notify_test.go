@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres"
@@ -33,7 +34,7 @@ func newTable(t *testing.T, cfg postgres.Config) (*postgres.Store, string) {
 	}
 	t.Cleanup(func() {
 		_ = s.MigrateDown(context.Background())
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(cfg.Table)); err != nil {
+		if _, err := pool.Exec(context.Background(), pgtest.DropTables(cfg.Table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

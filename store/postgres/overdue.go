@@ -9,8 +9,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
-var _ store.OverdueReporter = (*Store)(nil)
-
 // overdueSQL groups the unfinished events past their deadline (see
 // backend.OverdueWhere): one row per (aggregate type, event type), with the
 // totals of all groups in every row.
@@ -30,7 +28,7 @@ var (
 	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 
-// Overdue implements store.OverdueReporter.
+// Overdue implements store.Store.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
 	rows, err := s.pool.Query(ctx, s.q.overdue)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
@@ -51,7 +52,7 @@ func migratedStore(t testing.TB, pool *pgxpool.Pool, cfg postgres.Config) *postg
 		// What MigrateDown keeps (the migration versions), or left
 		// behind after a failure.
 		if err := retryDeadlock(func() error {
-			_, err := pool.Exec(ctx, storetest.DropPostgresTables(cfg.Table))
+			_, err := pool.Exec(ctx, pgtest.DropTables(cfg.Table))
 			return err
 		}); err != nil {
 			t.Errorf("cleanup: %v", err)
@@ -104,7 +105,9 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		Scale: scale(),
 		SQL:   db,
 		Table: table,
-		Bind:  storetest.DollarPlaceholders,
+		Bind:  pgtest.DollarPlaceholders,
+		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, Listener: true, EnqueueObserver: true,
+			CursorGuard: true, GaugeLeaser: true, AdoptionReporter: true},
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/routesql"
 )
 
-var _ store.RouteStore = (*Store)(nil)
-
 // withDB runs f on a database/sql view of the pool (the route statements
 // are shared with the other backends).
 func (s *Store) withDB(f func(db *sql.DB) error) error {
@@ -20,7 +18,7 @@ func (s *Store) withDB(f func(db *sql.DB) error) error {
 	return f(db)
 }
 
-// Routes implements store.RouteStore.
+// Routes implements store.Store.
 func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
 	var snap store.RouteSnapshot
 	err := s.withDB(func(db *sql.DB) (err error) {
@@ -30,7 +28,7 @@ func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
 	return snap, s.wrap("read routes", err)
 }
 
-// ChangeRoute implements store.RouteStore: one READ COMMITTED transaction
+// ChangeRoute implements store.Store: one READ COMMITTED transaction
 // that locks the route's row.
 func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, error) {
 	if err := c.Validate(); err != nil {
@@ -52,7 +50,7 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 	return ok, s.wrap("change route", err)
 }
 
-// RouteLog implements store.RouteStore.
+// RouteLog implements store.Store.
 func (s *Store) RouteLog(ctx context.Context, route string, limit int) ([]store.RouteLogEntry, error) {
 	var out []store.RouteLogEntry
 	err := s.withDB(func(db *sql.DB) (err error) {

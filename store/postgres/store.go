@@ -64,7 +64,6 @@ var (
 	_ store.Store           = (*Store)(nil)
 	_ store.Listener        = (*Store)(nil)
 	_ store.EnqueueObserver = (*Store)(nil)
-	_ store.LaneHolder      = (*Store)(nil)
 	_ store.CursorGuard     = (*Store)(nil)
 )
 
@@ -172,9 +171,19 @@ func (s *Store) Table() string { return s.t.Outbox }
 // Tables returns the names of all the outbox's tables.
 func (s *Store) Tables() store.Tables { return s.t }
 
-// Features reports SKIP LOCKED and LISTEN/NOTIFY.
+// Features declares SKIP LOCKED, claims behind the relay's own batches in
+// flight, LISTEN/NOTIFY, the in-process enqueue signal, the guard of the
+// lanes' id cursors, the gauge lease and the adoption report.
 func (s *Store) Features() store.Features {
-	return store.Features{SkipLocked: true, Notify: true, ClaimBehindOwn: true}
+	return store.Features{
+		SkipLocked:       true,
+		ClaimBehindOwn:   true,
+		Listener:         s,
+		EnqueueObserver:  s,
+		CursorGuard:      s,
+		GaugeLeaser:      s,
+		AdoptionReporter: s,
+	}
 }
 
 // Close closes the pool if Open created it.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/pages"
 )
@@ -17,7 +18,7 @@ func (s *Store) Sweep(ctx context.Context, req store.SweepRequest) (store.SweepR
 		case pages.SweepReap:
 			// Claims whose lanes are gone, then rows PROCESSING under a
 			// lease of the schema before lanes.
-			relay := store.StorableText(req.RelayID, store.MaxRelayIDRunes)
+			relay := textlimit.StorableText(req.RelayID, textlimit.MaxRelayIDRunes)
 			var n int64
 			err := retrySerialization(ctx, func() error {
 				var err error

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -19,7 +20,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	pool := newPool(t)
 	table := storetest.TableName("pgup")
 	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+		if _, err := pool.Exec(context.Background(), pgtest.DropTables(table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -33,7 +34,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	relaytest.RunUpgradeFromV1(t, relaytest.UpgradeHarness{
-		Store: s, DB: db, Table: table, Bind: storetest.DollarPlaceholders,
+		Store: s, DB: db, Table: table, Bind: pgtest.DollarPlaceholders,
 		InsertV1: `INSERT INTO ` + table + ` (event_id, aggregate_type, aggregate_id, event_type, payload, status, locked_until)
 			VALUES (?::uuid, 'payment', ?, 'OldEvent', '{"old":true}', ?, now() - interval '1 hour')`,
 		MigrateUp: func(ctx context.Context) error { _, err := s.MigrateUp(ctx); return err },
@@ -49,7 +50,7 @@ func TestUpgradeToLanes(t *testing.T) {
 	pool := newPool(t)
 	table := storetest.TableName("pglanesup")
 	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), storetest.DropPostgresTables(table)); err != nil {
+		if _, err := pool.Exec(context.Background(), pgtest.DropTables(table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -63,7 +64,7 @@ func TestUpgradeToLanes(t *testing.T) {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	storetest.RunLanesUpgrade(t, storetest.LanesUpgrade{
-		Harness: &storetest.Harness{Store: s, SQL: db, Table: table, Bind: storetest.DollarPlaceholders,
+		Harness: &storetest.Harness{Store: s, SQL: db, Table: table, Bind: pgtest.DollarPlaceholders,
 			Begin: func(ctx context.Context) (storetest.Tx, error) {
 				tx, err := pool.Begin(ctx)
 				return pgTx{tx, s}, err

@@ -14,6 +14,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/filter"
 	"github.com/txoutbox/outbox/store/internal/pages"
 	"github.com/txoutbox/outbox/store/internal/sqladmin"
 )
@@ -93,7 +94,7 @@ const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN (
 func listWhere(f store.ListFilter) (string, []any) {
 	status := f.Status
 	f.Status = ""
-	where, args := f.Where(nil)
+	where, args := filter.List(f, nil)
 	var cond string
 	switch status {
 	case "":
@@ -326,7 +327,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 		if err != nil {
 			return err
 		}
-		relay, reason := ch.Audit(a, status)
+		relay, reason := backend.OperatorAudit(ch, a, status)
 		if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(ch.Kind), rowID, retries,
 			relay, now, reason); err != nil {
 			return fmt.Errorf("audit: %w", err)
@@ -442,7 +443,7 @@ FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2`)
 
 // requeueFilterSQL writes store.RequeueFilter for SQLite, whose LIKE
 // already ignores the case of ASCII letters.
-var requeueFilterSQL = store.FilterSQL{
+var requeueFilterSQL = filter.SQL{
 	Like: func(col, ph string) string { return col + ` LIKE ` + ph + ` ESCAPE '\'` },
 	Time: func(t time.Time) any { return formatTime(t) },
 }
@@ -452,7 +453,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	where, args := f.Where(requeueFilterSQL, 0)
+	where, args := filter.Requeue(f, requeueFilterSQL, 0)
 	var n int64
 	err := retryBusy(ctx, func() error {
 		return s.db.QueryRowContext(ctx, s.q.countMatching+where, args...).Scan(&n)
@@ -463,7 +464,7 @@ func (s *Store) CountMatching(ctx context.Context, f store.RequeueFilter) (int64
 // RequeueMatching implements store.Store.
 func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a store.OperatorAction) (int64, error) {
 	return pages.Requeue(ctx, f, a, func(after int64, limit int) ([]store.MatchedEvent, error) {
-		where, args := f.Where(requeueFilterSQL, after)
+		where, args := filter.Requeue(f, requeueFilterSQL, after)
 		var out []store.MatchedEvent
 		err := retryBusy(ctx, func() error {
 			out = out[:0]
@@ -490,11 +491,9 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 	}, s.Requeue)
 }
 
-var _ store.AdminQuerier = (*Store)(nil)
-
 const sqliteNow = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
-// AdminQueries implements store.AdminQuerier.
+// AdminQueries implements store.Store.
 func (s *Store) AdminQueries() store.AdminQueries {
 	return sqladmin.New(s.db, sqladmin.Dialect{
 		Mark:  func(int) string { return "?" },

@@ -7,8 +7,6 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-var _ store.SchemaManager = (*Store)(nil)
-
 // Adopt is not supported on SQLite: adding the outbox's constraints to an
 // existing table means rebuilding it there.
 func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptResult, error) {

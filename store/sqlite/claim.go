@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
@@ -222,7 +223,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 		}
 		lsJSON, _ := json.Marshal(ls)
 		tsJSON, _ := json.Marshal(ts)
-		_, err = c.ExecContext(ctx, s.q.insertClaim, cr.Token, store.StorableText(cr.RelayID, store.MaxRelayIDRunes),
+		_, err = c.ExecContext(ctx, s.q.insertClaim, cr.Token, textlimit.StorableText(cr.RelayID, textlimit.MaxRelayIDRunes),
 			string(lsJSON), string(tsJSON), int64sJSON(ids))
 		return err
 	})

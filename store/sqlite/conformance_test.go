@@ -79,6 +79,7 @@ func newConformanceHarness(t testing.TB) *storetest.Harness {
 		SQL:              app,
 		Table:            table,
 		NoDeadlineTiming: noTiming,
+		// Promises: none; SQLite declares no optional capability.
 	}
 }
 

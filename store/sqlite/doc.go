@@ -67,7 +67,7 @@
 //     other: with a backlog draining on a slow machine, a BEGIN can wait
 //     out busy_timeout and fail with SQLITE_BUSY. Nothing of such a
 //     transaction was committed; retry it as a whole.
-//   - No LISTEN/NOTIFY (Features().Notify is false): relays find new events
+//   - No LISTEN/NOTIFY (Features().Listener is nil): relays find new events
 //     by polling, plus the in-process nudge after a commit.
 //   - Timestamps are stored as UTC text 'YYYY-MM-DD HH:MM:SS.SSS': to the
 //     millisecond (PostgreSQL keeps microseconds). Durations (TTL, delay,

@@ -11,23 +11,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
-var _ store.LaneHolder = (*Store)(nil)
-
-// BalanceLanes implements store.LaneHolder.
+// BalanceLanes implements store.Store.
 func (s *Store) BalanceLanes(ctx context.Context, relayID string, lease time.Duration) error {
 	return s.wrap("balance lanes", s.claimer.Balance(ctx, relayID, lease))
 }
 
-// ReleaseLanes implements store.LaneHolder.
+// ReleaseLanes implements store.Store.
 func (s *Store) ReleaseLanes(ctx context.Context, relayID string) error {
 	return s.wrap("release lanes", s.claimer.Release(ctx, relayID))
 }
 
-// HeldLanes implements store.LaneHolder.
+// HeldLanes implements store.Store.
 func (s *Store) HeldLanes(relayID string) map[int]int64 { return s.claimer.Held(relayID) }
 
 // leaseTx runs the lane statements in one write transaction. With yield

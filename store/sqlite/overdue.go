@@ -8,8 +8,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
-var _ store.OverdueReporter = (*Store)(nil)
-
 // overdueSQL groups the unfinished events past their deadline (see
 // backend.OverdueWhere; ?1 is now), with the totals of all groups in every row.
 var overdueSQL = `
@@ -27,7 +25,7 @@ var (
 	overdueGroups = strconv.Itoa(backend.MaxOverdueGroups)
 )
 
-// Overdue implements store.OverdueReporter.
+// Overdue implements store.Store.
 func (s *Store) Overdue(ctx context.Context) (store.Overdue, error) {
 	q := render(s.t, overdueSQL)
 	var o store.Overdue

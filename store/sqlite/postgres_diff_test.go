@@ -13,10 +13,10 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/sqlite"
-	"github.com/txoutbox/outbox/store/storetest"
 )
 
 // TestSameDecisionsAsPostgres runs random sequences of enqueues, claims,
@@ -60,7 +60,7 @@ func differential(t *testing.T, pool *pgxpool.Pool, seed uint64, steps int) {
 		if err := pg.MigrateDown(ctx); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		if _, err := pool.Exec(ctx, storetest.DropPostgresTables(table)); err != nil {
+		if _, err := pool.Exec(ctx, pgtest.DropTables(table)); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv/wait"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/sqlite"
 )
@@ -41,7 +42,7 @@ func TestCompleteOutcomes(t *testing.T) {
 		}
 	}
 	outs[1].RetryIn = 30 * time.Second
-	outs[2].Error = strings.Repeat("é", 2500) // stored cut to 2000 characters (store.ErrorText)
+	outs[2].Error = strings.Repeat("é", 2500) // stored cut to 2000 characters (textlimit.ErrorText)
 	outs[4].RetryIn = 10 * time.Second
 	outs[4].Attempted = false
 	outs[5].Block = true
@@ -79,7 +80,7 @@ func TestCompleteOutcomes(t *testing.T) {
 	if err != nil || len(dls) != 1 {
 		t.Fatalf("dead letters = %v, %v", dls, err)
 	}
-	if dl := dls[0]; dl.EventID != heads[2] || dl.OutboxID != failed.ID || dl.RetryCount != 1 || dl.Reason != store.ErrorText(outs[2].Error) ||
+	if dl := dls[0]; dl.EventID != heads[2] || dl.OutboxID != failed.ID || dl.RetryCount != 1 || dl.Reason != textlimit.ErrorText(outs[2].Error) ||
 		dl.AggregateID != "k2" || dl.EventType != "ApprovalRequested" || dl.FailedAt.IsZero() || !dl.RequeuedAt.IsZero() {
 		t.Errorf("dead letter = %+v", dl)
 	}
@@ -115,7 +116,7 @@ func TestCompleteOutcomes(t *testing.T) {
 			!a.StartedAt.Equal(c.DBTime) || !a.FinishedAt.Equal(c.DBTime.Add(time.Millisecond)) {
 			t.Errorf("%s: attempt = %+v", kinds[i], a)
 		}
-		want := store.ErrorText(outs[i].Error) // 1,999 characters and "…" for the long one
+		want := textlimit.ErrorText(outs[i].Error) // 1,999 characters and "…" for the long one
 		if a.Error != want {
 			t.Errorf("%s: attempt error %d characters, want %d", kinds[i], len(a.Error), len(want))
 		}

@@ -8,15 +8,13 @@ import (
 	"github.com/txoutbox/outbox/store/internal/routesql"
 )
 
-var _ store.RouteStore = (*Store)(nil)
-
-// Routes implements store.RouteStore.
+// Routes implements store.Store.
 func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
 	snap, err := routesql.Snapshot(ctx, s.db, routesql.SQLite, s.t)
 	return snap, s.wrap("read routes", err)
 }
 
-// ChangeRoute implements store.RouteStore: one BEGIN IMMEDIATE transaction.
+// ChangeRoute implements store.Store: one BEGIN IMMEDIATE transaction.
 func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, error) {
 	if err := c.Validate(); err != nil {
 		return false, err
@@ -29,7 +27,7 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 	return ok, s.wrap("change route", err)
 }
 
-// RouteLog implements store.RouteStore.
+// RouteLog implements store.Store.
 func (s *Store) RouteLog(ctx context.Context, route string, limit int) ([]store.RouteLogEntry, error) {
 	out, err := routesql.Log(ctx, s.db, routesql.SQLite, s.t, route, limit)
 	return out, s.wrap("read route log", err)

@@ -10,8 +10,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
-var _ store.Snapshotter = (*Store)(nil)
-
 // snapshotSQL reads the cheap figures in one statement (?1 is now): each
 // count names one unfinished status and reads its partial index; a
 // PENDING row that a claim holds counts as PROCESSING.
@@ -28,7 +26,7 @@ const finalCountsSQL = `SELECT status, count(*) FROM "{{.Outbox}}" WHERE status 
 
 const oldestPendingSQL = `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status = 'PENDING'`
 
-// Snapshot implements store.Snapshotter: every figure is read in one read
+// Snapshot implements store.Store: every figure is read in one read
 // transaction. SQLite has no lease for the gauges (store.GaugeLeaser): it
 // has one writer, and one relay per database file is the rule.
 func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.Snapshot, error) {

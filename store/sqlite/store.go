@@ -123,10 +123,12 @@ func (s *Store) Table() string { return s.t.Outbox }
 // Tables returns the names of all the outbox's tables.
 func (s *Store) Tables() store.Tables { return s.t }
 
-// Features reports that SQLite has a single writer (no SKIP LOCKED) and no
-// LISTEN/NOTIFY.
+// Features declares none of the optional capabilities: SQLite has a
+// single writer (no SKIP LOCKED), no LISTEN/NOTIFY, no lanes read from id
+// cursors, no gauge lease (every process reads its own gauges) and no
+// adoption.
 func (s *Store) Features() store.Features {
-	return store.Features{SkipLocked: false, Notify: false}
+	return store.Features{}
 }
 
 // Close closes the database if Open opened it.

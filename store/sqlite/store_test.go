@@ -132,7 +132,7 @@ func TestNewConfig(t *testing.T) {
 	if l := s.EnqueueLimits(); l.MaxPayloadBytes != 10 || l.MaxHeadersBytes != outbox.DefaultMaxHeadersBytes {
 		t.Errorf("limits = %+v", l)
 	}
-	if f := s.Features(); f.SkipLocked || f.Notify {
+	if f := s.Features(); f.SkipLocked || f.Listener != nil {
 		t.Errorf("features = %+v, want neither SKIP LOCKED nor NOTIFY", f)
 	}
 	var _ store.Store = s

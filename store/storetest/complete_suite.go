@@ -457,7 +457,7 @@ func testPurge(t *testing.T, h *Harness) {
 	}
 	// A table that outbox created is not adopted: a purge keeps no history
 	// of its own, with or without PurgeRequest.Adopted.
-	if ar, ok := h.Store.(store.AdoptionReporter); ok {
+	if ar := h.Store.Features().AdoptionReporter; ar != nil {
 		if at, adopted, err := ar.AdoptedAt(ctx); err != nil || adopted {
 			t.Fatalf("AdoptedAt on a table outbox created = %v, %v, %v; want not adopted", at, adopted, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -34,7 +35,7 @@ var OutcomeFuzzKinds = []store.OutcomeKind{store.Retry, store.Failed, store.Expi
 // FuzzOutcome is the body of each backend's FuzzOutcomeText: it claims a
 // fresh event, completes it with the fuzzed error text as a RETRY, FAILED
 // or EXPIRED outcome, and checks that the outcome was recorded (the event
-// is not left PROCESSING) with the text as store.ErrorText makes it, in
+// is not left PROCESSING) with the text as textlimit.ErrorText makes it, in
 // last_error, the audit row and the dead letter. h must be a harness of
 // its own: the fuzz target owns its table.
 func FuzzOutcome(f *testing.F, h *Harness) {
@@ -68,7 +69,7 @@ func FuzzOutcome(f *testing.F, h *Harness) {
 		if len(res.Applied) != 1 {
 			t.Fatalf("Complete(%s): %+v, want the event applied", k, res)
 		}
-		want := store.ErrorText(text)
+		want := textlimit.ErrorText(text)
 		r, err := h.Store.GetEvent(ctx, id)
 		if err != nil {
 			t.Fatal(err)

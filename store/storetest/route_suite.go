@@ -12,12 +12,12 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// RunRoutes checks store.RouteStore: the shared circuit-breaker state of
+// RunRoutes checks the routes of store.Store: the shared circuit-breaker state of
 // routes and its audit trail.
 func RunRoutes(t *testing.T, newHarness Factory) {
 	tests := []struct {
 		name string
-		fn   func(*testing.T, store.RouteStore)
+		fn   func(*testing.T, store.Store)
 	}{
 		{"OpenProbeClose", testRouteOpenProbeClose},
 		{"StaleVersionChangesNothing", testRouteStaleVersion},
@@ -29,16 +29,12 @@ func RunRoutes(t *testing.T, newHarness Factory) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			rs, ok := h.Store.(store.RouteStore)
-			if !ok {
-				t.Skipf("%T does not implement store.RouteStore", h.Store)
-			}
-			tc.fn(t, rs)
+			tc.fn(t, h.Store)
 		})
 	}
 }
 
-func routeByName(t *testing.T, rs store.RouteStore, name string) (store.Route, time.Time, bool) {
+func routeByName(t *testing.T, rs store.Store, name string) (store.Route, time.Time, bool) {
 	t.Helper()
 	snap, err := rs.Routes(context.Background())
 	if err != nil {
@@ -52,7 +48,7 @@ func routeByName(t *testing.T, rs store.RouteStore, name string) (store.Route, t
 	return store.Route{}, snap.DBTime, false
 }
 
-func mustChange(t *testing.T, rs store.RouteStore, c store.RouteChange) {
+func mustChange(t *testing.T, rs store.Store, c store.RouteChange) {
 	t.Helper()
 	ok, err := rs.ChangeRoute(context.Background(), c)
 	if err != nil || !ok {
@@ -60,7 +56,7 @@ func mustChange(t *testing.T, rs store.RouteStore, c store.RouteChange) {
 	}
 }
 
-func testRouteOpenProbeClose(t *testing.T, rs store.RouteStore) {
+func testRouteOpenProbeClose(t *testing.T, rs store.Store) {
 	ctx := context.Background()
 	snap, err := rs.Routes(ctx)
 	if err != nil {
@@ -137,7 +133,7 @@ func testRouteOpenProbeClose(t *testing.T, rs store.RouteStore) {
 	}
 }
 
-func testRouteStaleVersion(t *testing.T, rs store.RouteStore) {
+func testRouteStaleVersion(t *testing.T, rs store.Store) {
 	ctx := context.Background()
 	const route = "orders.events"
 	mustChange(t, rs, store.RouteChange{Route: route, To: store.BreakerOpen, Actor: "relay-a", Reason: "r"})
@@ -157,7 +153,7 @@ func testRouteStaleVersion(t *testing.T, rs store.RouteStore) {
 	}
 }
 
-func testRouteOneProbe(t *testing.T, rs store.RouteStore) {
+func testRouteOneProbe(t *testing.T, rs store.Store) {
 	ctx := context.Background()
 	const route = "ledger.events"
 	mustChange(t, rs, store.RouteChange{Route: route, To: store.BreakerOpen, Actor: "relay-0", Reason: "r"})
@@ -193,7 +189,7 @@ func testRouteOneProbe(t *testing.T, rs store.RouteStore) {
 	}
 }
 
-func testRouteBadInput(t *testing.T, rs store.RouteStore) {
+func testRouteBadInput(t *testing.T, rs store.Store) {
 	ctx := context.Background()
 	for _, c := range []store.RouteChange{
 		{Route: "", To: store.BreakerOpen, Actor: "a"},
@@ -215,7 +211,7 @@ func testRouteBadInput(t *testing.T, rs store.RouteStore) {
 
 // testRouteAnyText: whatever a sink's error says (NUL, invalid UTF-8, a
 // long text in a multi-byte script) is stored, cut at a character.
-func testRouteAnyText(t *testing.T, rs store.RouteStore) {
+func testRouteAnyText(t *testing.T, rs store.Store) {
 	ctx := context.Background()
 	text := "dial tcp: \x00 refused \xff\xfe " + strings.Repeat("연결이 거부되었습니다 ", 300)
 	route := "노드.events"

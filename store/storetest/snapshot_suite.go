@@ -11,8 +11,8 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// RunSnapshot checks store.Snapshotter (and store.GaugeLeaser where the
-// backend has it). A backend without Snapshotter skips.
+// RunSnapshot checks Store.Snapshot (and Features.GaugeLeaser where the
+// backend declares it).
 func RunSnapshot(t *testing.T, newHarness Factory) {
 	tests := []struct {
 		name string
@@ -26,9 +26,6 @@ func RunSnapshot(t *testing.T, newHarness Factory) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			if _, ok := h.Store.(store.Snapshotter); !ok {
-				t.Skipf("%T does not implement store.Snapshotter", h.Store)
-			}
 			tc.fn(t, h)
 		})
 	}
@@ -36,7 +33,7 @@ func RunSnapshot(t *testing.T, newHarness Factory) {
 
 func snapshot(t testing.TB, h *Harness, req store.SnapshotRequest) store.Snapshot {
 	t.Helper()
-	snap, err := h.Store.(store.Snapshotter).Snapshot(context.Background(), req)
+	snap, err := h.Store.Snapshot(context.Background(), req)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
@@ -184,7 +181,7 @@ func testSnapshotAgreesUnderWrites(t *testing.T, h *Harness) {
 			finished = true
 		default:
 		}
-		snap, err := h.Store.(store.Snapshotter).Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true})
+		snap, err := h.Store.Snapshot(ctx, store.SnapshotRequest{FailedBlocks: true})
 		if err != nil {
 			t.Errorf("snapshot: %v", err)
 			break
@@ -207,8 +204,8 @@ func testSnapshotAgreesUnderWrites(t *testing.T, h *Harness) {
 
 // testGaugeLeaseIsExclusive: one holder at a time; released, it passes on.
 func testGaugeLeaseExclusive(t *testing.T, h *Harness) {
-	leaser, ok := h.Store.(store.GaugeLeaser)
-	if !ok {
+	leaser := h.Store.Features().GaugeLeaser
+	if leaser == nil {
 		t.Skipf("%T has no gauge lease (one relay per database)", h.Store)
 	}
 	ctx := context.Background()
@@ -226,7 +223,10 @@ func testGaugeLeaseExclusive(t *testing.T, h *Harness) {
 		t.Fatalf("second lease while the first is held: ok %v, err %v; want refused", ok, err)
 	}
 	if h.NewStore != nil { // another Store (another pool), as another process would have
-		other := h.NewStore(t, outbox.Limits{}).(store.GaugeLeaser)
+		other := h.NewStore(t, outbox.Limits{}).Features().GaugeLeaser
+		if other == nil {
+			t.Fatal("a second store on the same tables declares no gauge lease")
+		}
 		if _, ok, err := other.TryGaugeLease(ctx); err != nil || ok {
 			t.Fatalf("lease from another store while the first is held: ok %v, err %v; want refused", ok, err)
 		}

@@ -1,8 +1,8 @@
 // Package storetest is the Store conformance suite every store backend
 // runs: storetest.Run(t, newHarness). It checks the Store contract
-// directly, without a relay or a sink: atomic enqueue, claims and their
-// order, fencing, outcomes, expiry, sweeps, snapshots, routes and operator
-// actions. The guarantees that need the real relay over the store (no
+// directly, without a relay or a sink: the declared Features (against
+// Harness.Promises), atomic enqueue, claims and their order, fencing,
+// outcomes, expiry, sweeps, snapshots, routes and operator actions. The guarantees that need the real relay over the store (no
 // loss, per-aggregate order, bounded duplicates under failures) are in
 // relay/relaytest, which runs on the same Harness.
 package storetest
@@ -67,6 +67,9 @@ type Harness struct {
 	// busy_timeout on SQLite): an application retries such a transaction as
 	// a whole, and so do the producer tests.
 	Conflict func(err error) bool
+	// Promises lists the optional capabilities the backend promises;
+	// RunFeatures checks that Store.Features declares exactly these.
+	Promises Capabilities
 }
 
 // Factory returns a fresh harness on new tables; it registers its own cleanup.
@@ -74,6 +77,7 @@ type Factory func(t *testing.T) *Harness
 
 // Run runs the whole suite.
 func Run(t *testing.T, newHarness Factory) {
+	t.Run("Features", func(t *testing.T) { RunFeatures(t, newHarness) })
 	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
 	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
@@ -142,31 +146,9 @@ func CountStatus(t testing.TB, s store.Store, status outbox.Status) int64 {
 	return st.Counts[status]
 }
 
-// DropPostgresTables returns one PostgreSQL statement that drops every
-// table of the outbox named table in the current schema: the outbox
-// table and every table whose name starts with table + "_" (dead
-// letters, attempts, aggregates, the migration versions that a
-// MigrateDown keeps, and whatever tables later migrations add), and the
-// functions whose name starts with table + "_" (the trigger's). Harnesses run it at cleanup,
-// also when the test failed, so that shared databases do not fill up.
-// table must be a valid outbox table name (store.ValidateTable), which is
-// why it may be written into the statement.
-func DropPostgresTables(table string) string {
-	if err := store.ValidateTable(table); err != nil {
-		panic(err) // a harness's own table name: a bug in the test
-	}
-	return `DO $$ DECLARE r record; BEGIN
-  FOR r IN SELECT tablename FROM pg_tables
-           WHERE schemaname = current_schema() AND (tablename = '` + table + `' OR starts_with(tablename, '` + table + `_'))
-  LOOP EXECUTE 'DROP TABLE IF EXISTS ' || quote_ident(r.tablename) || ' CASCADE'; END LOOP;
-  FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
-           WHERE p.pronamespace = current_schema()::regnamespace AND starts_with(p.proname, '` + table + `_')
-  LOOP EXECUTE 'DROP FUNCTION IF EXISTS ' || r.fn::text; END LOOP;
-END $$`
-}
-
 // DropMySQLTables drops every table of the outbox named table in db's
-// current database, as DropPostgresTables does on PostgreSQL.
+// current database, as pgtest.DropTables (internal/testenv/pgtest) does on
+// PostgreSQL.
 func DropMySQLTables(ctx context.Context, db *sql.DB, table string) error {
 	if err := store.ValidateTable(table); err != nil {
 		return err
@@ -233,20 +215,4 @@ func DropStaleFuzzTables(t testing.TB, names []string, drop func(name string) er
 			t.Logf("dropping the stale fuzz table %s: %v", name, err)
 		}
 	}
-}
-
-// DollarPlaceholders rewrites the ? placeholders of query as $1, $2 ...
-// for PostgreSQL (Harness.Bind). The suite's queries have no ? in literals.
-func DollarPlaceholders(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

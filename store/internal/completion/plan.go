@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
@@ -40,7 +41,7 @@ type Plan struct {
 	RelayID, StoredRelayID string
 	FailedBlocks           bool
 	// Outcomes are the request's outcomes in their order, duplicates
-	// included, with storable error texts (store.ErrorText).
+	// included, with storable error texts (textlimit.ErrorText).
 	Outcomes []store.Outcome
 	// Rows has one entry per row of the request, for its first outcome
 	// (the one a completion applies), in id order.
@@ -118,13 +119,13 @@ func New(req store.CompleteRequest) (*Plan, error) {
 	p := &Plan{
 		Token:         req.Token,
 		RelayID:       req.RelayID,
-		StoredRelayID: store.StorableText(req.RelayID, store.MaxRelayIDRunes),
+		StoredRelayID: textlimit.StorableText(req.RelayID, textlimit.MaxRelayIDRunes),
 		FailedBlocks:  req.FailedBlocks,
 		Outcomes:      make([]store.Outcome, len(req.Outcomes)),
 		index:         make(map[int64]int, len(req.Outcomes)),
 	}
 	for i, o := range req.Outcomes {
-		o.Error = store.ErrorText(o.Error)
+		o.Error = textlimit.ErrorText(o.Error)
 		p.Outcomes[i] = o
 	}
 	for i := range p.Outcomes {

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
@@ -73,8 +74,8 @@ func TestNewEmpty(t *testing.T) {
 }
 
 func TestNewBoundsTexts(t *testing.T) {
-	long := strings.Repeat("é", store.MaxErrorRunes+50)
-	relay := strings.Repeat("r", store.MaxRelayIDRunes+1)
+	long := strings.Repeat("é", textlimit.MaxErrorRunes+50)
+	relay := strings.Repeat("r", textlimit.MaxRelayIDRunes+1)
 	p, err := New(store.CompleteRequest{RelayID: relay, Outcomes: []store.Outcome{
 		{ID: 1, Kind: store.Failed, Error: long},
 		{ID: 2, Kind: store.Retry, Error: "bad \x00 byte \xff"},
@@ -85,11 +86,11 @@ func TestNewBoundsTexts(t *testing.T) {
 	if p.RelayID != relay {
 		t.Errorf("RelayID changed: the claimer knows the relay by its requested name")
 	}
-	if n := utf8.RuneCountInString(p.StoredRelayID); n > store.MaxRelayIDRunes {
-		t.Errorf("StoredRelayID has %d runes, want at most %d", n, store.MaxRelayIDRunes)
+	if n := utf8.RuneCountInString(p.StoredRelayID); n > textlimit.MaxRelayIDRunes {
+		t.Errorf("StoredRelayID has %d runes, want at most %d", n, textlimit.MaxRelayIDRunes)
 	}
 	for _, o := range p.Outcomes {
-		if o.Error != store.ErrorText(o.Error) || utf8.RuneCountInString(o.Error) > store.MaxErrorRunes ||
+		if o.Error != textlimit.ErrorText(o.Error) || utf8.RuneCountInString(o.Error) > textlimit.MaxErrorRunes ||
 			!utf8.ValidString(o.Error) || strings.IndexByte(o.Error, 0) >= 0 {
 			t.Errorf("outcome %d: error %q is not storable", o.ID, o.Error)
 		}

@@ -1,4 +1,4 @@
-// Package routesql is the SQL of store.RouteStore, shared by the three
+// Package routesql is the SQL of the routes of store.Store, shared by the three
 // backends: the route tables hold plain types (text, integers, Unix
 // milliseconds of the database clock), so one set of statements serves
 // PostgreSQL, MySQL/MariaDB and SQLite, each run inside the backend's own
@@ -162,7 +162,7 @@ func msTime(v sql.NullInt64) time.Time {
 }
 
 // Change applies c inside the caller's write transaction q (see
-// store.RouteStore.ChangeRoute).
+// store.Store.ChangeRoute).
 func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.RouteChange) (bool, error) {
 	if err := c.Validate(); err != nil {
 		return false, err

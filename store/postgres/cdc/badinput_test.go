@@ -14,6 +14,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store/postgres"
 	"github.com/txoutbox/outbox/store/postgres/cdc"
 	"github.com/txoutbox/outbox/store/storetest"
@@ -82,7 +83,7 @@ func TestTableWithoutPrimaryKeySaysHowToFix(t *testing.T) {
 	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %q (id bigint, payload json)`, table)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), storetest.DropPostgresTables(table)) })
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), pgtest.DropTables(table)) })
 	st, err := postgres.New(pool, postgres.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)

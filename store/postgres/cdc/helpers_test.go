@@ -14,6 +14,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store/postgres"
@@ -98,7 +99,7 @@ func (h *harness) drop(t testing.TB) {
 	if err := cdc.Drop(ctx, h.pool, h.slot, h.pub); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
-	if _, err := h.pool.Exec(ctx, storetest.DropPostgresTables(h.table)); err != nil {
+	if _, err := h.pool.Exec(ctx, pgtest.DropTables(h.table)); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
 }

@@ -162,6 +162,15 @@ func New(ctx context.Context, st *postgres.Store, cfg Config) (*Source, error) {
 // Slot returns the slot's name.
 func (s *Source) Slot() string { return s.cfg.Slot }
 
+// Features declares the PostgreSQL store's capabilities, with the source
+// as the Listener: a relay is woken by the replication stream (and the
+// safety-net poll) instead of LISTEN/NOTIFY.
+func (s *Source) Features() store.Features {
+	f := s.Store.Features()
+	f.Listener = s
+	return f
+}
+
 // Publication returns the publication's name.
 func (s *Source) Publication() string { return s.cfg.Publication }
 

@@ -47,14 +47,9 @@ type edfResult struct {
 	slowLatency time.Duration
 }
 
-// routeLog returns the breakers' audit log, newest first (nil when the
-// store keeps no route state).
+// routeLog returns the breakers' audit log, newest first.
 func (d *demoRun) routeLog(ctx context.Context) ([]store.RouteLogEntry, error) {
-	rs, ok := d.b.Store.(store.RouteStore)
-	if !ok {
-		return nil, nil
-	}
-	return rs.RouteLog(ctx, "", 10000)
+	return d.b.Store.RouteLog(ctx, "", 10000)
 }
 
 // breakerWait bounds how long incident 5 keeps the gateway down past the

@@ -1,9 +1,18 @@
-package store
+// Package textlimit makes the texts outbox stores (error texts, relay and
+// operator names) storable by every backend: valid UTF-8, no NUL byte,
+// bounded in characters and bytes. The relay cuts what it passes to a
+// store with it, and the backends what they write themselves.
+package textlimit
 
 import (
 	"strings"
 	"unicode/utf8"
 )
+
+// MaxErrorRunes bounds the error texts a backend stores (last_error, the
+// audit rows' error, dead-letter reasons where the backend bounds them), as
+// PostgreSQL's left(err, 2000) does.
+const MaxErrorRunes = 2000
 
 // MaxErrorBytes bounds the UTF-8 size of a stored error text. MaxErrorRunes
 // characters take at most 4 bytes each, so the bound only bites on texts
@@ -93,17 +102,4 @@ func fitsAsIs(s string, maxRunes, maxBytes int) bool {
 func escapeByte(c byte) string {
 	const hex = "0123456789abcdef"
 	return string([]byte{'\\', 'x', hex[c>>4], hex[c&0xf]})
-}
-
-// Storable returns a copy of r whose error texts and relay name are
-// StorableText, for backends that pass them on as they are.
-func (r CompleteRequest) Storable() CompleteRequest {
-	outs := make([]Outcome, len(r.Outcomes))
-	for i, o := range r.Outcomes {
-		o.Error = ErrorText(o.Error)
-		outs[i] = o
-	}
-	r.Outcomes = outs
-	r.RelayID = StorableText(r.RelayID, MaxRelayIDRunes)
-	return r
 }
