@@ -73,22 +73,6 @@ func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, erro
 	return st, nil
 }
 
-// recordColumns are a record's columns, from recordFrom: a PENDING row that
-// a claim holds (cl) is PROCESSING, until the lease of its lane, under the
-// claim's token; a row PROCESSING under a lease of the schema before lanes
-// keeps its own.
-const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-    CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
-    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
-    COALESCE(o.locked_until, CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN
-        (SELECT strftime({{.TS}}, l.lease_until_ms / 1000.0, 'unixepoch') FROM "{{.Outbox}}_lanes" l WHERE l.lane = o.lane) END),
-    COALESCE(o.lock_token, CASE WHEN o.status = 'PENDING' THEN cl.token END), o.last_error`
-
-// recordFrom joins each outbox row to the claim that holds it, if any.
-const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN (
-    SELECT j.value AS cid, min(bc.token) AS token FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j GROUP BY j.value
-) cl ON cl.cid = o.id`
-
 // listWhere writes f's conditions, with the status a claim gives a row.
 func listWhere(f store.ListFilter) (string, []any) {
 	status := f.Status
@@ -372,15 +356,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
-	page := render(s.t, `
-SELECT id, event_id,
-    (status IN (SELECT value FROM json_each(?4)) AND processed_at IS NOT NULL AND processed_at <= ?3) AS del,
-    created_at <= ?3 AS old
-FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2`)
-	delAttempts := render(s.t, `DELETE FROM "{{.Attempts}}" WHERE event_id IN (SELECT value FROM json_each(?1))`)
-	delDead := render(s.t, `DELETE FROM "{{.DeadLetters}}" WHERE outbox_id IN (SELECT value FROM json_each(?1))`)
-	delEvents := render(s.t, `DELETE FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1))`)
-	cutoffSQL := render(s.t, `SELECT strftime({{.TS}}, ?, ?)`)
+	page, delAttempts, delDead, delEvents, cutoffSQL := s.q.purgePage, s.q.purgeAttempts, s.q.purgeDeadLetters, s.q.purgeEvents, s.q.purgeCutoff
 
 	total, err := pages.Purge(func(after int64) (p pages.PurgePage, err error) {
 		err = s.writeTx(ctx, func(c *sql.Conn, now string) error {

@@ -146,10 +146,6 @@ func (s *Store) wrap(op string, err error) error {
 	return backend.WrapError(op, err, missing)
 }
 
-// nowSQL reads the database clock once per transaction: every statement of
-// the transaction then uses that one value, as PostgreSQL's now() does.
-const nowSQL = `SELECT strftime(` + tsSQL + `, 'now')`
-
 // string -> chan struct{}
 
 // refusedData marks the errors SQLite gives for the values of a write (a

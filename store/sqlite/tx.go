@@ -148,7 +148,7 @@ func (s *Store) writeTx(ctx context.Context, f func(c *sql.Conn, now string) err
 			return err
 		}
 		var now string
-		if err := c.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
+		if err := c.QueryRowContext(ctx, s.q.now).Scan(&now); err != nil {
 			return err
 		}
 		if err := f(c, now); err != nil {
@@ -183,7 +183,7 @@ func (s *Store) writerGate() chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout)
 		defer cancel()
 		var file string
-		if err := s.db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err == nil && file != "" {
+		if err := s.db.QueryRowContext(ctx, s.q.databaseFile).Scan(&file); err == nil && file != "" {
 			key = "file:" + file
 		}
 		g, _ := gates.LoadOrStore(key, make(chan struct{}, 1))
@@ -228,7 +228,7 @@ func (s *Store) readTx(ctx context.Context, f func(c *sql.Conn, now string) erro
 			return err
 		}
 		var now string
-		if err := c.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
+		if err := c.QueryRowContext(ctx, s.q.now).Scan(&now); err != nil {
 			return err
 		}
 		if err := f(c, now); err != nil {
