@@ -291,7 +291,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 			return fmt.Errorf("unblock: %w", err)
 		}
 		if len(ids) > 0 {
-			unblock, err := s.q.byIDs("operator_unblock", ids)
+			unblock, err := s.q.byIDs("admin.operator_unblock", ids)
 			if err != nil {
 				return err
 			}
@@ -334,7 +334,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	if err != nil {
 		return 0, err
 	}
-	page, err := s.q.render("purge_page", fragments{In: in, Cond: keep})
+	page, err := s.q.render("admin.purge_page", fragments{In: in, Cond: keep})
 	if err != nil {
 		return 0, err
 	}
@@ -372,7 +372,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		}
 		err = s.inTx(ctx, "purge", func(tx *sql.Tx) error {
 			p.Deleted = 0
-			lock, err := s.q.render("purge_lock", fragments{In: in, IDs: idList(del), Cond: keep})
+			lock, err := s.q.render("admin.purge_lock", fragments{In: in, IDs: idList(del), Cond: keep})
 			if err != nil {
 				return err
 			}
@@ -399,15 +399,15 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 				return err
 			}
 			targets := fragments{IDs: idList(ids), Marks: strings.Join(marks, ",")}
-			attempts, err := s.q.render("purge_delete_attempts", targets)
+			attempts, err := s.q.render("admin.purge_delete_attempts", targets)
 			if err != nil {
 				return err
 			}
-			dead, err := s.q.render("purge_delete_dead", targets)
+			dead, err := s.q.render("admin.purge_delete_dead", targets)
 			if err != nil {
 				return err
 			}
-			rowsDelete, err := s.q.render("purge_delete", targets)
+			rowsDelete, err := s.q.render("admin.purge_delete", targets)
 			if err != nil {
 				return err
 			}

@@ -236,7 +236,7 @@ func (s *Store) laneSQL(lane int, busy []int64, k int) string {
 	if len(busy) > 0 {
 		notBusy = " AND id NOT IN (" + idList(busy) + ")"
 	}
-	return "(SELECT 0, " + s.q.claimLaneHead + strconv.Itoa(lane) + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(k) + ")"
+	return s.q.claimLaneHead + strconv.Itoa(lane) + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(k) + ")"
 }
 
 // windowSQL renders the window's statement for q: f (per lane, its first
@@ -257,7 +257,7 @@ func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64, perLane bool) string 
 			b.WriteString(s.laneSQL(l.Lane, busy, max(l.Scan, 1)))
 		}
 	} else {
-		b.WriteString("(SELECT 0, " + s.q.claimAllHead + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
+		b.WriteString(s.q.claimAllHead + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
 	}
 	if q.Deadline > 0 {
 		ls := make([]int64, len(q.Lanes))
@@ -274,7 +274,7 @@ func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64, perLane bool) string 
 		}
 		b.WriteString(")")
 	}
-	b.WriteString(" UNION ALL SELECT 9, 0, NULL, '', '', '', UTC_TIMESTAMP(6)")
+	b.WriteString(" UNION ALL " + s.q.claimClock)
 	return b.String()
 }
 
@@ -342,7 +342,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 		if len(cr.IDs) == 0 {
 			return nil
 		}
-		q, err := s.q.byIDs("claim_events", cr.IDs)
+		q, err := s.q.byIDs("claim.events", cr.IDs)
 		if err != nil {
 			return err
 		}
