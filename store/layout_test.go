@@ -1,10 +1,18 @@
 package store_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/txoutbox/outbox/internal/sqltext"
 )
 
 // backendSteps are the files every backend has, one per step of an
@@ -85,4 +93,201 @@ func TestBackendsShareOneFilePlan(t *testing.T) {
 				backend, name, backendSteps)
 		}
 	}
+}
+
+// sqlDirs are the packages whose SQL lives in sql/<step>.sql: the three
+// backends and the store's internal packages that share SQL between them
+// (in the dialect of store/internal/dialect).
+var sqlDirs = []string{"postgres", "mysql", "sqlite",
+	"internal/lanes", "internal/routesql", "internal/sqladmin", "internal/backend"}
+
+// sqlFree are the store's internal packages that hold no SQL of their own
+// (the shared snapshot reads the backends' statements).
+var sqlFree = []string{"internal/adoptsql", "internal/compensation", "internal/dialect", "internal/pages",
+	"internal/retry", "internal/snapshotsql"}
+
+// completionPending lists the SQL still written in Go, or outside sql/,
+// by the completion: the files complete.go and complete_<part>.go, and
+// the declarations <file>:<name> that only the completion uses. It goes
+// away when each backend's sql/complete.sql lands.
+var completionPending = map[string]bool{
+	"complete.go":                              true, // every backend's, and complete_<part>.go
+	"mysql/queries.sql":                        true,
+	"postgres/queries.go:completeSQL":          true,
+	"postgres/queries.go:completeDeliveredSQL": true,
+	"postgres/queries.go:completeExpiringSQL":  true,
+	"postgres/queries.go:completeExpiringTail": true,
+	"sqlite/compensate.go:expiredRowsSQL":      true,
+	"sqlite/queries.go:claimRowSQL":            true,
+	"sqlite/queries.go:claimIDsSQL":            true,
+	"sqlite/queries.go:completeUpdateSQL":      true,
+	"sqlite/queries.go:deadLetterSQL":          true,
+	"sqlite/queries.go:busySQL":                true,
+	"sqlite/queries.go:blockAfterSQL":          true,
+	"sqlite/queries.go:deferSQL":               true,
+	"sqlite/queries.go:insertAttemptsSQL":      true,
+}
+
+// TestBackendsKeepTheirSQLInSQLFiles keeps each backend's SQL in
+// sql/<step>.sql: every file names a step (or a mechanism) that has a Go
+// file, every statement in it is named <step>.<name>, the files parse into
+// one set, and no Go file of the package holds a SQL statement in a string
+// literal (migrations are .sql files of their own, under migrations/).
+func TestBackendsKeepTheirSQLInSQLFiles(t *testing.T) {
+	for _, dir := range sqlDirs {
+		goFiles := map[string]bool{}
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if base := filepath.Base(name); !strings.HasSuffix(base, "_test.go") {
+				goFiles[strings.TrimSuffix(base, ".go")] = true
+			}
+		}
+		sqlFiles, err := filepath.Glob(filepath.Join(dir, "sql", "*.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sqlFiles) == 0 {
+			t.Errorf("store/%s has no sql/*.sql", dir)
+			continue
+		}
+		if _, err := sqltext.ParseFS(os.DirFS(dir), "sql/*.sql"); err != nil {
+			t.Errorf("store/%s: %v", dir, err)
+		}
+		for _, f := range sqlFiles {
+			step := strings.TrimSuffix(filepath.Base(f), ".sql")
+			if !goFiles[step] {
+				t.Errorf("store/%s/sql/%s.sql names no step: there is no %s.go", dir, step, step)
+			}
+			set, err := sqltext.ParseFS(os.DirFS(dir), "sql/"+step+".sql")
+			if err != nil {
+				t.Errorf("store/%s: %v", dir, err)
+				continue
+			}
+			if len(set.Names()) == 0 {
+				t.Errorf("store/%s/sql/%s.sql defines no statement", dir, step)
+			}
+			for _, name := range set.Names() {
+				if !strings.HasPrefix(name, step+".") {
+					t.Errorf("store/%s/sql/%s.sql defines %q: its statements are named %s.<name>", dir, step, name, step)
+				}
+			}
+		}
+		for _, at := range sqlInGo(t, dir) {
+			t.Errorf("%s holds SQL in a Go string: SQL lives in store/%s/sql/<step>.sql (CONTRIBUTING.md, the backends)", at, dir)
+		}
+		stray, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range stray {
+			if !completionPending[filepath.ToSlash(f)] {
+				t.Errorf("store/%s is outside sql/: a backend's SQL lives in sql/<step>.sql", filepath.ToSlash(f))
+			}
+		}
+	}
+	for _, dir := range sqlFree {
+		for _, at := range sqlInGo(t, dir) {
+			t.Errorf("%s holds SQL in a Go string: the shared SQL lives in sql/<step>.sql of the package that runs it", at)
+		}
+	}
+}
+
+// sqlStatement matches a string that holds a SQL statement: a statement's
+// keywords (upper case, as the store writes them) and what follows them.
+var sqlStatement = regexp.MustCompile(`\bSELECT\s+\S|\bINSERT\s+(IGNORE\s+)?INTO\b|\bUPDATE\s+\S+(\s+\w+)?\s+SET\b|` +
+	`\bDELETE\s+FROM\b|\b(CREATE|ALTER|DROP)\s+(TABLE|INDEX|SEQUENCE)\b|\bWITH\s+\w+\s+AS\b`)
+
+// keywordsOnly matches a string of keywords alone (" INTO ", "FOR UPDATE
+// SKIP LOCKED"): a fragment a Go file may compare statements with.
+var keywordsOnly = regexp.MustCompile(`^[\sA-Z_]*$`)
+
+// sqlInGo returns file:line (and the declaration) of each string literal
+// of dir's non-test Go files that holds SQL, but for completionPending and
+// for messages (the arguments of fmt.Errorf, fmt.Sprintf and errors.New,
+// which advise a statement to an operator and are never run).
+func sqlInGo(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	fset := token.NewFileSet()
+	for _, path := range files {
+		base := filepath.Base(path)
+		if strings.HasSuffix(base, "_test.go") {
+			continue
+		}
+		step, _, _ := strings.Cut(strings.TrimSuffix(base, ".go"), "_")
+		if completionPending[step+".go"] {
+			continue // complete.go and complete_<part>.go
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			name := declName(decl)
+			if completionPending[dir+"/"+base+":"+name] {
+				continue
+			}
+			ast.Inspect(decl, func(n ast.Node) bool {
+				if call, ok := n.(*ast.CallExpr); ok && isMessage(call) {
+					return false
+				}
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil || !sqlStatement.MatchString(s) || keywordsOnly.MatchString(s) {
+					return true
+				}
+				pos := fset.Position(lit.Pos())
+				found = append(found, "store/"+filepath.ToSlash(pos.Filename)+":"+strconv.Itoa(pos.Line)+" ("+name+")")
+				return true
+			})
+		}
+	}
+	return found
+}
+
+// isMessage tells whether call builds a message: fmt.Errorf, fmt.Sprintf
+// or errors.New.
+func isMessage(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return false
+	}
+	switch pkg.Name + "." + sel.Sel.Name {
+	case "fmt.Errorf", "fmt.Sprintf", "errors.New":
+		return true
+	}
+	return false
+}
+
+// declName names a top-level declaration: its function, or its first
+// constant, variable or type.
+func declName(d ast.Decl) string {
+	switch d := d.(type) {
+	case *ast.FuncDecl:
+		return d.Name.Name
+	case *ast.GenDecl:
+		for _, s := range d.Specs {
+			switch s := s.(type) {
+			case *ast.ValueSpec:
+				return s.Names[0].Name
+			case *ast.TypeSpec:
+				return s.Name.Name
+			}
+		}
+	}
+	return ""
 }

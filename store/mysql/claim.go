@@ -48,9 +48,9 @@ type claimBackend struct{ s *Store }
 
 // ReadClaim implements lanes.Backend in one REPEATABLE READ read-only
 // transaction (one InnoDB read view), with the row sets of SQLite's
-// claimReadSQL:
+// claim.read:
 //
-//	the relay's claims in flight (claims_of), whose rows (busy) are left
+//	the relay's claims in flight (lanes.claims_of), whose rows (busy) are left
 //	     out of the window;
 //	f:   the window, the first Limit due PENDING rows of the relay's lanes
 //	     in (available_at, id) order: per lane, its first rows from the
@@ -380,7 +380,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 	return res, err
 }
 
-// scanClaimed reads a row of claim_events; now is the database clock.
+// scanClaimed reads a row of claim.events; now is the database clock.
 func scanClaimed(rows *sql.Rows, now time.Time) (store.Claimed, error) {
 	var (
 		ev               store.Claimed

@@ -37,11 +37,11 @@ func (rd *runRead) add(r lanes.Row) {
 
 // readRuns reads each aggregate's first n = q.RunLen(aggregates)
 // unfinished rows in id order (FAILED counts when FailedBlocks), as
-// SQLite's claimReadSQL does, without one statement per aggregate in the
+// SQLite's claim.read does, without one statement per aggregate in the
 // common case (MariaDB has no LATERAL join, and a statement of one part
 // per aggregate costs a planning of each part):
 //
-//   - the gaps (claim_gaps): per aggregate, its first unfinished row that
+//   - the gaps (claim.gaps): per aggregate, its first unfinished row that
 //     is neither in the window nor busy, one index descent each. Every
 //     unfinished row of the aggregate before its gap was read already, so
 //     those rows and the gap are a prefix of its unfinished rows; when
@@ -161,7 +161,7 @@ func (s *Store) readGaps(ctx context.Context, tx *sql.Tx, rd *runRead) (map[aggK
 	return gaps, rows.Err()
 }
 
-// parseGap reads claim_gaps' "id,lane,status,available_at".
+// parseGap reads claim.gaps' "id,lane,status,available_at".
 func parseGap(v string) (lanes.Row, error) {
 	var r lanes.Row
 	parts := strings.SplitN(v, ",", 4)

@@ -1,13 +1,17 @@
 package mysql
 
 import (
+	"database/sql"
 	"embed"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
@@ -35,7 +39,7 @@ type queries struct {
 	countMovable, stats, oldestPending    string
 	blockedAg, deadLetterCount, getRecord string
 	overdue, busyPending, rowBusy         string
-	snapshot                              snapshotsql.Dialect
+	snapshot                              snapshotsql.Statements
 
 	// The lanes' claim (claim.go, lanes.go): the heads of the read's
 	// statements, completed per call, and the claims table's statements.
@@ -57,6 +61,37 @@ type queries struct {
 	// The fixed heads of the producer's multi-row inserts (enqueue.go),
 	// whose VALUES lists are written per call from placeholders.
 	enqueueHead, lockAggregatesHead, lockAggregatesTail string
+}
+
+// sqlDialect is MySQL's dialect, for the SQL the backends share (lanes,
+// routes, snapshot, admin queries). The clock is UTC_TIMESTAMP(6) counted
+// from the epoch: unlike UNIX_TIMESTAMP(NOW()), it does not go through the
+// session's time zone, which repeats an hour when daylight saving time
+// ends. A snapshot scans the clock as DATETIME(6) in UTC, the ages as
+// microseconds (NULL for none), and the event ids as text.
+var sqlDialect = dialect.Dialect{
+	Quote:        "`",
+	ClockMS:      "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)",
+	Now:          "UTC_TIMESTAMP(6)",
+	Ago:          func(m string) string { return "UTC_TIMESTAMP(6) - INTERVAL " + m + " MICROSECOND" },
+	Minute:       func(c string) string { return "DATE_FORMAT(" + c + ", '%Y-%m-%d %H:%i:00')" },
+	Text:         func(c string) string { return c },
+	Integer:      "SIGNED",
+	InsertIgnore: "INSERT IGNORE INTO",
+	UpsertOn:     "ON DUPLICATE KEY UPDATE",
+	Excluded:     "VALUES(%s)",
+	Lock:         "FOR UPDATE",
+	SkipLocked:   "SKIP LOCKED",
+	TimeArg:      func(t time.Time) any { return t.UTC() },
+	ScanClock: func() (any, func() time.Time) {
+		var now nullTime
+		return &now, func() time.Time { return now.Time }
+	},
+	ScanAge: func() (any, func() time.Duration) {
+		var micros sql.NullInt64
+		return &micros, func() time.Duration { return max(time.Duration(micros.Int64)*time.Microsecond, 0) }
+	},
+	ScanEventID: func(id *outbox.EventID) (any, func()) { return id, nil },
 }
 
 // queryNames is what the statements are rendered with once: the table
@@ -101,7 +136,7 @@ func buildQueries(t store.Tables) queries {
 		claimDelete:       render("claim_delete"),
 		allClaims:         render("sweep.all_claims"),
 		allLanes:          render("sweep.all_lanes"),
-		snapshot:          snapshotDialect(render),
+		snapshot:          snapshotStatements(render),
 
 		listEvents:            render("admin.list_events"),
 		countMatching:         render("admin.count_matching"),
@@ -179,12 +214,8 @@ func idList(ids []int64) string {
 // sqlExprs are the fixed expressions the statements share.
 type sqlExprs struct{}
 
-// nowMS is the database clock in Unix milliseconds, whatever the session's
-// time zone (lanes.MySQL's NowMS selects the same).
-const nowMS = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)"
-
-// NowMS renders nowMS.
-func (sqlExprs) NowMS() string { return nowMS }
+// NowMS renders the dialect's ClockMS.
+func (sqlExprs) NowMS() string { return sqlDialect.ClockMS }
 
 // LaneOf renders the lane of a row's aggregate (laneOf).
 func (sqlExprs) LaneOf() string { return laneOf("") }

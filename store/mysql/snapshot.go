@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
@@ -18,25 +17,14 @@ var (
 	_ store.GaugeLeaser = (*Store)(nil)
 )
 
-// snapshotDialect is the MySQL part of a snapshot: the clock is DATETIME(6)
-// in UTC, the ages are microseconds (NULL for none), and the event ids are
-// text.
-func snapshotDialect(stmt func(name string) string) snapshotsql.Dialect {
-	return snapshotsql.Dialect{
+// snapshotStatements are the statements of a snapshot.
+func snapshotStatements(stmt func(name string) string) snapshotsql.Statements {
+	return snapshotsql.Statements{
 		Figures:           stmt("snapshot.figures"),
 		OldestPending:     stmt("snapshot.oldest_pending"),
 		OldestPendingArgs: func(clock time.Time) []any { return []any{formatTime(clock)} },
 		FinalCounts:       stmt("snapshot.final_counts"),
 		BlockedAggregates: stmt("admin.blocked_aggregates"),
-		Clock: func() (any, func() time.Time) {
-			var now nullTime
-			return &now, func() time.Time { return now.Time }
-		},
-		Age: func() (any, func() time.Duration) {
-			var micros sql.NullInt64
-			return &micros, func() time.Duration { return max(time.Duration(micros.Int64)*time.Microsecond, 0) }
-		},
-		EventID: func(id *outbox.EventID) (any, func()) { return id, nil },
 	}
 }
 
@@ -57,7 +45,7 @@ func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotR
 		return backend.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback()
-	snap, err := snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)
+	snap, err := snapshotsql.Read(ctx, snapshotTx{tx}, sqlDialect, &s.q.snapshot, req, s.wrap)
 	if err != nil {
 		return snap, err
 	}

@@ -94,7 +94,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if !readCommittedDB(db) {
 		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.MySQL, t, s.leaseTx)
+	s.claimer = lanes.NewClaimer(claimBackend{s}, sqlDialect, t, s.leaseTx)
 	return s, nil
 }
 

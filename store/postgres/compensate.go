@@ -13,7 +13,7 @@ import (
 	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
-// The statements that move rows to EXPIRED (expireSQL, completeSQL with
+// The statements that move rows to EXPIRED (compensate.expire, completeSQL with
 // completeExpiringTail) return them as expiredColumns: id, event_id,
 // aggregate_type, aggregate_id, event_type, payload, headers, expires_at,
 // retry_count, on_expired; scanExpiredRow reads them.

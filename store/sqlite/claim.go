@@ -163,7 +163,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 	return res, err
 }
 
-// scanClaimed reads a row of claimEventsSQL.
+// scanClaimed reads a row of claim.events.
 func scanClaimed(rows *sql.Rows) (store.Claimed, error) {
 	var (
 		ev                 store.Claimed

@@ -20,7 +20,7 @@ SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers,
 FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'EXPIRED' AND on_expired IS NOT NULL
 ORDER BY id`
 
-// scanExpired reads rows of expiredRowsSQL's columns (expireSQL returns
+// scanExpired reads rows of expiredRowsSQL's columns (compensate.expire returns
 // them too); rows without on_expired are counted, not returned.
 func scanExpired(rows *sql.Rows) (xs []compensation.Expired, n int64, err error) {
 	defer rows.Close()

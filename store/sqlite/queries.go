@@ -3,10 +3,12 @@ package sqlite
 import (
 	"embed"
 	"strconv"
+	"time"
 
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 )
 
 // sqlFiles are the backend's statements, one file per step (sql/<step>.sql),
@@ -61,6 +63,26 @@ type queries struct {
 	countUnfinished, columnsOf     string
 	snapshot, finalCounts, overdue string
 	now, databaseFile              string
+}
+
+// sqlDialect is SQLite's dialect, for the SQL the backends share (lanes,
+// routes, admin queries). SQLite has one writer at a time: its write
+// transaction already excludes every other writer, so nothing locks rows.
+// Times are stored as text in the strftime format of tsSQL (time.go).
+var sqlDialect = dialect.Dialect{
+	Quote:   `"`,
+	ClockMS: "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+	Now:     sqliteNow,
+	Ago: func(m string) string {
+		return "strftime('%Y-%m-%d %H:%M:%f', 'now', (-" + m + " / 1000000.0) || ' seconds')"
+	},
+	Minute:       func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
+	Text:         func(c string) string { return c },
+	InsertIgnore: "INSERT INTO",
+	Conflict:     "ON CONFLICT DO NOTHING",
+	UpsertOn:     "ON CONFLICT (%s) DO UPDATE SET",
+	Excluded:     "excluded.%s",
+	TimeArg:      func(t time.Time) any { return formatTime(t) },
 }
 
 // names is what the statements are rendered with: the table names, TS,

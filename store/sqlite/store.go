@@ -83,7 +83,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	cfg.Table, cfg.Limits = t.Outbox, limits
 	s := &Store{db: db, cfg: cfg, t: t, log: log, q: buildQueries(t)}
-	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.SQLite, t, s.leaseTx)
+	s.claimer = lanes.NewClaimer(claimBackend{s}, sqlDialect, t, s.leaseTx)
 	return s, nil
 }
 

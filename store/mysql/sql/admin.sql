@@ -146,3 +146,9 @@ AND processed_at <= CAST(? AS DATETIME(6)){{.Cond}} ORDER BY id FOR UPDATE SKIP 
         (SELECT TIMESTAMPADD(MICROSECOND, l.lease_until_ms * 1000, CAST('1970-01-01 00:00:00' AS DATETIME(6)))
          FROM `{{.Outbox}}_lanes` l WHERE l.lane = o.lane) END),
     COALESCE(o.lock_token, CASE WHEN o.status = 'PENDING' THEN cl.token END), o.last_error{{end}}
+
+-- admin.claimed holds when a claim in flight holds the row whose id column
+-- is %[1]s (the admin queries' status: a PENDING row a claim holds reads
+-- PROCESSING). No table of the subquery has a column "id", which would
+-- capture an unqualified %[1]s.
+{{define "admin.claimed"}}EXISTS (SELECT 1 FROM `{{.Outbox}}_claims` bc, JSON_TABLE(bc.ids, '$[*]' COLUMNS (cid BIGINT PATH '$')) AS j WHERE j.cid = %[1]s){{end}}

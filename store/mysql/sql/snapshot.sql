@@ -1,4 +1,4 @@
--- snapshotSQL reads the cheap figures in one statement: each count is a
+-- snapshot.figures reads the cheap figures in one statement: each count is a
 -- range of the (status, available_at, id) index, so the PROCESSED rows are
 -- never read, and the ages use one reading of the clock. A PENDING row that
 -- a claim holds (queries.busy, migration 00007) counts as PROCESSING, and the due

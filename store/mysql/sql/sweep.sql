@@ -41,7 +41,7 @@ UPDATE `{{.Outbox}}` FORCE INDEX (PRIMARY) SET status = 'EXPIRED', processed_at 
 WHERE id IN ({{.IDs}}){{end}}
 
 -- sweep.block_candidates finds a page (?) of PENDING events that wait behind a
--- FAILED event of their aggregate (blockSQL), but for those a claim holds;
+-- FAILED event of their aggregate (sweep.block on PostgreSQL), but for those a claim holds;
 -- the sweeper then locks them with SKIP LOCKED and moves them to BLOCKED.
 {{define "sweep.block_candidates"}}
 SELECT o.id FROM `{{.Outbox}}` o

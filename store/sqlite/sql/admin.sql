@@ -127,3 +127,8 @@ FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2{{end}}
 {{define "admin.purge_events"}}DELETE FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1)){{end}}
 
 {{define "admin.purge_cutoff"}}SELECT strftime({{.TS}}, ?, ?){{end}}
+
+-- admin.claimed holds when a claim in flight holds the row whose id column
+-- is %[1]s (the admin queries' status: a PENDING row a claim holds reads
+-- PROCESSING).
+{{define "admin.claimed"}}EXISTS (SELECT 1 FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j WHERE j.value = %[1]s){{end}}
