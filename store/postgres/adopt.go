@@ -187,7 +187,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 			outboxIndexes = append(outboxIndexes, st)
 		}
 	}
-	a.inTx = append(a.inTx, "SET LOCAL lock_timeout = '10s'",
+	a.inTx = append(a.inTx, adoptSQL(s.t, "lock_timeout"),
 		adoptSQL(s.t, "record_table"))
 	var adds []string
 	for _, c := range sc.Missing {

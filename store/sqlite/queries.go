@@ -63,6 +63,9 @@ type queries struct {
 	countUnfinished, columnsOf     string
 	snapshot, finalCounts, overdue string
 	now, databaseFile              string
+
+	// The transactions (tx.go).
+	beginImmediate, beginDeferred, commit, rollback, busyTimeout string
 }
 
 // sqlDialect is SQLite's dialect, for the SQL the backends share (lanes,
@@ -168,7 +171,18 @@ func buildQueries(t store.Tables) queries {
 		overdue:             stmt("overdue.groups"),
 		now:                 stmt("store.now"),
 		databaseFile:        stmt("tx.database_file"),
+		beginImmediate:      stmt("tx.begin_immediate"),
+		beginDeferred:       stmt("tx.begin_deferred"),
+		commit:              stmt("tx.commit"),
+		rollback:            stmt("tx.rollback"),
+		busyTimeout:         stmt("tx.busy_timeout"),
 	}
+}
+
+// setBusyTimeout renders tx.set_busy_timeout: the connection waits ms
+// milliseconds for the write lock (an integer, formatted by the template).
+func setBusyTimeout(ms int64) string {
+	return statements.MustRenderNamed("tx.set_busy_timeout", struct{ MS int64 }{ms})
 }
 
 // The completion's statements (complete.go) stay Go text until the

@@ -46,3 +46,6 @@ FROM "{{.Outbox}}" WHERE status = 'PROCESSING'{{end}}
 {{define "adopt.indexes"}}SELECT c.relname::text, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1){{end}}
 
 {{define "adopt.constraints"}}SELECT conname::text, convalidated FROM pg_constraint WHERE conrelid = to_regclass($1){{end}}
+
+-- adopt.lock_timeout bounds the adoption transaction's waits for a lock.
+{{define "adopt.lock_timeout"}}SET LOCAL lock_timeout = '10s'{{end}}
