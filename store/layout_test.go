@@ -1,10 +1,18 @@
 package store_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/txoutbox/outbox/internal/sqltext"
 )
 
 // backendSteps are the files every backend has, one per step of an
@@ -85,4 +93,179 @@ func TestBackendsShareOneFilePlan(t *testing.T) {
 				backend, name, backendSteps)
 		}
 	}
+}
+
+// sqlPackages are the packages the SQL check reads: the three backends,
+// whose SQL lives in sql/<step>.sql, and the store's internal packages,
+// whose shared SQL (in the dialect of store/internal/dialect) lives in the
+// sql/<step>.sql of the package that runs it, if they have any.
+func sqlPackages(t *testing.T) []string {
+	t.Helper()
+	internal, err := filepath.Glob(filepath.Join("internal", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"postgres", "mysql", "sqlite"}, internal...)
+}
+
+// advice lists the declarations whose strings advise an operator, in an
+// error, a statement to run themselves (ALTER SEQUENCE ... CACHE 1): texts
+// of an error, never run by the store.
+var advice = map[string]bool{
+	"postgres/behind.go:checkIDOrder": true,
+}
+
+// TestBackendsKeepTheirSQLInSQLFiles keeps each backend's SQL in
+// sql/<step>.sql: every file names a step (or a mechanism) that has a Go
+// file, every statement in it is named <step>.<name>, the files parse into
+// one set, and no Go file of the package holds a SQL statement in a string
+// literal (migrations are .sql files of their own, under migrations/).
+func TestBackendsKeepTheirSQLInSQLFiles(t *testing.T) {
+	for _, dir := range sqlPackages(t) {
+		dir = filepath.ToSlash(dir)
+		goFiles := map[string]bool{}
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if base := filepath.Base(name); !strings.HasSuffix(base, "_test.go") {
+				goFiles[strings.TrimSuffix(base, ".go")] = true
+			}
+		}
+		for _, at := range sqlInGo(t, dir) {
+			t.Errorf("%s holds SQL in a Go string: SQL lives in store/%s/sql/<step>.sql (CONTRIBUTING.md, the backends)", at, dir)
+		}
+		sqlFiles, err := filepath.Glob(filepath.Join(dir, "sql", "*.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sqlFiles) == 0 {
+			if !strings.HasPrefix(dir, "internal/") {
+				t.Errorf("store/%s has no sql/*.sql", dir)
+			}
+			continue
+		}
+		if _, err := sqltext.ParseFS(os.DirFS(dir), "sql/*.sql"); err != nil {
+			t.Errorf("store/%s: %v", dir, err)
+		}
+		for _, f := range sqlFiles {
+			step := strings.TrimSuffix(filepath.Base(f), ".sql")
+			if !goFiles[step] {
+				t.Errorf("store/%s/sql/%s.sql names no step: there is no %s.go", dir, step, step)
+			}
+			set, err := sqltext.ParseFS(os.DirFS(dir), "sql/"+step+".sql")
+			if err != nil {
+				t.Errorf("store/%s: %v", dir, err)
+				continue
+			}
+			if len(set.Names()) == 0 {
+				t.Errorf("store/%s/sql/%s.sql defines no statement", dir, step)
+			}
+			for _, name := range set.Names() {
+				if !strings.HasPrefix(name, step+".") {
+					t.Errorf("store/%s/sql/%s.sql defines %q: its statements are named %s.<name>", dir, step, name, step)
+				}
+			}
+		}
+		stray, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range stray {
+			t.Errorf("store/%s is outside sql/: a backend's SQL lives in sql/<step>.sql", filepath.ToSlash(f))
+		}
+	}
+}
+
+// sqlStatement matches a string that holds a SQL statement: a statement's
+// keywords (upper case, as the store writes them) and what follows them.
+var sqlStatement = regexp.MustCompile(`\bSELECT\s+\S|\bINSERT\s+(IGNORE\s+)?INTO\b|\bUPDATE\s+\S+(\s+\w+)?\s+SET\b|` +
+	`\bDELETE\s+FROM\b|\b(CREATE|ALTER|DROP)\s+(TABLE|INDEX|SEQUENCE)\b|\bWITH\s+\w+\s+AS\b|\bPRAGMA\s+\w|\bSET\s+(LOCAL|SESSION)\s`)
+
+// keywordsOnly matches a string of keywords alone (" INTO ", "FOR UPDATE
+// SKIP LOCKED"): a fragment a Go file may compare statements with.
+var keywordsOnly = regexp.MustCompile(`^[\sA-Z_]*$`)
+
+// sqlInGo returns file:line (and the declaration) of each string literal
+// of dir's non-test Go files that holds SQL, but for the advice and
+// for the texts of errors (the arguments of fmt.Errorf and errors.New,
+// which may advise a statement to an operator and are never run).
+func sqlInGo(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	fset := token.NewFileSet()
+	for _, path := range files {
+		base := filepath.Base(path)
+		if strings.HasSuffix(base, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			name := declName(decl)
+			if advice[dir+"/"+base+":"+name] {
+				continue
+			}
+			ast.Inspect(decl, func(n ast.Node) bool {
+				if call, ok := n.(*ast.CallExpr); ok && isMessage(call) {
+					return false
+				}
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil || !sqlStatement.MatchString(s) || keywordsOnly.MatchString(s) {
+					return true
+				}
+				pos := fset.Position(lit.Pos())
+				found = append(found, "store/"+filepath.ToSlash(pos.Filename)+":"+strconv.Itoa(pos.Line)+" ("+name+")")
+				return true
+			})
+		}
+	}
+	return found
+}
+
+// isMessage tells whether call builds an error: fmt.Errorf or errors.New.
+func isMessage(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return false
+	}
+	switch pkg.Name + "." + sel.Sel.Name {
+	case "fmt.Errorf", "errors.New":
+		return true
+	}
+	return false
+}
+
+// declName names a top-level declaration: its function, or its first
+// constant, variable or type.
+func declName(d ast.Decl) string {
+	switch d := d.(type) {
+	case *ast.FuncDecl:
+		return d.Name.Name
+	case *ast.GenDecl:
+		for _, s := range d.Specs {
+			switch s := s.(type) {
+			case *ast.ValueSpec:
+				return s.Names[0].Name
+			case *ast.TypeSpec:
+				return s.Name.Name
+			}
+		}
+	}
+	return ""
 }

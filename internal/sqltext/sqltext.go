@@ -10,7 +10,9 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
+	"strings"
 	"text/template"
 )
 
@@ -83,20 +85,29 @@ func MustRender(text string, data any) string {
 	return s
 }
 
-// ParseFS parses the files of fsys that match pattern (a backend's
+// ParseFS parses the files of fsys that match patterns (a backend's
 // sql/*.sql, embedded) into one template set of named statements. Every
 // statement is defined once across the files: a name defined in two files
 // (or twice in one) is an error, where text/template would let the last
 // definition win in silence.
-func ParseFS(fsys fs.FS, pattern string) (*Template, error) {
-	files, err := fs.Glob(fsys, pattern)
-	if err != nil {
-		return nil, fmt.Errorf("sql %s: %w", pattern, err)
+func ParseFS(fsys fs.FS, patterns ...string) (*Template, error) {
+	pattern := strings.Join(patterns, " ")
+	var files []string
+	for _, p := range patterns {
+		matched, err := fs.Glob(fsys, p)
+		if err != nil {
+			return nil, fmt.Errorf("sql %s: %w", p, err)
+		}
+		if len(matched) == 0 {
+			return nil, fmt.Errorf("sql %s: no file matches", p)
+		}
+		files = append(files, matched...)
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("sql %s: no file matches", pattern)
+		return nil, fmt.Errorf("sql: no pattern")
 	}
 	sort.Strings(files)
+	files = slices.Compact(files)
 	set := template.New(pattern).Option("missingkey=error")
 	definedIn := map[string]string{}
 	for _, name := range files {
@@ -126,8 +137,8 @@ func ParseFS(fsys fs.FS, pattern string) (*Template, error) {
 
 // MustParseFS is ParseFS for files embedded at compile time: an error
 // there is a bug in the store, caught by its tests.
-func MustParseFS(fsys fs.FS, pattern string) *Template {
-	t, err := ParseFS(fsys, pattern)
+func MustParseFS(fsys fs.FS, patterns ...string) *Template {
+	t, err := ParseFS(fsys, patterns...)
 	if err != nil {
 		panic(err)
 	}

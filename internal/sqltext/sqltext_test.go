@@ -86,4 +86,16 @@ func TestParseFSJoinsFilesAndRefusesADefinitionTwice(t *testing.T) {
 	if _, err := ParseFS(fsys, "none/*.sql"); err == nil {
 		t.Error("a pattern that matches no file parsed")
 	}
+	delete(fsys, "sql/sweep.sql")
+	fsys["queries.sql"] = &fstest.MapFile{Data: []byte(`{{define "complete.lock"}}SELECT 2{{end}}`)}
+	both, err := ParseFS(fsys, "sql/*.sql", "queries.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := strings.Join(both.Names(), ","); names != "claim.read,common.due,complete.lock" {
+		t.Errorf("two patterns: Names() = %s", names)
+	}
+	if _, err := ParseFS(fsys, "sql/*.sql", "none.sql"); err == nil {
+		t.Error("a second pattern that matches no file parsed")
+	}
 }

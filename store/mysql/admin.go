@@ -292,7 +292,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch s
 			return fmt.Errorf("unblock: %w", err)
 		}
 		if len(ids) > 0 {
-			unblock, err := s.q.byIDs("operator_unblock", ids)
+			unblock, err := s.q.byIDs("admin.operator_unblock", ids)
 			if err != nil {
 				return err
 			}
@@ -335,7 +335,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	if err != nil {
 		return 0, err
 	}
-	page, err := s.q.render("purge_page", fragments{In: in, Cond: keep})
+	page, err := s.q.render("admin.purge_page", fragments{In: in, Cond: keep})
 	if err != nil {
 		return 0, err
 	}
@@ -373,7 +373,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 		}
 		err = s.inTx(ctx, "purge", func(tx *sql.Tx) error {
 			p.Deleted = 0
-			lock, err := s.q.render("purge_lock", fragments{In: in, IDs: idList(del), Cond: keep})
+			lock, err := s.q.render("admin.purge_lock", fragments{In: in, IDs: idList(del), Cond: keep})
 			if err != nil {
 				return err
 			}
@@ -400,15 +400,15 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 				return err
 			}
 			targets := fragments{IDs: idList(ids), Marks: strings.Join(marks, ",")}
-			attempts, err := s.q.render("purge_delete_attempts", targets)
+			attempts, err := s.q.render("admin.purge_delete_attempts", targets)
 			if err != nil {
 				return err
 			}
-			dead, err := s.q.render("purge_delete_dead", targets)
+			dead, err := s.q.render("admin.purge_delete_dead", targets)
 			if err != nil {
 				return err
 			}
-			rowsDelete, err := s.q.render("purge_delete", targets)
+			rowsDelete, err := s.q.render("admin.purge_delete", targets)
 			if err != nil {
 				return err
 			}
@@ -476,22 +476,10 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 
 // AdminQueries implements store.Store.
 func (s *Store) AdminQueries() store.AdminQueries {
-	return sqladmin.New(s.db, sqladmin.Dialect{
-		Mark:    func(int) string { return "?" },
-		Quote:   "`",
-		Now:     "UTC_TIMESTAMP(6)",
-		Ago:     func(m string) string { return "UTC_TIMESTAMP(6) - INTERVAL " + m + " MICROSECOND" },
-		Text:    func(c string) string { return c },
-		TimeArg: func(t time.Time) any { return t.UTC() },
-		Minute:  func(c string) string { return "DATE_FORMAT(" + c + ", '%Y-%m-%d %H:%i:00')" },
+	return sqladmin.New(s.db, sqlDialect, sqladmin.Schema{
 		// A delivery is recorded on the event row (migration 00006).
 		DeliveredOnRow: true,
-		Integer:        "SIGNED",
-		// Migration 00007: a PENDING row a claim holds is PROCESSING. No
-		// table of the subquery has a column "id", which would capture an
-		// unqualified %[1]s.
-		Claimed: "EXISTS (SELECT 1 FROM `" + s.t.Outbox + "_claims` bc, JSON_TABLE(bc.ids, '$[*]' COLUMNS (cid BIGINT PATH '$')) AS j WHERE j.cid = %[1]s)",
-		Upsert: "ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(6), host = VALUES(host), " +
-			"started_at = VALUES(started_at), in_flight = VALUES(in_flight)",
+		// Migration 00007: a PENDING row a claim holds is PROCESSING.
+		Claimed: statements.MustRenderNamed("admin.claimed", s.t),
 	}, s.t)
 }

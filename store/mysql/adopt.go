@@ -12,10 +12,16 @@ import (
 	"github.com/txoutbox/outbox/store/internal/adoptsql"
 )
 
+// adoptSQL renders the adoption's fixed statement adopt.<name> of
+// sql/adopt.sql for the tables t.
+func adoptSQL(t store.Tables, name string) string {
+	return statements.MustRenderNamed("adopt."+name, adoptsql.NamesFor(t))
+}
+
 func quote(name string) string { return "`" + name + "`" }
 
 func (s *Store) indexes(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ?`, s.t.Outbox)
+	rows, err := s.db.QueryContext(ctx, stmt("adopt.indexes", s.t), s.t.Outbox)
 	if err != nil {
 		return nil, fmt.Errorf("read the indexes of %s: %w", s.t.Outbox, err)
 	}
@@ -133,7 +139,7 @@ func (s *Store) Adopt(ctx context.Context, o store.AdoptOptions) (store.AdoptRes
 	}
 	res.SQL = append(res.SQL, plan[split:]...)
 	res.SQL = append(res.SQL, adoptsql.AfterAdoptionSQL(s.t.Migrations, later)...)
-	res.SQL = append(res.SQL, "-- once the insert trigger fills them: ALTER TABLE "+quote(s.t.Outbox)+" ALTER COLUMN available_at DROP DEFAULT (and event_id), for the columns adoption added")
+	res.SQL = append(res.SQL, adoptSQL(s.t, "later_defaults"))
 	if o.DryRun {
 		return res, nil
 	}

@@ -49,9 +49,9 @@ type claimBackend struct{ s *Store }
 
 // ReadClaim implements lanes.Backend in one REPEATABLE READ read-only
 // transaction (one InnoDB read view), with the row sets of SQLite's
-// claimReadSQL:
+// claim.read:
 //
-//	the relay's claims in flight (claims_of), whose rows (busy) are left
+//	the relay's claims in flight (lanes.claims_of), whose rows (busy) are left
 //	     out of the window;
 //	f:   the window, the first Limit due PENDING rows of the relay's lanes
 //	     in (available_at, id) order: per lane, its first rows from the
@@ -237,7 +237,7 @@ func (s *Store) laneSQL(lane int, busy []int64, k int) string {
 	if len(busy) > 0 {
 		notBusy = " AND id NOT IN (" + idList(busy) + ")"
 	}
-	return "(SELECT 0, " + s.q.claimLaneHead + strconv.Itoa(lane) + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(k) + ")"
+	return s.q.claimLaneHead + strconv.Itoa(lane) + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(k) + ")"
 }
 
 // windowSQL renders the window's statement for q: f (per lane, its first
@@ -258,7 +258,7 @@ func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64, perLane bool) string 
 			b.WriteString(s.laneSQL(l.Lane, busy, max(l.Scan, 1)))
 		}
 	} else {
-		b.WriteString("(SELECT 0, " + s.q.claimAllHead + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
+		b.WriteString(s.q.claimAllHead + notBusy + " ORDER BY available_at, id LIMIT " + strconv.Itoa(q.Limit) + ")")
 	}
 	if q.Deadline > 0 {
 		ls := make([]int64, len(q.Lanes))
@@ -275,7 +275,7 @@ func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64, perLane bool) string 
 		}
 		b.WriteString(")")
 	}
-	b.WriteString(" UNION ALL SELECT 9, 0, NULL, '', '', '', UTC_TIMESTAMP(6)")
+	b.WriteString(" UNION ALL " + s.q.claimClock)
 	return b.String()
 }
 
@@ -343,7 +343,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 		if len(cr.IDs) == 0 {
 			return nil
 		}
-		q, err := s.q.byIDs("claim_events", cr.IDs)
+		q, err := s.q.byIDs("claim.events", cr.IDs)
 		if err != nil {
 			return err
 		}
@@ -381,7 +381,7 @@ func (b claimBackend) CommitClaim(ctx context.Context, cr lanes.CommitRequest) (
 	return res, err
 }
 
-// scanClaimed reads a row of claim_events; now is the database clock.
+// scanClaimed reads a row of claim.events; now is the database clock.
 func scanClaimed(rows *sql.Rows, now time.Time) (store.Claimed, error) {
 	var (
 		ev               store.Claimed

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
@@ -36,11 +37,11 @@ func (rd *runRead) add(r lanes.Row) {
 
 // readRuns reads each aggregate's first n = q.RunLen(aggregates)
 // unfinished rows in id order (FAILED counts when FailedBlocks), as
-// SQLite's claimReadSQL does, without one statement per aggregate in the
+// SQLite's claim.read does, without one statement per aggregate in the
 // common case (MariaDB has no LATERAL join, and a statement of one part
 // per aggregate costs a planning of each part):
 //
-//   - the gaps (claim_gaps): per aggregate, its first unfinished row that
+//   - the gaps (claim.gaps): per aggregate, its first unfinished row that
 //     is neither in the window nor busy, one index descent each. Every
 //     unfinished row of the aggregate before its gap was read already, so
 //     those rows and the gap are a prefix of its unfinished rows; when
@@ -125,7 +126,7 @@ func (s *Store) readGaps(ctx context.Context, tx *sql.Tx, rd *runRead) (map[aggK
 	if !rd.q.FailedBlocks {
 		f.Cond = " AND x.status <> 'FAILED'"
 	}
-	query, err := s.q.render("claim_gaps", f)
+	query, err := s.q.render("claim.gaps", f)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func (s *Store) readGaps(ctx context.Context, tx *sql.Tx, rd *runRead) (map[aggK
 	return gaps, rows.Err()
 }
 
-// parseGap reads claim_gaps' "id,lane,status,available_at".
+// parseGap reads claim.gaps' "id,lane,status,available_at".
 func parseGap(v string) (lanes.Row, error) {
 	var r lanes.Row
 	parts := strings.SplitN(v, ",", 4)
@@ -187,20 +188,15 @@ func parseGap(v string) (lanes.Row, error) {
 // from the aggregate index (one part each, numbered), then the rows not yet
 // known by primary key, and sets their runs.
 func (s *Store) readExactRuns(ctx context.Context, tx *sql.Tx, rd *runRead, n int, aggs []aggKey, runs map[aggKey][]int64) error {
-	tail := " ORDER BY id LIMIT " + strconv.Itoa(n) + ")"
-	if !rd.q.FailedBlocks {
-		tail = " AND status <> 'FAILED'" + tail
-	}
-	var b strings.Builder
 	args := make([]any, 0, 2*len(aggs))
-	for i, k := range aggs {
-		if i > 0 {
-			b.WriteString(" UNION ALL ")
-		}
-		b.WriteString("(SELECT " + strconv.Itoa(i) + ", " + s.q.claimRunHead + tail)
+	for _, k := range aggs {
 		args = append(args, k.typ, k.id)
 	}
-	rows, err := tx.QueryContext(ctx, b.String(), args...)
+	query, err := statements.RenderNamed("claim.runs", runsParams{Tables: s.t, Parts: make([]struct{}, len(aggs)), Limit: n, FailedBlocks: rd.q.FailedBlocks})
+	if err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
@@ -227,7 +223,7 @@ func (s *Store) readExactRuns(ctx context.Context, tx *sql.Tx, rd *runRead, n in
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)
-		query, err := s.q.byIDs("claim_run_rows", slices.Compact(missing))
+		query, err := s.q.byIDs("claim.run_rows", slices.Compact(missing))
 		if err != nil {
 			return err
 		}
@@ -261,4 +257,12 @@ func (s *Store) readExactRuns(ctx context.Context, tx *sql.Tx, rd *runRead, n in
 		runs[k] = slices.Compact(runs[k])
 	}
 	return nil
+}
+
+// runsParams render claim.runs: one part per aggregate of Parts.
+type runsParams struct {
+	store.Tables
+	Parts        []struct{}
+	Limit        int
+	FailedBlocks bool
 }

@@ -23,7 +23,7 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 	if len(ids) == 0 {
 		return nil
 	}
-	q, err := s.q.byIDs("compensate_select", ids)
+	q, err := s.q.byIDs("compensate.select", ids)
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func (s *Store) compensateExpired(ctx context.Context, tx *sql.Tx, ids []int64, 
 	for i := range events {
 		args[i] = events[i].ID.String()
 	}
-	existing, err := s.q.render("existing_events", fragments{Marks: "?" + strings.Repeat(",?", len(events)-1)})
+	existing, err := s.q.render("compensate.existing_events", fragments{Marks: "?" + strings.Repeat(",?", len(events)-1)})
 	if err != nil {
 		return err
 	}

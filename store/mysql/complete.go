@@ -23,7 +23,7 @@ type completeSQL struct {
 }
 
 func buildCompleteSQL(t store.Tables) completeSQL {
-	r := func(name string) string { return sqlStatements.MustRenderNamed(name, fragments{Tables: t}) }
+	r := func(name string) string { return statements.MustRenderNamed(name, fragments{Tables: t}) }
 	return completeSQL{
 		claimRow:    r("complete.claim_row"),
 		claimIDs:    r("complete.claim_ids"),
@@ -35,7 +35,7 @@ func buildCompleteSQL(t store.Tables) completeSQL {
 // per-call fragments f.
 func (s *Store) renderComplete(name string, f fragments) (string, error) {
 	f.Tables = s.q.t
-	return sqlStatements.RenderNamed(name, f)
+	return statements.RenderNamed(name, f)
 }
 
 // Complete implements store.Store: the plan of store/internal/completion,

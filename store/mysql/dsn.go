@@ -121,9 +121,8 @@ func newReadCommittedConnector(cfg *mysqldrv.Config) (driver.Connector, error) {
 // (failoverConn) instead of pooling it.
 type rcConnector struct{ base driver.Connector }
 
-// isolationSQL works on MySQL 5.7/8 and on every MariaDB, unlike the
-// session variables, whose names differ.
-const isolationSQL = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+// isolationSQL is dsn.isolation of sql/dsn.sql.
+var isolationSQL = statements.MustRenderNamed("dsn.isolation", nil)
 
 func (c *rcConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.base.Connect(ctx)

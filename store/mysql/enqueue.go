@@ -144,7 +144,7 @@ func (s *Store) lockAggregates(ctx context.Context, tx *sql.Tx, events []outbox.
 		b.WriteString("(?,?,0)")
 		args = append(args, k.typ, k.id)
 	}
-	b.WriteString(" ON DUPLICATE KEY UPDATE last_seq = last_seq")
+	b.WriteString(s.q.lockAggregatesTail)
 	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 		return s.wrap("enqueue: lock aggregates", err)
 	}

@@ -115,7 +115,7 @@ func (s *Store) heldLanes(ctx context.Context, tx *sql.Tx, m map[int]int64, marg
 	held := map[int]bool{}
 	if len(m) == 0 {
 		var now nullTime
-		err := tx.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&now)
+		err := tx.QueryRowContext(ctx, stmt("lanes.now", s.t)).Scan(&now)
 		return held, 0, now.Time, err
 	}
 	ls := slices.Sorted(maps.Keys(m))
@@ -123,7 +123,7 @@ func (s *Store) heldLanes(ctx context.Context, tx *sql.Tx, m map[int]int64, marg
 	for i, l := range ls {
 		marks[i] = strconv.Itoa(l)
 	}
-	q, err := s.q.render("lane_leases", fragments{Marks: strings.Join(marks, ",")})
+	q, err := s.q.render("lanes.leases", fragments{Marks: strings.Join(marks, ",")})
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
@@ -162,7 +162,7 @@ func (s *Store) heldLanes(ctx context.Context, tx *sql.Tx, m map[int]int64, marg
 // re-check the row.
 func (s *Store) holdBack(ctx context.Context, tx *sql.Tx, block []int64, deferTo map[int64]string) error {
 	if len(block) > 0 {
-		q, err := s.q.byIDs("hold_block", block)
+		q, err := s.q.byIDs("lanes.hold_block", block)
 		if err != nil {
 			return err
 		}
@@ -179,7 +179,7 @@ func (s *Store) holdBack(ctx context.Context, tx *sql.Tx, block []int64, deferTo
 			args = append(args, deferTo[id])
 		}
 		args = append(args, args...)
-		q, err := s.q.render("hold_defer", fragments{IDs: idList(ids), Cases: cases.String()})
+		q, err := s.q.render("lanes.hold_defer", fragments{IDs: idList(ids), Cases: cases.String()})
 		if err != nil {
 			return err
 		}

@@ -130,8 +130,7 @@ var outboxColumns = []string{"id", "event_id", "aggregate_type", "aggregate_id",
 // columnsOf returns whether the table exists in the connection's database
 // and its columns with whether each is nullable.
 func (s *Store) columnsOf(ctx context.Context, name string) (bool, map[string]bool, []string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT column_name, is_nullable FROM information_schema.columns
-WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position`, name)
+	rows, err := s.db.QueryContext(ctx, stmt("migrate.columns_of", s.t), name)
 	if err != nil {
 		return false, nil, nil, fmt.Errorf("read the columns of %s: %w", name, err)
 	}
@@ -155,7 +154,7 @@ WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position`, n
 
 func (s *Store) tableExists(ctx context.Context, name string) (bool, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`, name).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, stmt("migrate.table_exists", s.t), name).Scan(&n); err != nil {
 		return false, fmt.Errorf("look for table %s: %w", name, err)
 	}
 	return n > 0, nil

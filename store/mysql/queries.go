@@ -1,29 +1,34 @@
 package mysql
 
 import (
-	_ "embed"
+	"database/sql"
+	"embed"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
 )
 
-// queriesSQL holds the fixed SQL of the store, named statements in the
-// template syntax of the migrations (internal/sqltext). The statements
-// of the claim, the completion, the sweeps, the compensation and the purge
-// take fixed fragments that vary from call to call (window sizes, id
-// lists, CASE arms, SET lists, VALUES rows); they are rendered per call by
-// the methods below. The others are rendered once, with the table names,
-// when the store is built.
+// sqlFiles hold the fixed SQL of the store, one file per step
+// (sql/<step>.sql), named statements <step>.<name> in the template syntax
+// of the migrations (internal/sqltext). The statements of the
+// claim, the completion, the sweeps, the compensation and the purge take
+// fixed fragments that vary from call to call (window sizes, id lists,
+// CASE arms, SET lists, VALUES rows); they are rendered per call by the
+// methods below. The others are rendered once, with the table names, when
+// the store is built.
 //
-//go:embed queries.sql
-var queriesSQL string
+//go:embed sql/*.sql
+var sqlFiles embed.FS
 
-// statements is queriesSQL, parsed once.
-var statements = sqltext.MustParse("queries.sql", queriesSQL)
+// statements is sqlFiles, parsed once.
+var statements = sqltext.MustParseFS(sqlFiles, "sql/*.sql")
 
 // queries holds the statements rendered with the table names.
 type queries struct {
@@ -33,12 +38,12 @@ type queries struct {
 	countMovable, stats, oldestPending    string
 	blockedAg, deadLetterCount, getRecord string
 	overdue, busyPending, rowBusy         string
-	snapshot                              snapshotsql.Dialect
+	snapshot                              snapshotsql.Statements
 
 	// The lanes' claim (claim.go, lanes.go): the heads of the read's
 	// statements, completed per call, and the claims table's statements.
 	claimLaneHead, claimAllHead, claimDeadlineHead string
-	claimOwnHead, claimRunHead                     string
+	claimOwnHead, claimClock                       string
 	claimsOf, claimInsert                          string
 	allClaims, allLanes, deadClaimRows             string
 	complete                                       completeSQL
@@ -54,7 +59,38 @@ type queries struct {
 
 	// The fixed heads of the producer's multi-row inserts (enqueue.go),
 	// whose VALUES lists are written per call from placeholders.
-	enqueueHead, lockAggregatesHead string
+	enqueueHead, lockAggregatesHead, lockAggregatesTail string
+}
+
+// sqlDialect is MySQL's dialect, for the SQL the backends share (lanes,
+// routes, snapshot, admin queries). The clock is UTC_TIMESTAMP(6) counted
+// from the epoch: unlike UNIX_TIMESTAMP(NOW()), it does not go through the
+// session's time zone, which repeats an hour when daylight saving time
+// ends. A snapshot scans the clock as DATETIME(6) in UTC, the ages as
+// microseconds (NULL for none), and the event ids as text.
+var sqlDialect = dialect.Dialect{
+	Quote:        "`",
+	ClockMS:      "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)",
+	Now:          "UTC_TIMESTAMP(6)",
+	Ago:          func(m string) string { return "UTC_TIMESTAMP(6) - INTERVAL " + m + " MICROSECOND" },
+	Minute:       func(c string) string { return "DATE_FORMAT(" + c + ", '%Y-%m-%d %H:%i:00')" },
+	Text:         func(c string) string { return c },
+	Integer:      "SIGNED",
+	InsertIgnore: "INSERT IGNORE INTO",
+	UpsertOn:     "ON DUPLICATE KEY UPDATE",
+	Excluded:     "VALUES(%s)",
+	Lock:         "FOR UPDATE",
+	SkipLocked:   "SKIP LOCKED",
+	TimeArg:      func(t time.Time) any { return t.UTC() },
+	ScanClock: func() (any, func() time.Time) {
+		var now nullTime
+		return &now, func() time.Time { return now.Time }
+	},
+	ScanAge: func() (any, func() time.Duration) {
+		var micros sql.NullInt64
+		return &micros, func() time.Duration { return max(time.Duration(micros.Int64)*time.Microsecond, 0) }
+	},
+	ScanEventID: func(id *outbox.EventID) (any, func()) { return id, nil },
 }
 
 // queryNames is what the statements are rendered with once: the table
@@ -63,62 +99,67 @@ type queries struct {
 type queryNames struct {
 	store.Tables
 	sqlExprs
-	RecordColumns  string
-	AttemptColumns string
-	OverdueWhere   string
-	OverdueGroups  int
+	OverdueWhere  string
+	OverdueGroups int
 }
 
 func buildQueries(t store.Tables) queries {
-	n := queryNames{Tables: t, RecordColumns: sqltext.MustRender(recordColumns, t), AttemptColumns: attemptColumns,
+	n := queryNames{Tables: t,
 		OverdueWhere:  backend.OverdueWhere("UTC_TIMESTAMP(6)"),
 		OverdueGroups: backend.MaxOverdueGroups}
 	render := func(name string) string { return statements.MustRenderNamed(name, n) }
 	return queries{
 		t:                 t,
-		reapSelect:        render("reap_select"),
-		expireSelect:      render("expire_select"),
-		blockCandidates:   render("block_candidates"),
-		unblockCandidates: render("unblock_candidates"),
-		countMovable:      render("count_movable"),
-		stats:             render("stats"),
-		oldestPending:     render("oldest_pending"),
-		blockedAg:         render("blocked_aggregates"),
-		deadLetterCount:   render("dead_letter_count"),
-		getRecord:         render("get_record"),
-		overdue:           render("overdue"),
-		busyPending:       render("busy_pending"),
-		rowBusy:           render("row_busy"),
-		claimLaneHead:     render("claim_lane_head"),
-		claimAllHead:      render("claim_all_head"),
-		claimDeadlineHead: render("claim_deadline_head"),
-		claimOwnHead:      render("claim_own_head"),
-		claimRunHead:      render("claim_run_head"),
-		claimsOf:          render("claims_of"),
-		claimInsert:       render("claim_insert"),
+		reapSelect:        render("sweep.reap_select"),
+		expireSelect:      render("sweep.expire_select"),
+		blockCandidates:   render("sweep.block_candidates"),
+		unblockCandidates: render("sweep.unblock_candidates"),
+		countMovable:      render("sweep.count_movable"),
+		stats:             render("admin.stats"),
+		oldestPending:     render("admin.oldest_pending"),
+		blockedAg:         render("admin.blocked_aggregates"),
+		deadLetterCount:   render("admin.dead_letter_count"),
+		getRecord:         render("admin.get_record"),
+		overdue:           render("overdue.groups"),
+		busyPending:       render("admin.busy_pending"),
+		rowBusy:           render("admin.row_busy"),
+		claimLaneHead:     render("claim.lane_head"),
+		claimAllHead:      render("claim.all_head"),
+		claimDeadlineHead: render("claim.deadline_head"),
+		claimOwnHead:      render("claim.own_head"),
+		claimClock:        render("claim.clock"),
+		claimsOf:          render("lanes.claims_of"),
+		claimInsert:       render("claim.insert"),
 		complete:          buildCompleteSQL(t),
-		allClaims:         render("all_claims"),
-		allLanes:          render("all_lanes"),
-		snapshot:          snapshotDialect(t, render("blocked_aggregates")),
+		allClaims:         render("sweep.all_claims"),
+		allLanes:          render("sweep.all_lanes"),
+		snapshot:          snapshotStatements(render),
 
-		listEvents:            render("list_events"),
-		countMatching:         render("count_matching"),
-		selectMatching:        render("select_matching"),
-		attempts:              render("attempts"),
-		deadLetters:           render("dead_letters"),
-		operatorLock:          render("operator_lock"),
-		operatorRequeue:       render("operator_requeue"),
-		operatorRequeueDead:   render("operator_requeue_dead"),
-		operatorSetStatus:     render("operator_set_status"),
-		operatorAudit:         render("operator_audit"),
-		operatorFirstFailed:   render("operator_first_failed"),
-		operatorBlocked:       render("operator_blocked"),
-		operatorBlockedBefore: render("operator_blocked_before"),
-		moveDelivery:          render("move_delivery"),
-		clearDelivery:         render("clear_delivery"),
-		enqueueHead:           render("enqueue_head"),
-		lockAggregatesHead:    render("lock_aggregates_head"),
+		listEvents:            render("admin.list_events"),
+		countMatching:         render("admin.count_matching"),
+		selectMatching:        render("admin.select_matching"),
+		attempts:              render("admin.attempts"),
+		deadLetters:           render("admin.dead_letters"),
+		operatorLock:          render("admin.operator_lock"),
+		operatorRequeue:       render("admin.operator_requeue"),
+		operatorRequeueDead:   render("admin.operator_requeue_dead"),
+		operatorSetStatus:     render("admin.operator_set_status"),
+		operatorAudit:         render("admin.operator_audit"),
+		operatorFirstFailed:   render("admin.operator_first_failed"),
+		operatorBlocked:       render("admin.operator_blocked"),
+		operatorBlockedBefore: render("admin.operator_blocked_before"),
+		moveDelivery:          render("admin.move_delivery"),
+		clearDelivery:         render("admin.clear_delivery"),
+		enqueueHead:           render("enqueue.head"),
+		lockAggregatesHead:    render("enqueue.lock_aggregates_head"),
+		lockAggregatesTail:    render("enqueue.lock_aggregates_tail"),
 	}
+}
+
+// stmt renders the fixed statement name with the table names t, per call:
+// for the statements a store runs seldom (the schema's, the server's).
+func stmt(name string, t store.Tables) string {
+	return statements.MustRenderNamed(name, t)
 }
 
 // idsParams render a statement over the rows IDs (idList).
@@ -127,8 +168,8 @@ type idsParams struct {
 	IDs string
 }
 
-// byIDs renders one of the statements over an id list: claim_events,
-// dead_claim_rows or expire_update.
+// byIDs renders one of the statements over an id list, such as
+// claim.events or sweep.expire_update.
 func (q *queries) byIDs(name string, ids []int64) (string, error) {
 	return statements.RenderNamed(name, idsParams{Tables: q.t, IDs: idList(ids)})
 }
@@ -146,7 +187,7 @@ type fragments struct {
 	In, IDs, Marks, Cases, Sets, Cond, Values string
 }
 
-// render renders the statement name of queries.sql with the per-call
+// render renders the statement name of sqlFiles with the per-call
 // fragments f.
 func (q *queries) render(name string, f fragments) (string, error) {
 	f.Tables = q.t
@@ -167,27 +208,11 @@ func idList(ids []int64) string {
 	return b.String()
 }
 
-// recordColumns are the columns of a store.Record, from record_from: a
-// PENDING row that a claim holds (cl) is PROCESSING, until the lease of its
-// lane, under the claim's token; a row PROCESSING under a lease of the
-// schema before lanes keeps its own.
-const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-    CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
-    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
-    COALESCE(o.locked_until, CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN
-        (SELECT TIMESTAMPADD(MICROSECOND, l.lease_until_ms * 1000, CAST('1970-01-01 00:00:00' AS DATETIME(6)))
-         FROM ` + "`{{.Outbox}}_lanes`" + ` l WHERE l.lane = o.lane) END),
-    COALESCE(o.lock_token, CASE WHEN o.status = 'PENDING' THEN cl.token END), o.last_error`
-
 // sqlExprs are the fixed expressions the statements share.
 type sqlExprs struct{}
 
-// nowMS is the database clock in Unix milliseconds, whatever the session's
-// time zone (lanes.MySQL's NowMS selects the same).
-const nowMS = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)"
-
-// NowMS renders nowMS.
-func (sqlExprs) NowMS() string { return nowMS }
+// NowMS renders the dialect's ClockMS.
+func (sqlExprs) NowMS() string { return sqlDialect.ClockMS }
 
 // LaneOf renders the lane of a row's aggregate (laneOf).
 func (sqlExprs) LaneOf() string { return laneOf("") }
@@ -201,7 +226,3 @@ func laneOf(p string) string {
 	return "CAST(CONV(SUBSTRING(MD5(CONCAT(CONVERT(" + p + "aggregate_type USING utf8mb4), 0x3A, CONVERT(" + p +
 		"aggregate_id USING utf8mb4))), 1, 2), 16, 10) AS UNSIGNED) % 64"
 }
-
-// attemptColumns are the columns of an attempt row, in the order
-// insertAttempts writes them.
-const attemptColumns = "event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`"

@@ -10,7 +10,7 @@ import (
 
 // Routes implements store.Store.
 func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
-	snap, err := routesql.Snapshot(ctx, s.db, routesql.MySQL, s.t)
+	snap, err := routesql.Snapshot(ctx, s.db, sqlDialect, s.t)
 	return snap, s.wrap("read routes", err)
 }
 
@@ -22,7 +22,7 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 	}
 	var ok bool
 	err := s.inTx(ctx, "change route", func(tx *sql.Tx) (err error) {
-		ok, err = routesql.Change(ctx, tx, routesql.MySQL, s.t, c)
+		ok, err = routesql.Change(ctx, tx, sqlDialect, s.t, c)
 		return err
 	})
 	return ok, s.wrap("change route", err)
@@ -30,6 +30,6 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 
 // RouteLog implements store.Store.
 func (s *Store) RouteLog(ctx context.Context, route string, limit int) ([]store.RouteLogEntry, error) {
-	out, err := routesql.Log(ctx, s.db, routesql.MySQL, s.t, route, limit)
+	out, err := routesql.Log(ctx, s.db, sqlDialect, s.t, route, limit)
 	return out, s.wrap("read route log", err)
 }

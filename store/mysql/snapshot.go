@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
@@ -18,56 +16,14 @@ var (
 	_ store.GaugeLeaser = (*Store)(nil)
 )
 
-// snapshotSQL reads the cheap figures in one statement: each count is a
-// range of the (status, available_at, id) index, so the PROCESSED rows are
-// never read, and the ages use one reading of the clock. A PENDING row that
-// a claim holds (busy, migration 00007) counts as PROCESSING, and the due
-// age is that of the oldest due row no claim holds.
-const snapshotSQL = `
-SELECT UTC_TIMESTAMP(6),
-    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PENDING') - (` + busyPendingSQL + `),
-    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'PROCESSING') + (` + busyPendingSQL + `),
-    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'BLOCKED'),
-    (SELECT COUNT(*) FROM ` + "`{{.Outbox}}`" + ` WHERE status = 'FAILED'),
-    (SELECT TIMESTAMPDIFF(MICROSECOND, d.available_at, UTC_TIMESTAMP(6)) FROM (
-        SELECT available_at FROM ` + "`{{.Outbox}}`" + " FORCE INDEX (`{{.Outbox}}_due_idx`)" + `
-        WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND id NOT IN (` + busySQL + `)
-        ORDER BY available_at, id LIMIT 1) d),
-    (SELECT COUNT(*) FROM ` + "`{{.DeadLetters}}`" + ` WHERE requeued_at IS NULL)`
-
-// busySQL lists the rows the claims in flight hold (queries.sql's busy),
-// and busyPendingSQL counts those still PENDING.
-const (
-	busySQL = "SELECT j.id FROM `{{.Outbox}}_claims` bc, JSON_TABLE(bc.ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j"
-
-	busyPendingSQL = "SELECT COUNT(DISTINCT o.id) FROM (" + busySQL + ") b JOIN `{{.Outbox}}` o ON o.id = b.id WHERE o.status = 'PENDING'"
-)
-
-const finalCountsSQL = "SELECT status, COUNT(*) FROM `{{.Outbox}}` WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status"
-
-// oldestPendingSQL visits every PENDING row for its created_at; ? is the
-// snapshot's clock.
-const oldestPendingSQL = "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), ?) FROM `{{.Outbox}}` WHERE status = 'PENDING'"
-
-// snapshotDialect is the MySQL part of a snapshot: the clock is DATETIME(6)
-// in UTC, the ages are microseconds (NULL for none), and the event ids are
-// text.
-func snapshotDialect(t store.Tables, blockedAggregates string) snapshotsql.Dialect {
-	return snapshotsql.Dialect{
-		Figures:           sqltext.MustRender(snapshotSQL, t),
-		OldestPending:     sqltext.MustRender(oldestPendingSQL, t),
+// snapshotStatements are the statements of a snapshot.
+func snapshotStatements(stmt func(name string) string) snapshotsql.Statements {
+	return snapshotsql.Statements{
+		Figures:           stmt("snapshot.figures"),
+		OldestPending:     stmt("snapshot.oldest_pending"),
 		OldestPendingArgs: func(clock time.Time) []any { return []any{formatTime(clock)} },
-		FinalCounts:       sqltext.MustRender(finalCountsSQL, t),
-		BlockedAggregates: blockedAggregates,
-		Clock: func() (any, func() time.Time) {
-			var now nullTime
-			return &now, func() time.Time { return now.Time }
-		},
-		Age: func() (any, func() time.Duration) {
-			var micros sql.NullInt64
-			return &micros, func() time.Duration { return max(time.Duration(micros.Int64)*time.Microsecond, 0) }
-		},
-		EventID: func(id *outbox.EventID) (any, func()) { return id, nil },
+		FinalCounts:       stmt("snapshot.final_counts"),
+		BlockedAggregates: stmt("admin.blocked_aggregates"),
 	}
 }
 
@@ -88,7 +44,7 @@ func (s *Store) snapshot(ctx context.Context, db txBeginner, req store.SnapshotR
 		return backend.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback()
-	snap, err := snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)
+	snap, err := snapshotsql.Read(ctx, snapshotTx{tx}, sqlDialect, &s.q.snapshot, req, s.wrap)
 	if err != nil {
 		return snap, err
 	}
@@ -126,7 +82,7 @@ func (s *Store) TryGaugeLease(ctx context.Context) (store.GaugeLease, bool, erro
 		return nil, false, s.wrap("gauge lease: connect", err)
 	}
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+gaugeLockName+", 0)", s.t.Outbox).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, gaugeLockSQL, s.t.Outbox).Scan(&got); err != nil {
 		conn.Close()
 		return nil, false, s.wrap("gauge lease", err)
 	}
@@ -137,6 +93,13 @@ func (s *Store) TryGaugeLease(ctx context.Context) (store.GaugeLease, bool, erro
 	return &gaugeLease{s: s, conn: conn}, true, nil
 }
 
+// gaugeLockSQL and gaugeUnlockSQL take and give back the gauge lease's
+// lock (? is the table).
+var (
+	gaugeLockSQL   = statements.MustRenderNamed("snapshot.gauge_lock", nil)
+	gaugeUnlockSQL = statements.MustRenderNamed("snapshot.gauge_unlock", nil)
+)
+
 type gaugeLease struct {
 	s    *Store
 	conn *sql.Conn
@@ -146,15 +109,12 @@ func (l *gaugeLease) Snapshot(ctx context.Context, req store.SnapshotRequest) (s
 	return l.s.snapshot(ctx, l.conn, req)
 }
 
-// gaugeLockName is the SQL of the lock's name (? is the table).
-const gaugeLockName = "CONCAT('outbox-gauges:', SHA1(CONCAT(DATABASE(), '.', ?)))"
-
 // Release gives the lock back (the server frees a closed session's locks
 // only a moment later) and discards the connection rather than pooling it.
 func (l *gaugeLease) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = l.conn.ExecContext(ctx, "DO RELEASE_LOCK("+gaugeLockName+")", l.s.t.Outbox)
+	_, _ = l.conn.ExecContext(ctx, gaugeUnlockSQL, l.s.t.Outbox)
 	_ = l.conn.Raw(func(any) error { return errDiscard })
 	l.conn.Close()
 }

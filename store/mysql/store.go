@@ -94,7 +94,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if !readCommittedDB(db) {
 		s.txOpts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.MySQL, t, s.leaseTx)
+	s.claimer = lanes.NewClaimer(claimBackend{s}, sqlDialect, t, s.leaseTx)
 	return s, nil
 }
 
@@ -161,7 +161,7 @@ type flavor struct {
 // serverFlavor reads and checks the server version.
 func serverFlavor(ctx context.Context, db *sql.DB) (flavor, error) {
 	var v string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+	if err := db.QueryRowContext(ctx, stmt("store.version", store.Tables{})).Scan(&v); err != nil {
 		return flavor{}, err
 	}
 	f := flavor{version: v, mariaDB: strings.Contains(strings.ToLower(v), "mariadb")}

@@ -133,7 +133,7 @@ func (s *Store) reapClaims(ctx context.Context, tx *sql.Tx, limit int, relay str
 		return 0, nil
 	}
 	marks := fragments{Marks: "?" + strings.Repeat(",?", len(dead)-1)}
-	lock, err := s.q.render("dead_claims", marks)
+	lock, err := s.q.render("sweep.dead_claims", marks)
 	if err != nil {
 		return 0, err
 	}
@@ -175,7 +175,7 @@ func (s *Store) reapClaims(ctx context.Context, tx *sql.Tx, limit int, relay str
 	var values []attemptRow
 	if len(ids) > 0 {
 		slices.Sort(ids)
-		q, err := s.q.byIDs("dead_claim_rows", ids)
+		q, err := s.q.byIDs("sweep.dead_claim_rows", ids)
 		if err != nil {
 			return 0, err
 		}
@@ -209,7 +209,7 @@ func (s *Store) reapClaims(ctx context.Context, tx *sql.Tx, limit int, relay str
 			return 0, err
 		}
 	}
-	del, err := s.q.render("dead_claims_delete", fragments{Marks: "?" + strings.Repeat(",?", len(locked)-1)})
+	del, err := s.q.render("sweep.dead_claims_delete", fragments{Marks: "?" + strings.Repeat(",?", len(locked)-1)})
 	if err != nil {
 		return 0, err
 	}
@@ -255,7 +255,7 @@ func (s *Store) reapPage(ctx context.Context, tx *sql.Tx, limit int, relay strin
 		ids[i] = r.id
 	}
 	slices.Sort(ids)
-	release, err := s.q.byIDs("sweep_release", ids)
+	release, err := s.q.byIDs("sweep.release", ids)
 	if err != nil {
 		return 0, err
 	}
@@ -304,7 +304,7 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, rows []attemptRow) error 
 		args = append(args, r.eventID.String(), r.token, string(r.outcome), r.outboxID, r.attempt,
 			textlimit.StorableText(r.relay, textlimit.MaxRelayIDRunes), at, at, r.msg)
 	}
-	q, err := s.q.render("insert_attempts", fragments{Values: b.String()})
+	q, err := s.q.render("sweep.insert_attempts", fragments{Values: b.String()})
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (s *Store) expirePage(ctx context.Context, tx *sql.Tx, limit int, relay str
 		ids[i] = e.id
 	}
 	slices.Sort(ids)
-	query, err := s.q.byIDs("expire_update", ids)
+	query, err := s.q.byIDs("sweep.expire_update", ids)
 	if err != nil {
 		return 0, err
 	}
@@ -376,7 +376,7 @@ func (s *Store) movePage(ctx context.Context, tx *sql.Tx, candidates string, arg
 		return 0, err
 	}
 	slices.Sort(ids)
-	lock, err := s.q.byIDs("sweep_lock", ids)
+	lock, err := s.q.byIDs("sweep.lock", ids)
 	if err != nil {
 		return 0, err
 	}
@@ -384,7 +384,7 @@ func (s *Store) movePage(ctx context.Context, tx *sql.Tx, candidates string, arg
 	if err != nil || len(locked) == 0 {
 		return 0, err
 	}
-	move, err := s.q.byIDs("sweep_move", locked)
+	move, err := s.q.byIDs("sweep.move", locked)
 	if err != nil {
 		return 0, err
 	}

@@ -61,22 +61,6 @@ func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, erro
 	return st, nil
 }
 
-// recordColumns are a record's columns, from recordFrom: a PENDING row that
-// a claim holds is PROCESSING, until the lease of its lane, under the
-// claim's token (c); a row PROCESSING under a lease of the schema before
-// lanes keeps its own.
-const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-    CASE WHEN c.token IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
-    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
-    COALESCE(c.until, o.locked_until), COALESCE(c.token, o.lock_token), o.last_error`
-
-// recordFrom joins each outbox row to the claim that holds it, if any.
-const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN LATERAL (
-    SELECT c.token, to_timestamp(l.lease_until_ms / 1000.0) AS until
-    FROM "{{.Outbox}}_claims" c LEFT JOIN "{{.Outbox}}_lanes" l ON l.lane = o.lane
-    WHERE o.status = 'PENDING' AND o.id = ANY(c.ids)
-    ORDER BY c.created_ms DESC LIMIT 1) c ON true`
-
 // listWhere writes f's conditions on the outbox row o, with the status a
 // claim gives the row, and returns them with their arguments. The rare
 // statuses read the indexes of their rows: FAILED and BLOCKED have hold 2,
@@ -373,51 +357,14 @@ func (s *Store) RequeueMatching(ctx context.Context, f store.RequeueFilter, a st
 	}, s.Requeue)
 }
 
-// purgeDeliveriesSQL deletes a page ($2) of the deliveries table's rows
-// completed before $1 microseconds ago.
-const purgeDeliveriesSQL = `DELETE FROM "{{.Outbox}}_deliveries" WHERE id IN (
-    SELECT id FROM "{{.Outbox}}_deliveries" WHERE completed_at < now() - $1::bigint * interval '1 microsecond'
-    ORDER BY id LIMIT $2)`
-
-// purgeSQL deletes one page of a purge: of the page ($2 rows after id $1),
-// the rows in a final status ($3) that finished before $4 microseconds ago
-// and, when $5 is not NULL, after $5 (the adoption of the table: rows that
-// finished earlier are the team's history), with their attempts and dead
-// letters, skipping rows another transaction holds. It returns what was deleted, the page's last id, and how many of
-// its rows are older than the cutoff.
-const purgeSQL = `
-WITH p AS (
-    SELECT id, created_at, status, processed_at FROM "{{.Outbox}}" WHERE id > $1 ORDER BY id LIMIT $2
-),
-d AS (
-    SELECT o.id, o.event_id FROM "{{.Outbox}}" o JOIN p ON p.id = o.id
-    WHERE o.status = ANY($3::text[]) AND o.processed_at < now() - $4::bigint * interval '1 microsecond'
-      AND ($5::timestamptz IS NULL OR o.processed_at > $5::timestamptz)
-    FOR UPDATE OF o SKIP LOCKED
-),
-da AS (DELETE FROM "{{.Attempts}}" a USING d WHERE a.event_id = d.event_id),
-dd AS (DELETE FROM "{{.DeadLetters}}" x USING d WHERE x.outbox_id = d.id),
-del AS (DELETE FROM "{{.Outbox}}" o USING d WHERE o.id = d.id RETURNING o.id)
-SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
-       (SELECT count(*) FROM p WHERE created_at < now() - $4::bigint * interval '1 microsecond')`
-
 // AdminQueries implements store.Store over a database/sql handle on
 // the store's pool, which opens no connections of its own; Close the
 // queries when done (it leaves the pool open).
 func (s *Store) AdminQueries() store.AdminQueries {
-	return sqladmin.NewOwned(stdlib.OpenDBFromPool(s.pool), sqladmin.Dialect{
-		Mark:    func(n int) string { return "$" + strconv.Itoa(n) },
-		Quote:   `"`,
-		Now:     "now()",
-		Ago:     func(m string) string { return "now() - " + m + "::bigint * interval '1 microsecond'" },
-		Text:    func(c string) string { return c + "::text" },
-		TimeArg: func(t time.Time) any { return t },
-		Minute:  func(c string) string { return "date_trunc('minute', " + c + ")" },
-		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), host = excluded.host, " +
-			"started_at = excluded.started_at, in_flight = excluded.in_flight",
+	return sqladmin.NewOwned(stdlib.OpenDBFromPool(s.pool), sqlDialect, sqladmin.Schema{
 		// Migration 10.
-		Claimed:    `EXISTS (SELECT 1 FROM "` + s.t.Outbox + `_claims" c WHERE %[1]s = ANY(c.ids))`,
-		Held:       "hold = 2 AND ",
+		Claimed:    statements.MustRenderNamed("admin.claimed", s.t),
+		Held:       statements.MustRenderNamed("admin.held", s.t),
 		Deliveries: s.t.Outbox + "_deliveries",
 	}, s.t)
 }

@@ -17,6 +17,12 @@ import (
 // is added nullable, backfilled, then made NOT NULL and unique, with
 // gen_random_uuid() as its default so that the team's existing INSERTs
 // keep working; aggregate_type keeps the adopted type as its default.
+// adoptSQL renders the adoption's fixed statement adopt.<name> of
+// sql/adopt.sql for the tables t.
+func adoptSQL(t store.Tables, name string) string {
+	return statements.MustRenderNamed("adopt."+name, adoptsql.NamesFor(t))
+}
+
 func adoptColumn(name, aggregateType string) string {
 	switch name {
 	case "event_id", "lock_token":
@@ -179,7 +185,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 			outboxIndexes = append(outboxIndexes, st)
 		}
 	}
-	a.inTx = append(a.inTx, "SET LOCAL lock_timeout = '10s'",
+	a.inTx = append(a.inTx, adoptSQL(s.t, "lock_timeout"),
 		adoptSQL(s.t, "record_table"))
 	var adds []string
 	for _, c := range sc.Missing {
@@ -266,7 +272,7 @@ func (s *Store) statusCounts(ctx context.Context) (map[string]int64, int64, erro
 
 // indexes returns the table's indexes and whether each is valid.
 func (s *Store) indexes(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT c.relname::text, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1)`, quote(s.t.Outbox))
+	rows, err := s.pool.Query(ctx, migrateSQL("adopt.indexes"), quote(s.t.Outbox))
 	if err != nil {
 		return nil, fmt.Errorf("read the indexes of %s: %w", s.t.Outbox, err)
 	}
@@ -285,7 +291,7 @@ func (s *Store) indexes(ctx context.Context) (map[string]bool, error) {
 
 // constraints returns the table's constraints and whether each is validated.
 func (s *Store) constraints(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT conname::text, convalidated FROM pg_constraint WHERE conrelid = to_regclass($1)`, quote(s.t.Outbox))
+	rows, err := s.pool.Query(ctx, migrateSQL("adopt.constraints"), quote(s.t.Outbox))
 	if err != nil {
 		return nil, fmt.Errorf("read the constraints of %s: %w", s.t.Outbox, err)
 	}

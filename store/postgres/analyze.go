@@ -29,13 +29,7 @@ func (s *Store) maybeAnalyze(ctx context.Context) {
 		return
 	}
 	var stale bool
-	err := s.pool.QueryRow(ctx, `
-SELECT (current_setting('autovacuum') = 'off'
-        OR COALESCE((SELECT option_value FROM pg_options_to_table(c.reloptions)
-                     WHERE option_name = 'autovacuum_enabled'), 'true') = 'false')
-   AND st.n_mod_since_analyze > 50 + 0.1 * st.n_live_tup
-FROM pg_class c JOIN pg_stat_user_tables st ON st.relid = c.oid
-WHERE c.oid = $1::regclass`, s.q.outboxName).Scan(&stale)
+	err := s.pool.QueryRow(ctx, s.q.analyzeStale, s.q.outboxName).Scan(&stale)
 	if err != nil || !stale {
 		return
 	}

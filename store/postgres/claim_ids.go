@@ -10,53 +10,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/lanes"
 )
 
-// readClaimIDsSQL is readClaimSQL for a window of given rows ($3), for a
-// source that learns of new events from the write-ahead log rather than by
-// scanning the lanes:
-//
-//	w: the given rows that are PENDING and due in the relay's lanes ($1,
-//	   with their cursors $2). Rows are looked up by joining the ids to the
-//	   table: a primary-key lookup per id.
-//	a: their aggregates, and n the length of their runs ($4 the batch
-//	   size, $6 the relay's claims in flight);
-//	r: per aggregate, its first n unfinished rows: those of hold 1 and 2
-//	   (the held index) and those of hold 0 from its lane's cursor on (the
-//	   aggregate index), merged in id order; FAILED counts when $5.
-const readClaimIDsSQL = `
-WITH l AS (
-    SELECT * FROM unnest($1::int[], $2::bigint[]) AS l(lane, cur)
-),
-w AS MATERIALIZED (
-    SELECT o.lane, o.id, o.aggregate_type, o.aggregate_id, o.status, o.available_at
-    FROM unnest($3::bigint[]) AS i(id) JOIN "{{.Outbox}}" o ON o.id = i.id
-    WHERE o.status = 'PENDING' AND o.available_at <= now() AND o.lane = ANY($1::int[])
-),
-a AS MATERIALIZED (
-    SELECT DISTINCT w.lane, w.aggregate_type, w.aggregate_id, l.cur FROM w JOIN l ON l.lane = w.lane
-),
-n AS (
-    SELECT GREATEST(1, ceil($4::numeric / GREATEST(count(*), 1)))::int * (1 + $6::int) AS n FROM a
-),
-r AS (
-    SELECT a.lane, e.id, a.aggregate_type, a.aggregate_id, e.status, e.available_at, e.hold
-    FROM a CROSS JOIN n CROSS JOIN LATERAL (
-        SELECT * FROM (
-            (SELECT o.id, o.status, o.available_at, o.hold FROM "{{.Outbox}}" o
-             WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.hold > 0
-               AND o.status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED') AND (o.status <> 'FAILED' OR $5::bool)
-             ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n)
-            UNION ALL
-            (SELECT o.id, o.status, o.available_at, o.hold FROM "{{.Outbox}}" o
-             WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.id >= a.cur
-               AND o.hold = 0 AND o.status IN ('PENDING', 'PROCESSING')
-             ORDER BY o.aggregate_type, o.aggregate_id, o.id LIMIT n.n)
-        ) x ORDER BY id LIMIT n.n
-    ) e
-)
-SELECT 1, lane, id, aggregate_type, aggregate_id, status, available_at, 0 FROM w
-UNION ALL SELECT 3, lane, id, aggregate_type, aggregate_id, status, available_at, hold FROM r
-UNION ALL SELECT 4, 0, 0, '', '', '', now(), 0`
-
 // readClaimIDs is ReadClaim for q.IDs.
 func (b claimBackend) readClaimIDs(ctx context.Context, q lanes.ReadQuery) (lanes.ReadResult, error) {
 	s := b.s
@@ -136,6 +89,3 @@ func (s *Store) ClaimIDs(ctx context.Context, req store.ClaimRequest, ids []int6
 	}
 	return c, missing, nil
 }
-
-// missingIDsSQL returns the ids of $1 that have no row (yet) in the table.
-const missingIDsSQL = `SELECT i FROM unnest($1::bigint[]) i WHERE NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" o WHERE o.id = i)`

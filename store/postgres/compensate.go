@@ -14,8 +14,8 @@ import (
 	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
-// The statements that move rows to EXPIRED (expireSQL, complete.expiring
-// of sql/complete.sql) return them as expiredColumns: id, event_id,
+// The statements that move rows to EXPIRED (compensate.expire of
+// sql/compensate.sql, complete.expiring of sql/complete.sql) return them as expiredColumns: id, event_id,
 // aggregate_type, aggregate_id, event_type, payload, headers, expires_at,
 // retry_count, on_expired; scanExpiredRow reads them.
 

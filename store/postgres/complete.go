@@ -18,7 +18,7 @@ type completeSQL struct {
 }
 
 func buildCompleteSQL(t store.Tables) completeSQL {
-	r := func(name string) string { return sqlStatements.MustRenderNamed(name, t) }
+	r := func(name string) string { return statements.MustRenderNamed(name, t) }
 	return completeSQL{
 		any:       r("complete.any"),
 		expiring:  r("complete.expiring"),

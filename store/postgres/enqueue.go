@@ -54,7 +54,7 @@ func (s *Store) afterWrite(ctx context.Context, err error, exec func(string, []a
 		return err
 	}
 	if !s.cfg.NoNotify && s.notify.claimInTx(ctx, time.Now()) {
-		if err := exec("SELECT pg_notify($1, '')", []any{s.t.Outbox}); err != nil {
+		if err := exec(notifySQL, []any{s.t.Outbox}); err != nil {
 			return s.wrap("enqueue: notify", err)
 		}
 	}
@@ -105,6 +105,13 @@ func (s *Store) writeChunks(events []outbox.Event, exec func(string, []any) erro
 	return nil
 }
 
+// aggregateLocks render enqueue.lock_aggregates: Table and Keys are the
+// placeholders of the outbox table's name and of the aggregates' keys.
+type aggregateLocks struct {
+	Table string
+	Keys  []string
+}
+
 // insertStatement builds one multi-row INSERT. Expiry and delay given as
 // durations are added to the database's now(); the optional per-aggregate
 // advisory locks are taken, in a fixed order, before any row is written.
@@ -128,16 +135,15 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 			}
 		}
 		sort.Strings(keys)
-		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtext(")
-		b.WriteString(arg(s.t.Outbox))
-		b.WriteString("), hashtext(k)) FROM unnest(ARRAY[")
+		lock := aggregateLocks{Table: arg(s.t.Outbox), Keys: make([]string, len(keys))}
 		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(arg(k) + "::text")
+			lock.Keys[i] = arg(k)
 		}
-		b.WriteString("]) WITH ORDINALITY AS x(k, n) ORDER BY n) ")
+		head, err := statements.RenderNamed("enqueue.lock_aggregates", lock)
+		if err != nil {
+			return "", nil, err
+		}
+		b.WriteString(head)
 	}
 	b.WriteString(s.q.enqueueHead)
 	for i := range events {
@@ -170,9 +176,10 @@ func (s *Store) insertStatement(events []outbox.Event) (string, []any, error) {
 			arg(e.ID.String()), arg(e.AggregateType), arg(e.AggregateID), arg(e.EventType),
 			arg(string(e.Payload)), arg(headers), arg(onExpired), arg(expiresAt), arg(ttl), arg(availableAt), arg(delay))
 	}
-	b.WriteString(") AS v(e, at, ai, et, p, h, ox, xa, ttl, aa, d)")
-	if !s.cfg.NoAggregateLock {
-		b.WriteString(" WHERE (SELECT count(*) FROM l) >= 0")
+	if s.cfg.NoAggregateLock {
+		b.WriteString(s.q.enqueueTail)
+	} else {
+		b.WriteString(s.q.enqueueLockedTail)
 	}
 	return b.String(), args, nil
 }

@@ -22,13 +22,13 @@ var outboxColumns = []string{"id", "event_id", "aggregate_type", "aggregate_id",
 // through the search_path as the store's queries resolve it.
 func (s *Store) relation(ctx context.Context, name string) (bool, []string, error) {
 	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quote(name)).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, migrateSQL("migrate.exists"), quote(name)).Scan(&exists); err != nil {
 		return false, nil, fmt.Errorf("look for table %s: %w", name, err)
 	}
 	if !exists {
 		return false, nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, quote(name))
+	rows, err := s.pool.Query(ctx, migrateSQL("migrate.columns"), quote(name))
 	if err != nil {
 		return false, nil, fmt.Errorf("read the columns of %s: %w", name, err)
 	}

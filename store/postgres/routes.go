@@ -22,7 +22,7 @@ func (s *Store) withDB(f func(db *sql.DB) error) error {
 func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
 	var snap store.RouteSnapshot
 	err := s.withDB(func(db *sql.DB) (err error) {
-		snap, err = routesql.Snapshot(ctx, db, routesql.PostgreSQL, s.t)
+		snap, err = routesql.Snapshot(ctx, db, sqlDialect, s.t)
 		return err
 	})
 	return snap, s.wrap("read routes", err)
@@ -40,7 +40,7 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 		if err != nil {
 			return err
 		}
-		ok, err = routesql.Change(ctx, tx, routesql.PostgreSQL, s.t, c)
+		ok, err = routesql.Change(ctx, tx, sqlDialect, s.t, c)
 		if err != nil {
 			_ = tx.Rollback()
 			return err
@@ -54,7 +54,7 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 func (s *Store) RouteLog(ctx context.Context, route string, limit int) ([]store.RouteLogEntry, error) {
 	var out []store.RouteLogEntry
 	err := s.withDB(func(db *sql.DB) (err error) {
-		out, err = routesql.Log(ctx, db, routesql.PostgreSQL, s.t, route, limit)
+		out, err = routesql.Log(ctx, db, sqlDialect, s.t, route, limit)
 		return err
 	})
 	return out, s.wrap("read route log", err)

@@ -7,8 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/snapshotsql"
@@ -18,59 +16,14 @@ var (
 	_ store.GaugeLeaser = (*Store)(nil)
 )
 
-// snapshotSQL reads the cheap figures in one statement, never the
-// delivered rows: the unfinished rows of hold 0 from each lane's stored
-// cursor on (the lane index) and those of hold 1 (the due index) are the
-// PENDING ones, PROCESSING when a claim holds them (busy); BLOCKED and
-// FAILED rows have hold 2 (the held index).
-const snapshotSQL = `
-WITH busy AS MATERIALIZED (
-    SELECT DISTINCT unnest(ids) AS id FROM "{{.Outbox}}_claims"
-),
-u AS MATERIALIZED (
-    SELECT x.id, x.status, x.available_at FROM "{{.Outbox}}_lanes" l CROSS JOIN LATERAL (
-        SELECT o.id, o.status, o.available_at FROM "{{.Outbox}}" o
-        WHERE o.lane = l.lane AND o.id >= l.next_id AND o.hold = 0 AND o.status IN ('PENDING', 'PROCESSING')) x
-    UNION ALL
-    SELECT id, status, available_at FROM "{{.Outbox}}" WHERE hold = 1 AND status IN ('PENDING', 'PROCESSING')
-)
-SELECT now(),
-    (SELECT count(*) FROM u WHERE status = 'PENDING' AND id NOT IN (SELECT id FROM busy)),
-    (SELECT count(*) FROM u WHERE status = 'PROCESSING' OR id IN (SELECT id FROM busy)),
-    (SELECT count(*) FROM "{{.Outbox}}" WHERE hold = 2 AND status = 'BLOCKED'),
-    (SELECT count(*) FROM "{{.Outbox}}" WHERE hold = 2 AND status = 'FAILED'),
-    COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM u
-              WHERE status = 'PENDING' AND available_at <= now() AND id NOT IN (SELECT id FROM busy)), 0)::float8,
-    (SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL)`
-
-// finalCountsSQL counts the final statuses: a scan of the whole table.
-const finalCountsSQL = `SELECT status, count(*) FROM "{{.Outbox}}" WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
-
-// oldestPendingSQL visits every PENDING row for its created_at.
-const oldestPendingSQL = `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM "{{.Outbox}}" WHERE status = 'PENDING'`
-
-// snapshotDialect is the PostgreSQL part of a snapshot: pgx scans the
-// clock as a time.Time, the ages are float seconds (0 for none) and the
-// event ids are uuid bytes.
-func snapshotDialect(t store.Tables, blockedAggregates string) snapshotsql.Dialect {
-	return snapshotsql.Dialect{
-		Figures:           sqltext.MustRender(snapshotSQL, t),
-		OldestPending:     sqltext.MustRender(oldestPendingSQL, t),
+// snapshotStatements are the statements of a snapshot.
+func snapshotStatements(stmt func(name string) string) snapshotsql.Statements {
+	return snapshotsql.Statements{
+		Figures:           stmt("snapshot.figures"),
+		OldestPending:     stmt("snapshot.oldest_pending"),
 		OldestPendingArgs: func(time.Time) []any { return nil },
-		FinalCounts:       sqltext.MustRender(finalCountsSQL, t),
-		BlockedAggregates: blockedAggregates,
-		Clock: func() (any, func() time.Time) {
-			var now time.Time
-			return &now, func() time.Time { return now }
-		},
-		Age: func() (any, func() time.Duration) {
-			var seconds float64
-			return &seconds, func() time.Duration { return time.Duration(seconds * float64(time.Second)) }
-		},
-		EventID: func(id *outbox.EventID) (any, func()) {
-			var raw [16]byte
-			return &raw, func() { *id = outbox.EventID(raw) }
-		},
+		FinalCounts:       stmt("snapshot.final_counts"),
+		BlockedAggregates: stmt("admin.blocked_aggregates"),
 	}
 }
 
@@ -91,7 +44,7 @@ func (s *Store) snapshot(ctx context.Context, db beginner, req store.SnapshotReq
 		return backend.NewSnapshot(req), s.wrap("snapshot", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	return snapshotsql.Read(ctx, snapshotTx{tx}, &s.q.snapshot, req, s.wrap)
+	return snapshotsql.Read(ctx, snapshotTx{tx}, sqlDialect, &s.q.snapshot, req, s.wrap)
 }
 
 // snapshotTx is a pgx transaction as snapshotsql reads in it.
@@ -117,7 +70,7 @@ func (s *Store) TryGaugeLease(ctx context.Context) (store.GaugeLease, bool, erro
 		return nil, false, s.wrap("gauge lease", err)
 	}
 	var ok bool
-	if err := pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", gaugeLockID(s.t.Outbox)).Scan(&ok); err != nil {
+	if err := pc.QueryRow(ctx, gaugeLockSQL, gaugeLockID(s.t.Outbox)).Scan(&ok); err != nil {
 		pc.Release()
 		return nil, false, s.wrap("gauge lease", err)
 	}
@@ -143,7 +96,7 @@ func (l *gaugeLease) Snapshot(ctx context.Context, req store.SnapshotRequest) (s
 func (l *gaugeLease) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = l.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", gaugeLockID(l.s.t.Outbox))
+	_, _ = l.conn.Exec(ctx, gaugeUnlockSQL, gaugeLockID(l.s.t.Outbox))
 	l.conn.Close(ctx)
 }
 

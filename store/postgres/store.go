@@ -85,13 +85,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg.NotifyDebounce = DefaultNotifyDebounce
 	}
 	s := &Store{pool: pool, cfg: cfg, t: t, log: log, q: buildQueries(t)}
-	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.PostgreSQL, t, s.leaseTx)
+	s.claimer = lanes.NewClaimer(claimBackend{s}, sqlDialect, t, s.leaseTx)
 	s.claimer.SetSafetyNet(log, 0)
 	s.notify = &notifier{
 		channel:  t.Outbox,
 		debounce: cfg.NotifyDebounce,
 		send: func(ctx context.Context) error {
-			_, err := pool.Exec(ctx, "SELECT pg_notify($1, '')", t.Outbox)
+			_, err := pool.Exec(ctx, notifySQL, t.Outbox)
 			return err
 		},
 	}

@@ -74,22 +74,6 @@ func (s *Store) Stats(ctx context.Context, failedBlocks bool) (store.Stats, erro
 	return st, nil
 }
 
-// recordColumns are a record's columns, from recordFrom: a PENDING row that
-// a claim holds (cl) is PROCESSING, until the lease of its lane, under the
-// claim's token; a row PROCESSING under a lease of the schema before lanes
-// keeps its own.
-const recordColumns = `o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-    CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN 'PROCESSING' ELSE o.status END,
-    o.retry_count, o.created_at, o.processed_at, o.available_at, o.expires_at,
-    COALESCE(o.locked_until, CASE WHEN o.status = 'PENDING' AND cl.cid IS NOT NULL THEN
-        (SELECT strftime({{.TS}}, l.lease_until_ms / 1000.0, 'unixepoch') FROM "{{.Outbox}}_lanes" l WHERE l.lane = o.lane) END),
-    COALESCE(o.lock_token, CASE WHEN o.status = 'PENDING' THEN cl.token END), o.last_error`
-
-// recordFrom joins each outbox row to the claim that holds it, if any.
-const recordFrom = ` FROM "{{.Outbox}}" o LEFT JOIN (
-    SELECT j.value AS cid, min(bc.token) AS token FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j GROUP BY j.value
-) cl ON cl.cid = o.id`
-
 // listWhere writes f's conditions, with the status a claim gives a row.
 func listWhere(f store.ListFilter) (string, []any) {
 	status := f.Status
@@ -373,15 +357,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
-	page := render(s.t, `
-SELECT id, event_id,
-    (status IN (SELECT value FROM json_each(?4)) AND processed_at IS NOT NULL AND processed_at <= ?3) AS del,
-    created_at <= ?3 AS old
-FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2`)
-	delAttempts := render(s.t, `DELETE FROM "{{.Attempts}}" WHERE event_id IN (SELECT value FROM json_each(?1))`)
-	delDead := render(s.t, `DELETE FROM "{{.DeadLetters}}" WHERE outbox_id IN (SELECT value FROM json_each(?1))`)
-	delEvents := render(s.t, `DELETE FROM "{{.Outbox}}" WHERE id IN (SELECT value FROM json_each(?1))`)
-	cutoffSQL := render(s.t, `SELECT strftime({{.TS}}, ?, ?)`)
+	page, delAttempts, delDead, delEvents, cutoffSQL := s.q.purgePage, s.q.purgeAttempts, s.q.purgeDeadLetters, s.q.purgeEvents, s.q.purgeCutoff
 
 	total, err := pages.Purge(func(after int64) (p pages.PurgePage, err error) {
 		err = s.writeTx(ctx, func(c *sql.Conn, now string) error {
@@ -495,21 +471,10 @@ const sqliteNow = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
 // AdminQueries implements store.Store.
 func (s *Store) AdminQueries() store.AdminQueries {
-	return sqladmin.New(s.db, sqladmin.Dialect{
-		Mark:  func(int) string { return "?" },
-		Quote: `"`,
-		Now:   sqliteNow,
-		Ago: func(m string) string {
-			return "strftime('%Y-%m-%d %H:%M:%f', 'now', (-" + m + " / 1000000.0) || ' seconds')"
-		},
-		Text:    func(c string) string { return c },
-		TimeArg: func(t time.Time) any { return formatTime(t) },
-		Minute:  func(c string) string { return "substr(" + c + ", 1, 16) || ':00'" },
+	return sqladmin.New(s.db, sqlDialect, sqladmin.Schema{
 		// A delivery is recorded on the event row (migration 00006).
 		DeliveredOnRow: true,
 		// Migration 00007.
-		Claimed: `EXISTS (SELECT 1 FROM "` + s.t.Outbox + `_claims" bc, json_each(bc.ids) j WHERE j.value = %[1]s)`,
-		Upsert: "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = " + sqliteNow +
-			", host = excluded.host, started_at = excluded.started_at, in_flight = excluded.in_flight",
+		Claimed: statements.MustRenderNamed("admin.claimed", s.t),
 	}, s.t)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/txoutbox/outbox/store/internal/compensation"
 )
 
-// scanExpired reads rows of complete.expired_rows' columns (expireSQL returns
+// scanExpired reads rows of complete.expired_rows' columns (compensate.expire returns
 // them too); rows without on_expired are counted, not returned.
 func scanExpired(rows *sql.Rows) (xs []compensation.Expired, n int64, err error) {
 	defer rows.Close()

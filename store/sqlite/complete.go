@@ -23,7 +23,7 @@ type completeSQL struct {
 }
 
 func buildCompleteSQL(t store.Tables) completeSQL {
-	r := func(name string) string { return sqlStatements.MustRenderNamed(name, names{Tables: t, TS: tsSQL}) }
+	r := func(name string) string { return statements.MustRenderNamed(name, namesFor(t)) }
 	return completeSQL{
 		claimRow:       r("complete.claim_row"),
 		claimIDs:       r("complete.claim_ids"),

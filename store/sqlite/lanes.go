@@ -38,9 +38,6 @@ func (s *Store) leaseTx(ctx context.Context, yield bool, f func(q lanes.Querier)
 	return s.tryWriteTx(ctx, yieldWait, func(c *sql.Conn) error { return f(lanes.DB(c)) })
 }
 
-// claimsOfSQL reads a relay's claims in flight.
-const claimsOfSQL = `SELECT token, lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE relay_id = ?`
-
 // claimsOf reads relayID's rows of the claims table.
 func (s *Store) claimsOf(ctx context.Context, c *sql.Conn, relayID string) ([]lanes.ClaimRow, error) {
 	rows, err := c.QueryContext(ctx, s.q.claimsOf, relayID)
@@ -124,12 +121,6 @@ func (s *Store) heldLanesOf(ctx context.Context, c *sql.Conn, m map[int]int64, m
 	}
 	return out, until, rows.Err()
 }
-
-// laneLeasesSQL reads the lanes of ?1 (a JSON array): token, lease end, and
-// whether the lease ends more than ?2 ms after the database clock.
-const laneLeasesSQL = `
-SELECT lane, token, lease_until_ms, lease_until_ms > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?2
-FROM "{{.Outbox}}_lanes" WHERE lane IN (SELECT value FROM json_each(?1))`
 
 // int64sJSON renders ids as a JSON array, for json_each.
 func int64sJSON(ids []int64) string {

@@ -18,7 +18,7 @@ var outboxColumns = []string{"id", "event_id", "aggregate_type", "aggregate_id",
 
 // columnsOf returns whether the table exists and its columns.
 func (s *Store) columnsOf(ctx context.Context, name string) (bool, []string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, name)
+	rows, err := s.db.QueryContext(ctx, s.q.columnsOf, name)
 	if err != nil {
 		return false, nil, fmt.Errorf("read the columns of %s: %w", name, err)
 	}

@@ -10,7 +10,7 @@ import (
 
 // Routes implements store.Store.
 func (s *Store) Routes(ctx context.Context) (store.RouteSnapshot, error) {
-	snap, err := routesql.Snapshot(ctx, s.db, routesql.SQLite, s.t)
+	snap, err := routesql.Snapshot(ctx, s.db, sqlDialect, s.t)
 	return snap, s.wrap("read routes", err)
 }
 
@@ -21,7 +21,7 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 	}
 	var ok bool
 	err := s.writeTx(ctx, func(conn *sql.Conn, _ string) (err error) {
-		ok, err = routesql.Change(ctx, conn, routesql.SQLite, s.t, c)
+		ok, err = routesql.Change(ctx, conn, sqlDialect, s.t, c)
 		return err
 	})
 	return ok, s.wrap("change route", err)
@@ -29,6 +29,6 @@ func (s *Store) ChangeRoute(ctx context.Context, c store.RouteChange) (bool, err
 
 // RouteLog implements store.Store.
 func (s *Store) RouteLog(ctx context.Context, route string, limit int) ([]store.RouteLogEntry, error) {
-	out, err := routesql.Log(ctx, s.db, routesql.SQLite, s.t, route, limit)
+	out, err := routesql.Log(ctx, s.db, sqlDialect, s.t, route, limit)
 	return out, s.wrap("read route log", err)
 }

@@ -10,22 +10,6 @@ import (
 	"github.com/txoutbox/outbox/store/internal/backend"
 )
 
-// snapshotSQL reads the cheap figures in one statement (?1 is now): each
-// count names one unfinished status and reads its partial index; a
-// PENDING row that a claim holds counts as PROCESSING.
-const snapshotSQL = `
-SELECT (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND id NOT IN (` + busySQL + `)),
-       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PROCESSING')
-         + (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND id IN (` + busySQL + `)),
-       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'BLOCKED'),
-       (SELECT count(*) FROM "{{.Outbox}}" WHERE status = 'FAILED'),
-       (SELECT min(available_at) FROM "{{.Outbox}}" WHERE status = 'PENDING' AND available_at <= ?1 AND id NOT IN (` + busySQL + `)),
-       (SELECT count(*) FROM "{{.DeadLetters}}" WHERE requeued_at IS NULL)`
-
-const finalCountsSQL = `SELECT status, count(*) FROM "{{.Outbox}}" WHERE status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') GROUP BY status`
-
-const oldestPendingSQL = `SELECT min(created_at) FROM "{{.Outbox}}" WHERE status = 'PENDING'`
-
 // Snapshot implements store.Store: every figure is read in one read
 // transaction. SQLite has no lease for the gauges (store.GaugeLeaser): it
 // has one writer, and one relay per database file is the rule.
@@ -35,7 +19,7 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 		snap = backend.NewSnapshot(req)
 		var pending, processing, blocked, failed int64
 		var oldest, oldestDue sql.NullString
-		if err := c.QueryRowContext(ctx, render(s.t, snapshotSQL), now).Scan(&pending, &processing, &blocked, &failed,
+		if err := c.QueryRowContext(ctx, s.q.snapshot, now).Scan(&pending, &processing, &blocked, &failed,
 			&oldestDue, &snap.DeadLetters); err != nil {
 			return err
 		}
@@ -50,13 +34,13 @@ func (s *Store) Snapshot(ctx context.Context, req store.SnapshotRequest) (store.
 			return err
 		}
 		if req.Full {
-			if err := c.QueryRowContext(ctx, render(s.t, oldestPendingSQL)).Scan(&oldest); err != nil {
+			if err := c.QueryRowContext(ctx, s.q.oldestPending).Scan(&oldest); err != nil {
 				return err
 			}
 			if snap.OldestPendingAge, err = ageSince(dbNow, oldest); err != nil {
 				return err
 			}
-			rows, err := c.QueryContext(ctx, render(s.t, finalCountsSQL))
+			rows, err := c.QueryContext(ctx, s.q.finalCounts)
 			if err != nil {
 				return err
 			}

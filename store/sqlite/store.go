@@ -83,7 +83,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	cfg.Table, cfg.Limits = t.Outbox, limits
 	s := &Store{db: db, cfg: cfg, t: t, log: log, q: buildQueries(t)}
-	s.claimer = lanes.NewClaimer(claimBackend{s}, lanes.SQLite, t, s.leaseTx)
+	s.claimer = lanes.NewClaimer(claimBackend{s}, sqlDialect, t, s.leaseTx)
 	return s, nil
 }
 
@@ -147,10 +147,6 @@ func (s *Store) wrap(op string, err error) error {
 	}
 	return backend.WrapError(op, err, missing)
 }
-
-// nowSQL reads the database clock once per transaction: every statement of
-// the transaction then uses that one value, as PostgreSQL's now() does.
-const nowSQL = `SELECT strftime(` + tsSQL + `, 'now')`
 
 // string -> chan struct{}
 

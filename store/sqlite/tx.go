@@ -41,14 +41,14 @@ func (s *Store) tryWriteTx(ctx context.Context, wait time.Duration, f func(c *sq
 	defer c.Close()
 	// The connection's own busy_timeout (the DSN's) is put back after.
 	var timeout int64
-	if err := c.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&timeout); err != nil {
+	if err := c.QueryRowContext(ctx, s.q.busyTimeout).Scan(&timeout); err != nil {
 		return err
 	}
-	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
+	if _, err := c.ExecContext(ctx, setBusyTimeout(max(wait.Milliseconds(), 1))); err != nil {
 		return err
 	}
 	defer func() {
-		if _, err := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", timeout)); err != nil {
+		if _, err := c.ExecContext(context.WithoutCancel(ctx), setBusyTimeout(timeout)); err != nil {
 			_ = c.Raw(func(any) error { return driver.ErrBadConn }) // not back to the pool with the short timeout
 		}
 	}()
@@ -58,7 +58,7 @@ func (s *Store) tryWriteTx(ctx context.Context, wait time.Duration, f func(c *sq
 			s.rollback(c)
 		}
 	}()
-	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := c.ExecContext(ctx, s.q.beginImmediate); err != nil {
 		if isBusy(err) {
 			return lanes.ErrBusy
 		}
@@ -67,7 +67,7 @@ func (s *Store) tryWriteTx(ctx context.Context, wait time.Duration, f func(c *sq
 	if err := f(c); err != nil {
 		return err
 	}
-	if _, err := c.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+	if _, err := c.ExecContext(context.WithoutCancel(ctx), s.q.commit); err != nil {
 		return err
 	}
 	done = true
@@ -144,11 +144,11 @@ func (s *Store) writeTx(ctx context.Context, f func(c *sql.Conn, now string) err
 				s.rollback(c)
 			}
 		}()
-		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		if _, err := c.ExecContext(ctx, s.q.beginImmediate); err != nil {
 			return err
 		}
 		var now string
-		if err := c.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
+		if err := c.QueryRowContext(ctx, s.q.now).Scan(&now); err != nil {
 			return err
 		}
 		if err := f(c, now); err != nil {
@@ -156,7 +156,7 @@ func (s *Store) writeTx(ctx context.Context, f func(c *sql.Conn, now string) err
 		}
 		// The COMMIT is not cancelled with ctx: once the work is done, a
 		// cancellation must not turn a commit into an ambiguous one.
-		if _, err := c.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+		if _, err := c.ExecContext(context.WithoutCancel(ctx), s.q.commit); err != nil {
 			return err
 		}
 		done = true
@@ -183,7 +183,7 @@ func (s *Store) writerGate() chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout)
 		defer cancel()
 		var file string
-		if err := s.db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err == nil && file != "" {
+		if err := s.db.QueryRowContext(ctx, s.q.databaseFile).Scan(&file); err == nil && file != "" {
 			key = "file:" + file
 		}
 		g, _ := gates.LoadOrStore(key, make(chan struct{}, 1))
@@ -197,7 +197,7 @@ func (s *Store) writerGate() chan struct{} {
 // errors), the connection is discarded rather than returned to the pool
 // inside a transaction that would hold the write lock.
 func (s *Store) rollback(c *sql.Conn) {
-	_, err := c.ExecContext(context.Background(), "ROLLBACK")
+	_, err := c.ExecContext(context.Background(), s.q.rollback)
 	if err == nil || isGenericError(err, "no transaction is active") {
 		return
 	}
@@ -224,17 +224,17 @@ func (s *Store) readTx(ctx context.Context, f func(c *sql.Conn, now string) erro
 				s.rollback(c)
 			}
 		}()
-		if _, err := c.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		if _, err := c.ExecContext(ctx, s.q.beginDeferred); err != nil {
 			return err
 		}
 		var now string
-		if err := c.QueryRowContext(ctx, nowSQL).Scan(&now); err != nil {
+		if err := c.QueryRowContext(ctx, s.q.now).Scan(&now); err != nil {
 			return err
 		}
 		if err := f(c, now); err != nil {
 			return err
 		}
-		if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+		if _, err := c.ExecContext(ctx, s.q.commit); err != nil {
 			return err
 		}
 		done = true

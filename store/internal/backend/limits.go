@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"embed"
+
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
 )
@@ -20,18 +22,20 @@ func RelaysTable(t store.Tables) string { return t.Outbox + "_relays" }
 // MaxOverdueGroups bounds store.Overdue.Groups (its doc says 20).
 const MaxOverdueGroups = 20
 
-// overdueWhere is the condition of an overdue row, in SQL common to the
-// backends; {{.Now}} is the backend's database clock.
-var overdueWhere = sqltext.MustParse("overdue_where", `expires_at IS NOT NULL AND expires_at <= {{.Now}}
-    AND (status IN ('PENDING', 'BLOCKED') OR (status = 'PROCESSING' AND locked_until < {{.Now}}))`)
+// statements are the SQL fragments the backends share, sql/limits.sql.
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+var statements = sqltext.MustParseFS(sqlFiles, "sql/*.sql")
 
 // OverdueWhere renders the condition of an overdue row with now, the
 // backend's fixed expression of the database clock ("now()",
 // "UTC_TIMESTAMP(6)", or a bind parameter such as "?1"), never user text.
 func OverdueWhere(now string) string {
-	s, err := overdueWhere.Render(struct{ Now string }{now})
+	s, err := statements.RenderNamed("limits.overdue_where", struct{ Now string }{now})
 	if err != nil {
-		panic(err) // a bug in the template above, caught by every backend's tests
+		panic(err) // a bug in sql/limits.sql, caught by every backend's tests
 	}
 	return s
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 )
 
 // Backend is the part of a claim written in a backend's own SQL.
@@ -138,7 +139,7 @@ type CommitResult struct {
 // relay holds.
 type Claimer struct {
 	b       Backend
-	d       Dialect
+	d       dialect.Dialect
 	t       store.Tables
 	leaseTx LeaseTx
 	ensured atomic.Bool
@@ -154,7 +155,7 @@ type Claimer struct {
 }
 
 // NewClaimer returns the claimer of a store whose tables are t.
-func NewClaimer(b Backend, d Dialect, t store.Tables, tx LeaseTx) *Claimer {
+func NewClaimer(b Backend, d dialect.Dialect, t store.Tables, tx LeaseTx) *Claimer {
 	return &Claimer{b: b, d: d, t: t, leaseTx: tx, now: time.Now, relays: map[string]*relayState{}, netEvery: LookBehindInterval}
 }
 

@@ -250,22 +250,22 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 	err := c.leaseTx(ctx, rs.mayYield(local, lease), func(q Querier) error {
 		next, stuck = map[int]*heldLane{}, maps.Clone(rs.stuck)
 		var now int64
-		if err := queryRow(ctx, q, c.d.NowMS, nil, &now); err != nil {
+		if err := queryRow(ctx, q, render(c.d, c.t, "now_ms", names{}), nil, &now); err != nil {
 			return err
 		}
 		if !c.ensured.Load() {
 			var n int
-			if err := queryRow(ctx, q, c.d.render(c.t, "count", names{}), nil, &n); err != nil {
+			if err := queryRow(ctx, q, render(c.d, c.t, "count", names{}), nil, &n); err != nil {
 				return err
 			}
 			if n < Count {
-				if _, err := q.Exec(ctx, c.d.render(c.t, "ensure", names{Values: ensureValues()})); err != nil {
+				if _, err := q.Exec(ctx, render(c.d, c.t, "ensure", names{Values: ensureValues()})); err != nil {
 					return err
 				}
 			}
 			ensured = true
 		}
-		if _, err := q.Exec(ctx, c.d.render(c.t, "member", names{}), relayID, now); err != nil {
+		if _, err := q.Exec(ctx, render(c.d, c.t, "member", names{}), relayID, now); err != nil {
 			return err
 		}
 		if err := c.prune(ctx, q, now-100*max(leaseMS, liveMS)); err != nil {
@@ -276,7 +276,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 			return err
 		}
 
-		rows, err := q.Query(ctx, c.d.render(c.t, "mine", names{}), relayID)
+		rows, err := q.Query(ctx, render(c.d, c.t, "mine", names{}), relayID)
 		if err != nil {
 			return err
 		}
@@ -325,7 +325,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 					cursors[l] = next[l].cursor
 					delete(next, l)
 				}
-				if _, err := q.Exec(ctx, c.d.render(c.t, "release", names{Cursors: cursorCase(cursors), LaneList: laneList(release)}),
+				if _, err := q.Exec(ctx, render(c.d, c.t, "release", names{Cursors: cursorCase(cursors), LaneList: laneList(release)}),
 					relayID); err != nil {
 					return err
 				}
@@ -338,7 +338,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 					cursors[l] = h.cursor
 				}
 			}
-			if _, err := q.Exec(ctx, c.d.render(c.t, "renew", names{Cursors: cursorCase(cursors), LaneList: laneList(sortedLanes(next))}),
+			if _, err := q.Exec(ctx, render(c.d, c.t, "renew", names{Cursors: cursorCase(cursors), LaneList: laneList(sortedLanes(next))}),
 				now+leaseMS, relayID); err != nil {
 				return err
 			}
@@ -358,7 +358,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 				continue
 			}
 			token := newToken()
-			n, err := q.Exec(ctx, c.d.render(c.t, "take", names{}), relayID, token, now+leaseMS, f.lane, now, relayID)
+			n, err := q.Exec(ctx, render(c.d, c.t, "take", names{}), relayID, token, now+leaseMS, f.lane, now, relayID)
 			if err != nil {
 				return err
 			}
@@ -411,7 +411,7 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 // (a deadlock that, with several relays balancing every second, kept the
 // lanes from moving).
 func (c *Claimer) prune(ctx context.Context, q Querier, before int64) error {
-	rows, err := q.Query(ctx, c.d.render(c.t, "stale", names{}), before)
+	rows, err := q.Query(ctx, render(c.d, c.t, "stale", names{}), before)
 	if err != nil {
 		return err
 	}
@@ -429,7 +429,7 @@ func (c *Claimer) prune(ctx context.Context, q Querier, before int64) error {
 		return err
 	}
 	for _, id := range stale {
-		if _, err := q.Exec(ctx, c.d.render(c.t, "prune", names{}), id, before); err != nil {
+		if _, err := q.Exec(ctx, render(c.d, c.t, "prune", names{}), id, before); err != nil {
 			return err
 		}
 	}
@@ -448,7 +448,7 @@ type hungerOf struct {
 // hunger reads the live members (seen after liveSince) and the lanes each
 // holds under a lease that has not ended.
 func (c *Claimer) hunger(ctx context.Context, q Querier, now, liveSince int64, relayID string) (hungerOf, error) {
-	rows, err := q.Query(ctx, c.d.render(c.t, "holdings", names{}), now, liveSince)
+	rows, err := q.Query(ctx, render(c.d, c.t, "holdings", names{}), now, liveSince)
 	if err != nil {
 		return hungerOf{}, err
 	}
@@ -488,7 +488,7 @@ type freeLane struct {
 // held under a token of this relay it no longer knows (an earlier process
 // of the same relay id), skipping rows another balance has locked.
 func (c *Claimer) freeLanes(ctx context.Context, q Querier, now int64, relayID string, limit int) ([]freeLane, error) {
-	rows, err := q.Query(ctx, c.d.render(c.t, "free", names{Limit: limit}), now, relayID)
+	rows, err := q.Query(ctx, render(c.d, c.t, "free", names{Limit: limit}), now, relayID)
 	if err != nil {
 		return nil, err
 	}
@@ -538,12 +538,12 @@ func (c *Claimer) Release(ctx context.Context, relayID string) error {
 			for l, h := range rs.held {
 				cursors[l] = h.cursor
 			}
-			if _, err := q.Exec(ctx, c.d.render(c.t, "release", names{Cursors: cursorCase(cursors), LaneList: laneList(sortedLanes(rs.held))}),
+			if _, err := q.Exec(ctx, render(c.d, c.t, "release", names{Cursors: cursorCase(cursors), LaneList: laneList(sortedLanes(rs.held))}),
 				relayID); err != nil {
 				return err
 			}
 		}
-		_, err := q.Exec(ctx, c.d.render(c.t, "leave", names{}), relayID)
+		_, err := q.Exec(ctx, render(c.d, c.t, "leave", names{}), relayID)
 		return err
 	})
 	if err != nil {

@@ -8,13 +8,14 @@ package routesql
 import (
 	"context"
 	"database/sql"
-	"strconv"
+	"embed"
 	"strings"
 	"time"
 
 	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 )
 
 // Querier is what a statement runs on: a *sql.Tx, a *sql.Conn or a *sql.DB.
@@ -24,100 +25,47 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Dialect is what differs between the backends.
-type Dialect struct {
-	// Dollar numbers placeholders $1, $2 (PostgreSQL) instead of ?.
-	Dollar bool
-	// Quote quotes identifiers: '"' or '`'.
-	Quote byte
-	// NowMS selects the database clock in Unix milliseconds.
-	NowMS string
-	// InsertIgnore is the statement prefix that inserts a row unless its
-	// key exists, and Conflict its suffix ("ON CONFLICT DO NOTHING" or "").
-	InsertIgnore, Conflict string
-	// ForUpdate locks the selected row ("" on SQLite, whose write
-	// transaction already excludes every other writer).
-	ForUpdate string
-}
+// statements are the route statements of sql/routesql.sql, parsed once.
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
 
-// PostgreSQL, MySQL and SQLite are the three dialects.
-var (
-	PostgreSQL = Dialect{Dollar: true, Quote: '"', NowMS: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
-		InsertIgnore: "INSERT INTO", Conflict: "ON CONFLICT DO NOTHING", ForUpdate: "FOR UPDATE"}
-	MySQL = Dialect{Quote: '`', NowMS: `SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000 AS SIGNED)`,
-		InsertIgnore: "INSERT IGNORE INTO", ForUpdate: "FOR UPDATE"}
-	SQLite = Dialect{Quote: '"', NowMS: `SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
-		InsertIgnore: "INSERT INTO", Conflict: "ON CONFLICT DO NOTHING"}
-)
-
-// statements are the route statements, one template syntax with the
-// backends' queries: {{.Q}} is the dialect's identifier quote around the
-// route table {{.Routes}} and its log {{.Log}}, {{.P n}} the dialect's n-th
-// placeholder; the other fields are the dialect's fixed fragments and the
-// log's filter and size. Every value is a bind parameter.
-var statements = sqltext.MustParse("routesql", `
-{{define "snapshot"}}SELECT {{template "columns"}} FROM {{.Q}}{{.Routes}}{{.Q}} ORDER BY route{{end}}
-
-{{define "columns"}}route, state, version, opened_at_ms, probe_at_ms, probe_by, opens, forced, last_error, updated_at_ms{{end}}
-
-{{define "ensure"}}{{.InsertIgnore}} {{.Q}}{{.Routes}}{{.Q}} (route, state, version, opens, forced, updated_at_ms)
-		VALUES ({{.P 1}}, 'CLOSED', 0, 0, 0, {{.P 2}}) {{.Conflict}}{{end}}
-
-{{define "lock"}}SELECT {{template "columns"}} FROM {{.Q}}{{.Routes}}{{.Q}} WHERE route = {{.P 1}} {{.ForUpdate}}{{end}}
-
-{{define "update"}}UPDATE {{.Q}}{{.Routes}}{{.Q}} SET state = {{.P 1}}, version = version + 1, opened_at_ms = {{.P 2}},
-		probe_at_ms = {{.P 3}}, probe_by = {{.P 4}}, opens = {{.P 5}}, forced = {{.P 6}}, last_error = {{.P 7}}, updated_at_ms = {{.P 8}}
-		WHERE route = {{.P 9}} AND version = {{.P 10}}{{end}}
-
-{{define "log_insert"}}INSERT INTO {{.Q}}{{.Log}}{{.Q}} (at_ms, route, actor, from_state, to_state, reason, last_error)
-		VALUES ({{.P 1}}, {{.P 2}}, {{.P 3}}, {{.P 4}}, {{.P 5}}, {{.P 6}}, {{.P 7}}){{end}}
-
-{{define "log_select"}}SELECT at_ms, route, actor, from_state, to_state, reason, last_error FROM {{.Q}}{{.Log}}{{.Q}}
-		{{- if .ByRoute}} WHERE route = {{.P 1}}{{end}} ORDER BY id DESC LIMIT {{.Limit}}{{end}}
-`)
+var statements = sqltext.MustParseFS(sqlFiles, "sql/*.sql")
 
 // names is what a statement renders with: the dialect, the tables, and the
 // log's filter and size (fixed fragments, never caller text).
 type names struct {
-	Dialect
+	dialect.Dialect
 	Q           string
 	Routes, Log string
 	ByRoute     bool
 	Limit       int
 }
 
-// P is the n-th placeholder of the dialect: $n on PostgreSQL, ? elsewhere.
-func (n names) P(i int) string {
-	if n.Dollar {
-		return "$" + strconv.Itoa(i)
-	}
-	return "?"
-}
-
 // sql renders the statement name for the tables t (the log's filter and
 // size in n, when it is the log's select).
-func (d Dialect) sql(t store.Tables, name string, n names) string {
-	n.Dialect, n.Q = d, string(d.Quote)
+func render(d dialect.Dialect, t store.Tables, name string, n names) string {
+	n.Dialect, n.Q = d, d.Quote
 	n.Routes, n.Log = t.RouteTable(), t.RouteLogTable()
-	return statements.MustRenderNamed(name, n)
+	return statements.MustRenderNamed("routesql."+name, n)
 }
 
 // Now reads the database clock.
-func Now(ctx context.Context, q Querier, d Dialect) (time.Time, error) {
+func Now(ctx context.Context, q Querier, d dialect.Dialect) (time.Time, error) {
 	var ms int64
-	if err := q.QueryRowContext(ctx, d.NowMS).Scan(&ms); err != nil {
+	if err := q.QueryRowContext(ctx, render(d, store.Tables{}, "now_ms", names{})).Scan(&ms); err != nil {
 		return time.Time{}, err
 	}
 	return time.UnixMilli(ms).UTC(), nil
 }
 
 // Snapshot reads every route row and the database clock.
-func Snapshot(ctx context.Context, q Querier, d Dialect, t store.Tables) (store.RouteSnapshot, error) {
+func Snapshot(ctx context.Context, q Querier, d dialect.Dialect, t store.Tables) (store.RouteSnapshot, error) {
 	now, err := Now(ctx, q, d)
 	if err != nil {
 		return store.RouteSnapshot{}, err
 	}
-	rows, err := q.QueryContext(ctx, d.sql(t, "snapshot", names{}))
+	rows, err := q.QueryContext(ctx, render(d, t, "snapshot", names{}))
 	if err != nil {
 		return store.RouteSnapshot{}, err
 	}
@@ -163,7 +111,7 @@ func msTime(v sql.NullInt64) time.Time {
 
 // Change applies c inside the caller's write transaction q (see
 // store.Store.ChangeRoute).
-func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.RouteChange) (bool, error) {
+func Change(ctx context.Context, q Querier, d dialect.Dialect, t store.Tables, c store.RouteChange) (bool, error) {
 	if err := c.Validate(); err != nil {
 		return false, err
 	}
@@ -174,10 +122,10 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 	nowMS := now.UnixMilli()
 	// A route without a row is CLOSED at version 0: make the row, so that
 	// the compare-and-set below has a row to lock and compare.
-	if _, err := q.ExecContext(ctx, d.sql(t, "ensure", names{}), c.Route, nowMS); err != nil {
+	if _, err := q.ExecContext(ctx, render(d, t, "ensure", names{}), c.Route, nowMS); err != nil {
 		return false, err
 	}
-	cur, err := scanRoute(q.QueryRowContext(ctx, d.sql(t, "lock", names{}), c.Route))
+	cur, err := scanRoute(q.QueryRowContext(ctx, render(d, t, "lock", names{}), c.Route))
 	if err != nil {
 		return false, err
 	}
@@ -203,7 +151,7 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 	if c.LastError != "" {
 		lastErr = clean(c.LastError, store.MaxRouteTextRunes)
 	}
-	res, err := q.ExecContext(ctx, d.sql(t, "update", names{}),
+	res, err := q.ExecContext(ctx, render(d, t, "update", names{}),
 		string(c.To), opened, probe, probeBy, c.Opens, forced, lastErr, nowMS, c.Route, c.Version)
 	if err != nil {
 		return false, err
@@ -211,7 +159,7 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return false, err
 	}
-	if _, err := q.ExecContext(ctx, d.sql(t, "log_insert", names{}),
+	if _, err := q.ExecContext(ctx, render(d, t, "log_insert", names{}),
 		nowMS, c.Route, clean(c.Actor, 200), string(cur.State), string(c.To), clean(c.Reason, store.MaxRouteTextRunes), lastErr); err != nil {
 		return false, err
 	}
@@ -219,7 +167,7 @@ func Change(ctx context.Context, q Querier, d Dialect, t store.Tables, c store.R
 }
 
 // Log reads audit rows, newest first (route "" for every route).
-func Log(ctx context.Context, q Querier, d Dialect, t store.Tables, route string, limit int) ([]store.RouteLogEntry, error) {
+func Log(ctx context.Context, q Querier, d dialect.Dialect, t store.Tables, route string, limit int) ([]store.RouteLogEntry, error) {
 	if limit <= 0 || limit > 10000 {
 		limit = 100
 	}
@@ -227,7 +175,7 @@ func Log(ctx context.Context, q Querier, d Dialect, t store.Tables, route string
 	if route != "" {
 		args = append(args, route)
 	}
-	query := d.sql(t, "log_select", names{ByRoute: route != "", Limit: limit})
+	query := render(d, t, "log_select", names{ByRoute: route != "", Limit: limit})
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err

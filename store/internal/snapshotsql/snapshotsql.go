@@ -2,7 +2,7 @@
 // transaction, for the server backends (PostgreSQL and MySQL): the order of
 // the reads, what each fills in and the names of the failed steps are
 // here; each backend gives its statements and how its driver returns the
-// clock, the ages and the event ids (a Dialect).
+// clock, the ages and the event ids (its dialect.Dialect).
 package snapshotsql
 
 import (
@@ -12,6 +12,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 )
 
 // Tx is the read-only transaction the snapshot reads in, as the backend's
@@ -29,8 +30,10 @@ type Rows interface {
 	Close()
 }
 
-// Dialect is one backend's part of the snapshot.
-type Dialect struct {
+// Statements are a backend's statements of the snapshot, the named
+// statements snapshot.figures, snapshot.oldest_pending,
+// snapshot.final_counts and admin.blocked_aggregates of its sql/*.sql.
+type Statements struct {
 	// Figures returns, in one row: the database clock, the PENDING,
 	// PROCESSING, BLOCKED and FAILED counts, the age of the oldest due
 	// PENDING event and the count of dead letters not requeued.
@@ -44,27 +47,17 @@ type Dialect struct {
 	// BlockedAggregates returns (aggregate_type, aggregate_id, event id,
 	// waiting, total count) rows.
 	BlockedAggregates string
-
-	// Clock returns a scan target for the database clock, and reads it
-	// after the scan.
-	Clock func() (dest any, read func() time.Time)
-	// Age returns a scan target for an age (NULL is 0), and reads it
-	// after the scan.
-	Age func() (dest any, read func() time.Duration)
-	// EventID returns a scan target for the event id into id, and a
-	// function to call after the scan (nil when there is nothing to do).
-	EventID func(id *outbox.EventID) (dest any, done func())
 }
 
 // Read reads the snapshot req asks for in tx. An error is returned wrapped
 // by wrap with the name of the step that failed; the snapshot read so far
 // is returned with it.
-func Read(ctx context.Context, tx Tx, d *Dialect, req store.SnapshotRequest, wrap func(op string, err error) error) (store.Snapshot, error) {
+func Read(ctx context.Context, tx Tx, d dialect.Dialect, st *Statements, req store.SnapshotRequest, wrap func(op string, err error) error) (store.Snapshot, error) {
 	snap := backend.NewSnapshot(req)
-	clock, readClock := d.Clock()
-	oldestDue, readOldestDue := d.Age()
+	clock, readClock := d.ScanClock()
+	oldestDue, readOldestDue := d.ScanAge()
 	var pending, processing, blocked, failed int64
-	if err := tx.QueryRow(ctx, d.Figures, nil, clock, &pending, &processing, &blocked, &failed,
+	if err := tx.QueryRow(ctx, st.Figures, nil, clock, &pending, &processing, &blocked, &failed,
 		oldestDue, &snap.DeadLetters); err != nil {
 		return snap, wrap("snapshot", err)
 	}
@@ -73,12 +66,12 @@ func Read(ctx context.Context, tx Tx, d *Dialect, req store.SnapshotRequest, wra
 	snap.Counts[outbox.StatusBlocked], snap.Counts[outbox.StatusFailed] = blocked, failed
 	snap.OldestDuePendingAge = readOldestDue()
 	if req.Full {
-		oldest, readOldest := d.Age()
-		if err := tx.QueryRow(ctx, d.OldestPending, d.OldestPendingArgs(snap.DBTime), oldest); err != nil {
+		oldest, readOldest := d.ScanAge()
+		if err := tx.QueryRow(ctx, st.OldestPending, st.OldestPendingArgs(snap.DBTime), oldest); err != nil {
 			return snap, wrap("snapshot: oldest pending", err)
 		}
 		snap.OldestPendingAge = readOldest()
-		rows, err := tx.Query(ctx, d.FinalCounts)
+		rows, err := tx.Query(ctx, st.FinalCounts)
 		if err != nil {
 			return snap, wrap("snapshot: final counts", err)
 		}
@@ -89,12 +82,12 @@ func Read(ctx context.Context, tx Tx, d *Dialect, req store.SnapshotRequest, wra
 		}
 	}
 	if req.FailedBlocks {
-		rows, err := tx.Query(ctx, d.BlockedAggregates)
+		rows, err := tx.Query(ctx, st.BlockedAggregates)
 		if err != nil {
 			return snap, wrap("snapshot: blocked aggregates", err)
 		}
 		err = backend.ScanBlockedAggregates(rows, req.BlockedListLimit(), &snap, func(b *store.BlockedAggregate, total *int64) error {
-			id, done := d.EventID(&b.FailedEventID)
+			id, done := d.ScanEventID(&b.FailedEventID)
 			if err := rows.Scan(&b.AggregateType, &b.AggregateID, id, &b.Waiting, total); err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 // Package sqladmin implements store.AdminQueries once over database/sql
-// for the three backends; each backend supplies its Dialect (placeholders,
-// quoting, the database clock, how times are stored).
+// for the three backends; each backend supplies its dialect.Dialect
+// (placeholders, quoting, the database clock, how times are stored) and
+// its Schema.
 package sqladmin
 
 import (
@@ -14,45 +15,26 @@ import (
 	"github.com/txoutbox/outbox/internal/runes"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
+	"github.com/txoutbox/outbox/store/internal/dialect"
 )
 
-// Dialect is what differs between the backends.
-type Dialect struct {
-	// Mark renders the placeholder of the n-th argument, from 1.
-	Mark func(n int) string
-	// Quote is the identifier quote: '"' or '`'.
-	Quote string
-	// Now is the SQL expression of the database clock in the stored form.
-	Now string
-	// Ago renders "the database clock minus the microseconds in the
-	// argument mark" in the stored form.
-	Ago func(mark string) string
-	// Text renders a UUID column as text.
-	Text func(col string) string
-	// TimeArg turns a time into an argument compared with a stored time.
-	TimeArg func(t time.Time) any
-	// Minute renders a stored time truncated to the minute, in a form
-	// timeValue reads.
-	Minute func(col string) string
-	// Upsert is the heartbeat upsert's conflict clause: on relay_id, it
-	// sets heartbeat_at to the clock and host, started_at and in_flight
-	// to the inserted values.
-	Upsert string
+// Schema is what the admin queries need of a backend's tables beyond its
+// dialect.
+type Schema struct {
 	// DeliveredOnRow: the backend records a successful delivery on the
 	// event row (delivered_finished_at) rather than as an attempt row, so
 	// the throughput counts those too. Its statement then takes the
 	// interval twice (placeholders 1 and 2).
 	DeliveredOnRow bool
-	// Integer is the type a CAST makes a sum of counts an integer of
-	// ("" is BIGINT; MySQL's is SIGNED).
-	Integer string
 	// Claimed is a condition, with %[1]s for a row's id column, that holds
 	// when a claim in flight holds the row (the claims table of the
 	// lanes): a PENDING row it holds reads PROCESSING. Empty: the status
-	// column says PROCESSING itself.
+	// column says PROCESSING itself. The backend's named statement
+	// admin.claimed.
 	Claimed string
 	// Held is written before a condition on the FAILED or BLOCKED status,
-	// to read an index of those rows ("hold = 2 AND " on PostgreSQL).
+	// to read an index of those rows (PostgreSQL's admin.held, "hold = 2
+	// AND ").
 	Held string
 	// Deliveries, when set, is the table of delivery records per batch
 	// (PostgreSQL): the throughput counts its deliveries rather than the
@@ -63,7 +45,8 @@ type Dialect struct {
 // Queries implements store.AdminQueries on db.
 type Queries struct {
 	db *sql.DB
-	d  Dialect
+	d  dialect.Dialect
+	s  Schema
 	// n renders the statements with per-call fragments; sql holds the
 	// others, rendered once.
 	n   names
@@ -75,19 +58,19 @@ type Queries struct {
 var _ store.AdminQueries = (*Queries)(nil)
 
 // New returns the admin queries of the outbox tables t on db.
-func New(db *sql.DB, d Dialect, t store.Tables) *Queries {
-	n := names{d: d, Q: d.Quote, Outbox: t.Outbox, Relays: backend.RelaysTable(t), Attempts: t.Attempts,
-		Now: d.Now, Upsert: d.Upsert, DeliveredOnRow: d.DeliveredOnRow, Integer: d.Integer, Held: d.Held,
-		Deliveries: d.Deliveries}
+func New(db *sql.DB, d dialect.Dialect, s Schema, t store.Tables) *Queries {
+	n := names{d: d, s: s, Q: d.Quote, Outbox: t.Outbox, Relays: backend.RelaysTable(t), Attempts: t.Attempts,
+		Now: d.Now, DeliveredOnRow: s.DeliveredOnRow, Integer: d.Integer, Held: s.Held,
+		Deliveries: s.Deliveries}
 	if n.Integer == "" {
 		n.Integer = "BIGINT"
 	}
-	return &Queries{db: db, d: d, n: n, sql: render(n)}
+	return &Queries{db: db, d: d, s: s, n: n, sql: render(n)}
 }
 
 // NewOwned is New for a db the queries own: Close closes it.
-func NewOwned(db *sql.DB, d Dialect, t store.Tables) *Queries {
-	q := New(db, d, t)
+func NewOwned(db *sql.DB, d dialect.Dialect, s Schema, t store.Tables) *Queries {
+	q := New(db, d, s, t)
 	q.own = true
 	return q
 }
@@ -102,13 +85,13 @@ func (q *Queries) Close() error {
 
 // args collects arguments and renders their placeholders.
 type args struct {
-	d    Dialect
+	d    dialect.Dialect
 	vals []any
 }
 
 func (a *args) add(v any) string {
 	a.vals = append(a.vals, v)
-	return a.d.Mark(len(a.vals))
+	return a.d.P(len(a.vals))
 }
 
 // likeEscape escapes LIKE's pattern characters with '!'.
@@ -150,14 +133,14 @@ func (q *Queries) where(a *args, f store.EventQuery, prefix string) []string {
 // holds a PENDING row) is one of ss.
 func (q *Queries) statusIn(a *args, ss []outbox.Status, prefix string) string {
 	status := prefix + "status"
-	if q.d.Claimed == "" {
+	if q.s.Claimed == "" {
 		marks := make([]string, len(ss))
 		for i, s := range ss {
 			marks[i] = a.add(string(s))
 		}
 		return status + " IN (" + strings.Join(marks, ", ") + ")"
 	}
-	claimed := fmt.Sprintf(q.d.Claimed, prefix+"id")
+	claimed := fmt.Sprintf(q.s.Claimed, prefix+"id")
 	var any []string
 	for _, s := range ss {
 		switch s {
@@ -273,7 +256,7 @@ func (q *Queries) CountBlockedBehind(ctx context.Context, ids []int64) (blocked,
 	var p sql.NullInt64
 	n := q.n
 	n.IDs = strings.Join(marks, ", ")
-	query, err := statements.RenderNamed("blocked_behind", n)
+	query, err := statements.RenderNamed("statements.blocked_behind", n)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count blocked events: %w", err)
 	}
@@ -313,7 +296,7 @@ func (q *Queries) BlockedChains(ctx context.Context, limit, chainLimit int) ([]s
 // Throughput implements store.AdminQueries.
 func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.ThroughputBucket, error) {
 	args := []any{since.Microseconds()}
-	if q.d.DeliveredOnRow || q.d.Deliveries != "" {
+	if q.s.DeliveredOnRow || q.s.Deliveries != "" {
 		args = append(args, since.Microseconds())
 	}
 	rows, err := q.db.QueryContext(ctx, q.sql.throughput, args...)

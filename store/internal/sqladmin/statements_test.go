@@ -1,28 +1,30 @@
 package sqladmin
 
 import (
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/txoutbox/outbox/store/internal/dialect"
 )
 
 func TestRenderQuotesTablesAndNumbersPlaceholders(t *testing.T) {
-	d := Dialect{
-		Mark:   func(n int) string { return "$" + strconv.Itoa(n) },
-		Quote:  `"`,
-		Now:    "now()",
-		Ago:    func(m string) string { return "now() - " + m },
-		Text:   func(c string) string { return c + "::text" },
-		Minute: func(c string) string { return "date_trunc('minute', " + c + ")" },
-		Upsert: "ON CONFLICT (relay_id) DO NOTHING",
+	d := dialect.Dialect{
+		Dollar:   true,
+		Quote:    `"`,
+		Now:      "now()",
+		Ago:      func(m string) string { return "now() - " + m },
+		Text:     func(c string) string { return c + "::text" },
+		Minute:   func(c string) string { return "date_trunc('minute', " + c + ")" },
+		UpsertOn: "ON CONFLICT (%s) DO UPDATE SET",
+		Excluded: "excluded.%s",
 	}
-	n := names{d: d, Q: d.Quote, Outbox: "ob", Relays: "ob_relays", Attempts: "ob_attempts", Now: d.Now, Upsert: d.Upsert}
+	n := names{d: d, Q: d.Quote, Outbox: "ob", Relays: "ob_relays", Attempts: "ob_attempts", Now: d.Now}
 	r := render(n)
 	for name, want := range map[string][]string{
 		r.chainHeads:  {`FROM "ob" f`, "f.id, f.event_id::text, f.aggregate_type", "LIMIT $1"},
 		r.chainEvents: {`FROM "ob" WHERE status = 'BLOCKED'`, "id > $3", "LIMIT $4"},
 		r.throughput:  {`FROM "ob_attempts"`, "now() - $1"},
-		r.heartbeat:   {`INSERT INTO "ob_relays"`, "$3, now(), $4", "ON CONFLICT (relay_id) DO NOTHING"},
+		r.heartbeat:   {`INSERT INTO "ob_relays"`, "$3, now(), $4", "ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), host = excluded.host"},
 		r.removeRelay: {`DELETE FROM "ob_relays" WHERE relay_id = $1`},
 	} {
 		for _, w := range want {
@@ -37,7 +39,7 @@ func TestRenderQuotesTablesAndNumbersPlaceholders(t *testing.T) {
 		t.Errorf("throughput with deliveries on the row: %s", got)
 	}
 	n.IDs = "$1, $2"
-	got, err := statements.RenderNamed("blocked_behind", n)
+	got, err := statements.RenderNamed("statements.blocked_behind", n)
 	if err != nil || !strings.Contains(got, "h.id IN ($1, $2)") {
 		t.Errorf("blocked_behind: %q, %v", got, err)
 	}

@@ -14,10 +14,6 @@
 
 {{define "complete.claim_delete"}}DELETE FROM `{{.Outbox}}_claims` WHERE token = ?{{end}}
 
--- complete.busy lists the rows the claims in flight hold (PROCESSING).
-{{define "complete.busy"}}SELECT j.id FROM `{{.Outbox}}_claims` bc,
-    JSON_TABLE(bc.ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j{{end}}
-
 -- complete.lock locks the rows IDs of a completion that are still PENDING
 -- in the lanes Marks (integers) its claim still holds, in id order. It
 -- waits (no SKIP LOCKED): a row another transaction holds is decided when
@@ -60,7 +56,7 @@ FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}) ORDER BY id{{end
 -- a producer's uncommitted rows are never waited for.
 {{define "complete.behind"}}SELECT id, aggregate_type, aggregate_id, available_at FROM `{{.Outbox}}`
 FORCE INDEX (`{{.Outbox}}_aggregate_idx`) WHERE ({{.Cond}}) AND status = 'PENDING' AND id NOT IN ({{.IDs}})
-  AND id NOT IN ({{template "complete.busy" .}}){{end}}
+  AND id NOT IN ({{template "queries.busy" .}}){{end}}
 
 -- complete.insert_attempts writes the attempt rows Values; a row whose key
 -- (event, token, outcome) exists, a replay, is ignored.

@@ -54,27 +54,23 @@ INSERT INTO "{{.DeadLetters}}" (outbox_id, event_id, aggregate_type, aggregate_i
 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, retry_count, ?2, ?3
 FROM "{{.Outbox}}" WHERE id = ?1{{end}}
 
--- complete.busy lists the rows the claims in flight hold (PROCESSING).
-{{define "complete.busy"}}SELECT j.value FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j{{end}}
-
 -- complete.block_after holds the PENDING rows after a newly FAILED row ?3
 -- of aggregate (?1, ?2) as BLOCKED; ?4 lists (JSON) the rows this
 -- completion itself changed, which PostgreSQL's single statement does not
--- see as PENDING either. The status list repeats the WHERE clause of the
--- aggregate index: SQLite uses a partial index only when the query names
--- its condition.
+-- see as PENDING either. queries.unfinished names the partial index's
+-- condition, which SQLite uses only when the query names it.
 {{define "complete.block_after"}}
 UPDATE "{{.Outbox}}" SET status = 'BLOCKED'
-WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
-  AND id NOT IN (SELECT value FROM json_each(?4)) AND id NOT IN ({{template "complete.busy" .}}){{end}}
+WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND {{template "queries.unfinished" .}}
+  AND id NOT IN (SELECT value FROM json_each(?4)) AND id NOT IN ({{template "queries.busy" .}}){{end}}
 
 -- complete.defer pushes back the PENDING rows after a retried row ?3 of
 -- aggregate (?1, ?2) to its new available_at ?4; ?5 as in
 -- complete.block_after.
 {{define "complete.defer"}}
 UPDATE "{{.Outbox}}" SET available_at = ?4
-WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND status IN ('PENDING', 'PROCESSING', 'BLOCKED', 'FAILED')
-  AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5)) AND id NOT IN ({{template "complete.busy" .}}){{end}}
+WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDING' AND {{template "queries.unfinished" .}}
+  AND available_at < ?4 AND id NOT IN (SELECT value FROM json_each(?5)) AND id NOT IN ({{template "queries.busy" .}}){{end}}
 
 -- complete.insert_attempts writes one attempt row per element of ?3 (claim
 -- token ?1, relay ?2); a replay conflicts and writes nothing, and so does
