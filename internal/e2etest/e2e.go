@@ -54,7 +54,16 @@ func BuildCLI(t testing.TB) string {
 			return
 		}
 		cli.path = filepath.Join(cli.dir, "outbox")
-		build := exec.Command("go", "build", "-o", cli.path, "./cmd/outbox")
+		// The CLI is built as the tests are: with the race detector when
+		// they have it, so that its dependencies are the builds the tests
+		// already compiled (without it, every dependency is compiled a
+		// second time), and the CLI's own races are caught in the
+		// end-to-end tests too.
+		args := []string{"build", "-o", cli.path}
+		if testenv.Race {
+			args = append(args, "-race")
+		}
+		build := exec.Command("go", append(args, "./cmd/outbox")...)
 		build.Dir = root
 		// Test processes that start at once (go test -p N) would each
 		// compile the whole tree into the shared build cache in parallel;
