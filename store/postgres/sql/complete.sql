@@ -1,4 +1,22 @@
--- The completion of a claim (complete.go) in one statement. The plan
+--- complete.fence is the fence of every completion ($1 the claim's token):
+-- c, the claim's row; v, its lanes still held under the tokens it was made
+-- under, share-locked so that a balance cannot take them until this
+-- commits; mine, the claim's ids while any lane is held.
+{{define "complete.fence"}}c AS MATERIALIZED (
+    SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = $1::uuid
+),
+v AS MATERIALIZED (
+    SELECT l.lane FROM c CROSS JOIN LATERAL unnest(c.lanes, c.lane_tokens) AS f(lane, token)
+    JOIN "{{.Outbox}}_lanes" l ON l.lane = f.lane AND l.token = f.token
+    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint
+    ORDER BY l.lane
+    FOR SHARE OF l
+),
+mine AS MATERIALIZED (
+    SELECT unnest(ids) AS id FROM c WHERE EXISTS (SELECT 1 FROM v)
+),{{end}}
+
+- The completion of a claim (complete.go) in one statement. The plan
 -- (store/internal/completion) decides what each row becomes and passes it
 -- as arrays; these statements write it.
 --
@@ -43,19 +61,7 @@ WITH i AS (
                          $10::timestamptz[], $11::timestamptz[], $12::text[], $25::bool[], $26::text[])
         AS i(id, event_id, kind, err, attempted, attempt, started_at, finished_at, trace_id, on_row, lost_err)
 ),
-c AS MATERIALIZED (
-    SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = $1::uuid
-),
-v AS MATERIALIZED (
-    SELECT l.lane FROM c CROSS JOIN LATERAL unnest(c.lanes, c.lane_tokens) AS f(lane, token)
-    JOIN "{{.Outbox}}_lanes" l ON l.lane = f.lane AND l.token = f.token
-    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint
-    ORDER BY l.lane
-    FOR SHARE OF l
-),
-mine AS MATERIALIZED (
-    SELECT unnest(ids) AS id FROM c WHERE EXISTS (SELECT 1 FROM v)
-),
+{{template "complete.fence" .}}
 u AS (
     UPDATE "{{.Outbox}}" o SET
         status = r.status,
@@ -146,19 +152,7 @@ FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u{{
 -- or replayed outcome and the claim's bookkeeping are those of
 -- complete.rows.
 {{define "complete.delivered"}}
-WITH c AS MATERIALIZED (
-    SELECT lanes, lane_tokens, ids FROM "{{.Outbox}}_claims" WHERE token = $1::uuid
-),
-v AS MATERIALIZED (
-    SELECT l.lane FROM c CROSS JOIN LATERAL unnest(c.lanes, c.lane_tokens) AS f(lane, token)
-    JOIN "{{.Outbox}}_lanes" l ON l.lane = f.lane AND l.token = f.token
-    WHERE l.lease_until_ms > (extract(epoch FROM now()) * 1000)::bigint
-    ORDER BY l.lane
-    FOR SHARE OF l
-),
-mine AS MATERIALIZED (
-    SELECT unnest(ids) AS id FROM c WHERE EXISTS (SELECT 1 FROM v)
-),
+WITH {{template "complete.fence" .}}
 u AS (
     UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now()
     FROM unnest($3::bigint[]) AS i(id)
