@@ -64,7 +64,10 @@ type BreakerConfig struct {
 	// the breaker. Default 0.5.
 	FailureRatio float64
 	// FailingFor opens the breaker when no attempt succeeded for this
-	// long while at least 3 met a destination fault. Default 2s. With
+	// long while at least 3 met a destination fault (more on a route whose
+	// earlier attempts in Window already met faults: as many as faults
+	// at that rate string together less than once in 10,000 runs, 6 at
+	// one in five, at most 14). Default 2s. With
 	// MaxRetries below 5, keep it shorter than the backoff an event spends
 	// before MaxRetries is reached, or a lone event meeting an outage can
 	// end FAILED before the breaker opens (the relay warns at start when

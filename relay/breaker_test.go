@@ -100,6 +100,59 @@ func TestFaultWindowTrips(t *testing.T) {
 			at = at.Add(50 * time.Millisecond)
 		}
 	})
+	t.Run("a slow flaky route needs a longer run", func(t *testing.T) {
+		// Two attempts a second, one in five faulty: the faults in a row
+		// that open it are as many as such noise strings together less
+		// than once in 10,000 runs (6), not 3.
+		w := &faultWindow{}
+		at := now
+		for i := range 40 {
+			w.add(at, cfg.Window, i%5 == 0)
+			at = at.Add(500 * time.Millisecond)
+		}
+		if n := w.faultsInARowNeeded(40, 8); n != 6 {
+			t.Fatalf("faults in a row needed at a rate of 1 in 5: %d, want 6", n)
+		}
+		for i := range 5 {
+			w.add(at, cfg.Window, true)
+			if trip, why := w.trips(at, cfg); trip {
+				t.Fatalf("%d faults in a row over %s on a route failing 1 in 5 tripped it: %s",
+					i+1, at.Sub(w.failingSince), why)
+			}
+			at = at.Add(time.Second)
+		}
+		w.add(at, cfg.Window, true)
+		if trip, why := w.trips(at, cfg); !trip || !strings.Contains(why, "6 attempts met a destination fault") {
+			t.Fatalf("6 faults in a row over %s: trip=%v %q", at.Sub(w.failingSince), trip, why)
+		}
+	})
+	t.Run("a healthy route needs 3", func(t *testing.T) {
+		w := &faultWindow{}
+		at := now
+		for range 40 {
+			w.add(at, cfg.Window, false)
+			at = at.Add(100 * time.Millisecond)
+		}
+		for range failingForFaults {
+			w.add(at, cfg.Window, true)
+			at = at.Add(cfg.FailingFor / 2)
+		}
+		at = at.Add(-cfg.FailingFor / 2)
+		if trip, why := w.trips(at, cfg); !trip {
+			t.Fatalf("3 faults over %s after successes did not trip it (%q)", at.Sub(w.failingSince), why)
+		}
+	})
+	t.Run("faults in a row needed", func(t *testing.T) {
+		for _, tc := range []struct{ attempts, faults, want int }{
+			{0, 0, 3}, {4, 4, 3}, {40, 3, 3}, {43, 7, 4}, {33, 13, 9}, {43, 19, 11}, {30, 18, 14}, {30, 30, 14},
+		} {
+			w := &faultWindow{failing: 3}
+			if got := w.faultsInARowNeeded(tc.attempts, tc.faults); got != tc.want {
+				t.Errorf("faultsInARowNeeded(%d attempts, %d faults, 3 in a row) = %d, want %d",
+					tc.attempts, tc.faults, got, tc.want)
+			}
+		}
+	})
 	t.Run("rate", func(t *testing.T) {
 		w := &faultWindow{}
 		// ok, fault, ok, fault ...: half of them faulty, at one moment.

@@ -2,12 +2,29 @@ package relay
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
 // failingForFaults is the least number of destination faults, with no
-// success among them, that the silence rule (FailingFor) opens on.
+// success among them, that the silence rule (FailingFor) opens on: the
+// number for a route whose earlier attempts in the window succeeded, or
+// that had too few of them to tell (a lone event meeting an outage).
 const failingForFaults = 3
+
+// Tuning of the silence rule on a route that was already failing some
+// requests before the faults in a row began: it opens only on a run of
+// faults that random faults at the route's recent rate would produce
+// less than once in noiseOdds runs, judged once the window holds at
+// least noiseMinAttempts attempts before the run. A gateway that fails
+// one request in five needs 6 faults in a row, one in ten needs 4; a
+// healthy one 3. maxFailingForFaults bounds it: a route failing half its
+// attempts or more also meets the rate rule.
+const (
+	noiseOdds           = 1e-4
+	noiseMinAttempts    = 5
+	maxFailingForFaults = 14
+)
 
 // failedBatchesFaults: a route opens when the batches in a row in which
 // every attempt to it met a destination fault hold at least this many
@@ -93,17 +110,37 @@ func (w *faultWindow) trips(now time.Time, cfg BreakerConfig) (bool, string) {
 		return true, fmt.Sprintf("every attempt of %d batches in a row met a destination fault (%d attempts, none succeeded)",
 			w.failedBatches, w.batchFaults)
 	}
-	if w.failing >= failingForFaults && now.Sub(w.failingSince) >= cfg.FailingFor {
-		return true, fmt.Sprintf("no attempt succeeded for %s: %d attempts met a destination fault",
-			now.Sub(w.failingSince).Round(time.Millisecond), w.failing)
-	}
 	attempts, faults := 0, 0
 	for _, bk := range w.buckets {
 		attempts += bk.attempts
 		faults += bk.fault
 	}
+	if w.failing >= w.faultsInARowNeeded(attempts, faults) && now.Sub(w.failingSince) >= cfg.FailingFor {
+		return true, fmt.Sprintf("no attempt succeeded for %s: %d attempts met a destination fault",
+			now.Sub(w.failingSince).Round(time.Millisecond), w.failing)
+	}
 	if attempts >= cfg.MinAttempts && float64(faults) >= cfg.FailureRatio*float64(attempts) {
 		return true, fmt.Sprintf("%d of %d attempts within %s met a destination fault", faults, attempts, cfg.Window)
 	}
 	return false, ""
+}
+
+// faultsInARowNeeded is the number of faults with no success between
+// them that the silence rule opens on, given the window's attempts and
+// faults (the current run of faults among them): failingForFaults, or
+// more when the attempts before the run already met faults often, so
+// that a flaky route whose traffic is slow (a few attempts a second)
+// does not open on the runs its noise strings together.
+func (w *faultWindow) faultsInARowNeeded(attempts, faults int) int {
+	before, faultsBefore := attempts-w.failing, faults-w.failing
+	if before < noiseMinAttempts || faultsBefore <= 0 {
+		return failingForFaults
+	}
+	rate := float64(faultsBefore) / float64(before)
+	if rate >= 0.5 {
+		return maxFailingForFaults
+	}
+	// The least n with rate^n <= noiseOdds.
+	n := int(math.Ceil(math.Log(noiseOdds) / math.Log(rate)))
+	return min(max(n, failingForFaults), maxFailingForFaults)
 }

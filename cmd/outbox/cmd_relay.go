@@ -54,7 +54,7 @@ type RelayCmd struct {
 	BreakerWindow      time.Duration `help:"Circuit breaker: the window over which the rate of destination faults is measured." default:"30s" env:"OUTBOX_BREAKER_WINDOW"`
 	BreakerMinAttempts int           `help:"Circuit breaker: least attempts within the window before the rate counts." default:"20" env:"OUTBOX_BREAKER_MIN_ATTEMPTS"`
 	BreakerRatio       float64       `help:"Circuit breaker: share of faulty attempts within the window that opens it (0 to 1)." default:"0.5" env:"OUTBOX_BREAKER_RATIO"`
-	BreakerFailingFor  time.Duration `help:"Circuit breaker: opens when no attempt succeeded for this long while at least 3 met a destination fault (100ms to 1h)." default:"2s" env:"OUTBOX_BREAKER_FAILING_FOR"`
+	BreakerFailingFor  time.Duration `help:"Circuit breaker: opens when no attempt succeeded for this long while at least 3 met a destination fault, more on a route already failing often (100ms to 1h)." default:"2s" env:"OUTBOX_BREAKER_FAILING_FOR"`
 	BreakerOpenMin     time.Duration `help:"Circuit breaker: wait after opening before the first probe (after a failed probe, the wait is as long as the outage so far, up to --breaker-open-max)." default:"5s" env:"OUTBOX_BREAKER_OPEN_MIN"`
 	BreakerOpenMax     time.Duration `help:"Circuit breaker: longest wait between two probes." default:"30s" env:"OUTBOX_BREAKER_OPEN_MAX"`
 	BreakerRefresh     time.Duration `help:"Circuit breaker: how often this relay reads the shared breaker state." default:"1s" env:"OUTBOX_BREAKER_REFRESH"`
