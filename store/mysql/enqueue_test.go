@@ -297,6 +297,7 @@ func countRows(t *testing.T, db *sql.DB, table string) int {
 // (parseTime off, loc Local, REPEATABLE READ, no interpolation): the store
 // must not depend on the recommended settings for correctness.
 func TestStoreConformanceDriverDefaults(t *testing.T) {
+	t.Parallel()
 	cfg, err := mysql.ParseConfig(testenv.MySQL.Addr(t))
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ func errNumber(err error) uint16 {
 // the next caller; a connection whose write is refused for its values
 // (1406 data too long) is kept.
 func TestPoolDiscardsReadOnlySession(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, err := mysql.NewConnector(testenv.MySQL.Addr(t))
 	if err != nil {
@@ -147,6 +148,7 @@ func (c *readOnlyConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // them, the relay retries, and drains without intervention: nothing ends
 // FAILED or BLOCKED, nothing is lost.
 func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
+	t.Parallel()
 	const events = 500
 	ctx := context.Background()
 	base, err := mysql.NewConnector(testenv.MySQL.Addr(t))

@@ -111,10 +111,12 @@ func scale() float64 {
 
 // TestConformance runs the Store conformance suite.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
 }
 
 // TestRelayConformance runs the relay-over-store suite on the same harness.
 func TestRelayConformance(t *testing.T) {
+	t.Parallel()
 	relaytest.Run(t, func(t *testing.T) *storetest.Harness { return newHarness(t) })
 }

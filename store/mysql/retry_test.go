@@ -29,6 +29,7 @@ func (l *lockedBuffer) String() string {
 }
 
 func TestRetryCountsAndLogsConflicts(t *testing.T) {
+	t.Parallel()
 	var logs lockedBuffer
 	s := &Store{log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	ctx := context.Background()

@@ -197,6 +197,7 @@ func (s readsWatcher) GetEvent(ctx context.Context, id outbox.EventID) (store.Re
 // recovers by itself, drains, ends nothing FAILED or BLOCKED, and loses
 // nothing.
 func TestFailoverReadOnlyMidDrain(t *testing.T) {
+	t.Parallel()
 	rig := newFailoverRig(t)
 	ctx := context.Background()
 	var readOnlyAt atomic.Int64 // unix nanos; 0 while writable
@@ -275,6 +276,7 @@ func TestFailoverReadOnlyMidDrain(t *testing.T) {
 // one closes them at their first failed write, and the relay drains
 // without intervention: nothing ends FAILED or BLOCKED, nothing is lost.
 func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
+	t.Parallel()
 	rig := newFailoverRig(t)
 	ctx := context.Background()
 	var dbName string
@@ -346,6 +348,7 @@ func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
 // middle of a drain. The pool reconnects; nothing ends FAILED or BLOCKED,
 // and nothing is lost.
 func TestFailoverKilledConnections(t *testing.T) {
+	t.Parallel()
 	rig := newFailoverRig(t)
 	ctx := context.Background()
 	start := make(chan struct{})
@@ -395,6 +398,7 @@ func TestFailoverKilledConnections(t *testing.T) {
 // setting makes this one session read-only, as every session of a former
 // primary stays after a failover.
 func TestPoolDiscardsReadOnlySession(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pc, err := pgxpool.ParseConfig(testenv.Postgres.Addr(t))
 	if err != nil {

@@ -85,10 +85,12 @@ func newConformanceHarness(t testing.TB) *storetest.Harness {
 
 // TestConformance runs the Store conformance suite.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) *storetest.Harness { return newConformanceHarness(t) })
 }
 
 // TestRelayConformance runs the relay-over-store suite on the same harness.
 func TestRelayConformance(t *testing.T) {
+	t.Parallel()
 	relaytest.Run(t, func(t *testing.T) *storetest.Harness { return newConformanceHarness(t) })
 }
