@@ -65,7 +65,7 @@ type BreakerConfig struct {
 	FailureRatio float64
 	// FailingFor opens the breaker when no attempt succeeded for this
 	// long while at least 3 met a destination fault (more on a route whose
-	// earlier attempts in Window already met faults: as many as faults
+	// attempts in Window up to FailingFor before the run already met faults: as many as faults
 	// at that rate string together less than once in 10,000 runs, 6 at
 	// one in five, at most 14). Default 2s. With
 	// MaxRetries below 5, keep it shorter than the backoff an event spends

@@ -107,11 +107,8 @@ func TestFaultWindowTrips(t *testing.T) {
 		w := &faultWindow{}
 		at := now
 		for i := range 40 {
-			w.add(at, cfg.Window, i%5 == 0)
+			w.add(at, cfg.Window, i%5 == 1)
 			at = at.Add(500 * time.Millisecond)
-		}
-		if n := w.faultsInARowNeeded(40, 8); n != 6 {
-			t.Fatalf("faults in a row needed at a rate of 1 in 5: %d, want 6", n)
 		}
 		for i := range 5 {
 			w.add(at, cfg.Window, true)
@@ -142,14 +139,35 @@ func TestFaultWindowTrips(t *testing.T) {
 			t.Fatalf("3 faults over %s after successes did not trip it (%q)", at.Sub(w.failingSince), why)
 		}
 	})
+	t.Run("an outage's first moments are not noise", func(t *testing.T) {
+		// A healthy route, then an outage whose first faults are
+		// interrupted by a last success: the faults before it are no
+		// history of noise, so 3 in a row still open it.
+		w := &faultWindow{}
+		at := now
+		for range 40 {
+			w.add(at, cfg.Window, false)
+			at = at.Add(100 * time.Millisecond)
+		}
+		for _, fault := range []bool{true, true, false, true, true, false} {
+			w.add(at, cfg.Window, fault)
+			at = at.Add(200 * time.Millisecond)
+		}
+		for range failingForFaults {
+			w.add(at, cfg.Window, true)
+			at = at.Add(cfg.FailingFor / 2)
+		}
+		at = at.Add(-cfg.FailingFor / 2)
+		if trip, why := w.trips(at, cfg); !trip {
+			t.Fatalf("3 faults over %s after an outage's first mixed results did not trip it (%q)", at.Sub(w.failingSince), why)
+		}
+	})
 	t.Run("faults in a row needed", func(t *testing.T) {
-		for _, tc := range []struct{ attempts, faults, want int }{
-			{0, 0, 3}, {4, 4, 3}, {40, 3, 3}, {43, 7, 4}, {33, 13, 9}, {43, 19, 11}, {30, 18, 14}, {30, 30, 14},
+		for _, tc := range []struct{ history, faults, want int }{
+			{0, 0, 3}, {4, 4, 3}, {40, 0, 3}, {37, 3, 4}, {40, 4, 4}, {40, 8, 6}, {30, 10, 9}, {40, 16, 11}, {30, 15, 14}, {30, 30, 14},
 		} {
-			w := &faultWindow{failing: 3}
-			if got := w.faultsInARowNeeded(tc.attempts, tc.faults); got != tc.want {
-				t.Errorf("faultsInARowNeeded(%d attempts, %d faults, 3 in a row) = %d, want %d",
-					tc.attempts, tc.faults, got, tc.want)
+			if got := faultsInARowNeeded(tc.history, tc.faults); got != tc.want {
+				t.Errorf("faultsInARowNeeded(%d attempts, %d faults) = %d, want %d", tc.history, tc.faults, got, tc.want)
 			}
 		}
 	})

@@ -16,7 +16,7 @@ const failingForFaults = 3
 // requests before the faults in a row began: it opens only on a run of
 // faults that random faults at the route's recent rate would produce
 // less than once in noiseOdds runs, judged once the window holds at
-// least noiseMinAttempts attempts before the run. A gateway that fails
+// least noiseMinAttempts attempts from before the run (less FailingFor). A gateway that fails
 // one request in five needs 6 faults in a row, one in ten needs 4; a
 // healthy one 3. maxFailingForFaults bounds it: a route failing half its
 // attempts or more also meets the rate rule.
@@ -111,11 +111,20 @@ func (w *faultWindow) trips(now time.Time, cfg BreakerConfig) (bool, string) {
 			w.failedBatches, w.batchFaults)
 	}
 	attempts, faults := 0, 0
+	// The route's history: the window's attempts from before the run of
+	// faults began, less FailingFor, so that the first moments of an
+	// outage (a few faults, a last success) do not count as noise.
+	historyEnd := w.failingSince.Add(-cfg.FailingFor).Unix()
+	history, historyFaults := 0, 0
 	for _, bk := range w.buckets {
 		attempts += bk.attempts
 		faults += bk.fault
+		if bk.sec < historyEnd {
+			history += bk.attempts
+			historyFaults += bk.fault
+		}
 	}
-	if w.failing >= w.faultsInARowNeeded(attempts, faults) && now.Sub(w.failingSince) >= cfg.FailingFor {
+	if w.failing >= faultsInARowNeeded(history, historyFaults) && now.Sub(w.failingSince) >= cfg.FailingFor {
 		return true, fmt.Sprintf("no attempt succeeded for %s: %d attempts met a destination fault",
 			now.Sub(w.failingSince).Round(time.Millisecond), w.failing)
 	}
@@ -126,17 +135,16 @@ func (w *faultWindow) trips(now time.Time, cfg BreakerConfig) (bool, string) {
 }
 
 // faultsInARowNeeded is the number of faults with no success between
-// them that the silence rule opens on, given the window's attempts and
-// faults (the current run of faults among them): failingForFaults, or
-// more when the attempts before the run already met faults often, so
-// that a flaky route whose traffic is slow (a few attempts a second)
-// does not open on the runs its noise strings together.
-func (w *faultWindow) faultsInARowNeeded(attempts, faults int) int {
-	before, faultsBefore := attempts-w.failing, faults-w.failing
-	if before < noiseMinAttempts || faultsBefore <= 0 {
+// them that the silence rule opens on, given the route's history (the
+// attempts and faults of the window before the run): failingForFaults,
+// or more when that history already met faults often, so that a flaky
+// route whose traffic is slow (a few attempts a second) does not open on
+// the runs its noise strings together.
+func faultsInARowNeeded(history, historyFaults int) int {
+	if history < noiseMinAttempts || historyFaults <= 0 {
 		return failingForFaults
 	}
-	rate := float64(faultsBefore) / float64(before)
+	rate := float64(historyFaults) / float64(history)
 	if rate >= 0.5 {
 		return maxFailingForFaults
 	}
