@@ -75,17 +75,16 @@ type Harness struct {
 // Factory returns a fresh harness on new tables; it registers its own cleanup.
 type Factory func(t *testing.T) *Harness
 
-// Run runs the whole suite, its groups in parallel (each test on tables
-// of its own).
+// Run runs the whole suite.
 func Run(t *testing.T, newHarness Factory) {
-	t.Run("Features", func(t *testing.T) { t.Parallel(); RunFeatures(t, newHarness) })
-	t.Run("Store", func(t *testing.T) { t.Parallel(); RunStore(t, newHarness) })
-	t.Run("Snapshot", func(t *testing.T) { t.Parallel(); RunSnapshot(t, newHarness) })
-	t.Run("Requeue", func(t *testing.T) { t.Parallel(); RunRequeue(t, newHarness) })
-	t.Run("Producers", func(t *testing.T) { t.Parallel(); RunProducers(t, newHarness) })
-	t.Run("Routes", func(t *testing.T) { t.Parallel(); RunRoutes(t, newHarness) })
-	t.Run("Deadlines", func(t *testing.T) { t.Parallel(); RunDeadlines(t, newHarness) })
-	t.Run("StoreGuarantees", func(t *testing.T) { t.Parallel(); RunStoreGuarantees(t, newHarness) })
+	t.Run("Features", func(t *testing.T) { RunFeatures(t, newHarness) })
+	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
+	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
+	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
+	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
+	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
+	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
+	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
