@@ -16,10 +16,10 @@ const failingForFaults = 3
 // requests before the faults in a row began: it opens only on a run of
 // faults that random faults at the route's recent rate would produce
 // less than once in noiseOdds runs, judged once the window holds at
-// least noiseMinAttempts attempts from before the run (less FailingFor). A gateway that fails
-// one request in five needs 6 faults in a row, one in ten needs 4; a
-// healthy one 3. maxFailingForFaults bounds it: a route failing half its
-// attempts or more also meets the rate rule.
+// least noiseMinAttempts attempts from before the run (less FailingFor).
+// A gateway that fails one request in five needs 6 faults in a row, one
+// in ten needs 4; a healthy one 3. maxFailingForFaults bounds it: a route
+// failing half its attempts or more also meets the rate rule.
 const (
 	noiseOdds           = 1e-4
 	noiseMinAttempts    = 5
