@@ -123,45 +123,37 @@ func TestFaultWindowTrips(t *testing.T) {
 			t.Fatalf("6 faults in a row over %s: trip=%v %q", at.Sub(w.failingSince), trip, why)
 		}
 	})
-	t.Run("a healthy route needs 3", func(t *testing.T) {
-		w := &faultWindow{}
-		at := now
-		for range 40 {
-			w.add(at, cfg.Window, false)
-			at = at.Add(100 * time.Millisecond)
-		}
-		for range failingForFaults {
-			w.add(at, cfg.Window, true)
-			at = at.Add(cfg.FailingFor / 2)
-		}
-		at = at.Add(-cfg.FailingFor / 2)
-		if trip, why := w.trips(at, cfg); !trip {
-			t.Fatalf("3 faults over %s after successes did not trip it (%q)", at.Sub(w.failingSince), why)
-		}
-	})
-	t.Run("an outage's first moments are not noise", func(t *testing.T) {
-		// A healthy route, then an outage whose first faults are
-		// interrupted by a last success: the faults before it are no
-		// history of noise, so 3 in a row still open it.
-		w := &faultWindow{}
-		at := now
-		for range 40 {
-			w.add(at, cfg.Window, false)
-			at = at.Add(100 * time.Millisecond)
-		}
-		for _, fault := range []bool{true, true, false, true, true, false} {
-			w.add(at, cfg.Window, fault)
-			at = at.Add(200 * time.Millisecond)
-		}
-		for range failingForFaults {
-			w.add(at, cfg.Window, true)
-			at = at.Add(cfg.FailingFor / 2)
-		}
-		at = at.Add(-cfg.FailingFor / 2)
-		if trip, why := w.trips(at, cfg); !trip {
-			t.Fatalf("3 faults over %s after an outage's first mixed results did not trip it (%q)", at.Sub(w.failingSince), why)
-		}
-	})
+	// A healthy route opens on 3 faults over FailingFor, also when its
+	// outage began with mixed results (faults interrupted by a last
+	// success): those are no history of noise.
+	for _, tc := range []struct {
+		name  string
+		start []bool // results between the successes and the run of 3 faults
+	}{
+		{"a healthy route needs 3", nil},
+		{"an outage's first moments are not noise", []bool{true, true, false, true, true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &faultWindow{}
+			at := now
+			for range 40 {
+				w.add(at, cfg.Window, false)
+				at = at.Add(100 * time.Millisecond)
+			}
+			for _, fault := range tc.start {
+				w.add(at, cfg.Window, fault)
+				at = at.Add(200 * time.Millisecond)
+			}
+			for range failingForFaults {
+				w.add(at, cfg.Window, true)
+				at = at.Add(cfg.FailingFor / 2)
+			}
+			at = at.Add(-cfg.FailingFor / 2)
+			if trip, why := w.trips(at, cfg); !trip {
+				t.Fatalf("3 faults over %s after %v did not trip it (%q)", at.Sub(w.failingSince), tc.start, why)
+			}
+		})
+	}
 	t.Run("faults in a row needed", func(t *testing.T) {
 		for _, tc := range []struct{ history, faults, want int }{
 			{0, 0, 3}, {4, 4, 3}, {40, 0, 3}, {37, 3, 4}, {40, 4, 4}, {40, 8, 6}, {30, 10, 9}, {40, 16, 11}, {30, 15, 14}, {30, 30, 14},
