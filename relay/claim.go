@@ -43,7 +43,7 @@ func (p *pipeline) claim(ctx context.Context) (*batch, error) {
 	r.stats.claimed.Add(int64(len(c.Events)))
 	p.mu.Lock()
 	p.claimed++
-	b := &batch{relay: r, claim: c, localClaim: localClaim, seq: p.claimed, recordedAtClaim: recorded}
+	b := &batch{relay: r, claim: c, localClaim: localClaim, localClaimed: r.now(), seq: p.claimed, recordedAtClaim: recorded}
 	p.inFlight[c.Token] = true
 	p.mu.Unlock()
 	return b, nil

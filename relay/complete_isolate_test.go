@@ -73,7 +73,8 @@ func TestIsolateRetriesAWriteThatFailsForTheDatabase(t *testing.T) {
 		claim.Events = append(claim.Events, store.Claimed{Message: outbox.Message{ID: id, EventID: outbox.NewEventID(), AggregateType: "payment", AggregateID: fmt.Sprint("p-", id)}})
 		outcomes = append(outcomes, store.Outcome{ID: id, EventID: claim.Events[len(claim.Events)-1].EventID, Kind: store.Delivered, Attempted: true, Attempt: 1})
 	}
-	b := &batch{relay: r, localClaim: time.Now(), claim: claim, index: index}
+	now := time.Now()
+	b := &batch{relay: r, localClaim: now, localClaimed: now, claim: claim, index: index}
 	r.complete(context.Background(), b, outcomes)
 
 	want := map[int64]store.OutcomeKind{1: store.Delivered, 2: store.Failed, 3: store.Delivered, 4: store.Delivered}

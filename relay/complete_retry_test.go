@@ -63,7 +63,7 @@ func completeOnce(t *testing.T, f *flakyCompleter, lease time.Duration) (*Relay,
 	}
 	f.clock = time.Now()
 	r.now = f.now
-	b := &batch{relay: r, localClaim: f.now(), claim: &store.Claim{Token: "token", DBTime: f.now(),
+	b := &batch{relay: r, localClaim: f.now(), localClaimed: f.now(), claim: &store.Claim{Token: "token", DBTime: f.now(),
 		Events: []store.Claimed{{Message: outbox.Message{ID: 7, AggregateType: "payment", AggregateID: "p-1"}}}}}
 	r.complete(context.Background(), b, []store.Outcome{{ID: 7, Kind: store.Delivered, Attempted: true, Attempt: 1}})
 	return r, logs.String()

@@ -19,10 +19,16 @@ const publishShare = 0.8
 
 // batch is one claim on its way through publish and mark.
 type batch struct {
-	relay      *Relay
-	claim      *store.Claim
-	localClaim time.Time
-	index      map[int64]int // row id -> position in claim.Events
+	relay *Relay
+	claim *store.Claim
+	// localClaim is the local clock just before the claim was sent, and
+	// localClaimed just after it returned; the database read its clock
+	// (claim.DBTime) in between. Deadlines and the lease count from
+	// localClaim, so they end early rather than late; times converted to
+	// the database clock count from localClaimed, so that an attempt's
+	// recorded times are never later than the database's clock was.
+	localClaim, localClaimed time.Time
+	index                    map[int64]int // row id -> position in claim.Events
 
 	seq             int64 // claim order within the relay, from 1
 	recordedAtClaim int64 // sequence of the last batch recorded when this one was claimed
@@ -33,9 +39,12 @@ type batch struct {
 	stopped map[string]aggregateState
 }
 
-// dbTime converts a local time to the database clock, anchored at the claim.
+// dbTime converts a local time to the database clock, anchored at the
+// claim's return: the result is at least the claim's DBTime and at most
+// what the database's clock read at that moment, however long the claim
+// took to reach the database or come back.
 func (b *batch) dbTime(local time.Time) time.Time {
-	return b.claim.DBTime.Add(local.Sub(b.localClaim))
+	return b.claim.DBTime.Add(local.Sub(b.localClaimed))
 }
 
 // aggregateState follows one aggregate through a batch: once an event of

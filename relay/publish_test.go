@@ -45,7 +45,8 @@ func testBatch(t *testing.T, cfg Config) *batch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &batch{relay: r, claim: &store.Claim{DBTime: time.Now()}, localClaim: time.Now()}
+	now := time.Now()
+	return &batch{relay: r, claim: &store.Claim{DBTime: now}, localClaim: now, localClaimed: now}
 }
 
 func TestClassify(t *testing.T) {
@@ -192,7 +193,7 @@ func TestPublishGetsMostOfTheLeaseNotAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	claimedAt := time.Now()
-	b := &batch{relay: r, localClaim: claimedAt, claim: &store.Claim{DBTime: claimedAt, Events: []store.Claimed{
+	b := &batch{relay: r, localClaim: claimedAt, localClaimed: claimedAt, claim: &store.Claim{DBTime: claimedAt, Events: []store.Claimed{
 		{Message: outbox.Message{ID: 1, AggregateType: "payment", AggregateID: "p-1"}}}}}
 	outs := b.deliver(context.Background(), nil)
 	if len(outs) != 1 || outs[0].Kind != store.Delivered {
