@@ -238,6 +238,9 @@ func (c *Claimer) claimOnce(ctx context.Context, rs *relayState, req store.Claim
 		}
 	}
 	for _, l := range sortedLanes(rs.held) {
+		if rs.surrender[l] {
+			continue // being given up: its batches in flight finish, no new ones
+		}
 		h := rs.held[l]
 		if h.scan < base {
 			h.scan = base

@@ -55,6 +55,11 @@ type relayState struct {
 	// theirs outlived its lease: it does not take them again while that
 	// batch is in flight (another relay delivers it meanwhile).
 	stuck map[int]bool
+	// surrender are held lanes the relay is giving up to relays below
+	// their share: it claims nothing more from them, and releases them at
+	// the first balance that finds none of their batches in flight. Chosen
+	// anew at each balance.
+	surrender map[int]bool
 
 	// done are the completions not yet taken off inflight: Completed
 	// queues them under doneMu alone, so that a completion does not wait
@@ -140,7 +145,7 @@ func (rs *relayState) forget(lanes []int) {
 
 func newRelayState() *relayState {
 	return &relayState{held: map[int]*heldLane{}, inflight: map[string]*inflightClaim{}, stuck: map[int]bool{},
-		sweptTo: map[int]int64{}, cursorsSeen: map[int][]seenCursor{}}
+		surrender: map[int]bool{}, sweptTo: map[int]int64{}, cursorsSeen: map[int][]seenCursor{}}
 }
 
 // tokens returns the tokens of the held lanes.
@@ -228,6 +233,11 @@ var ErrBusy = errors.New("lane leases: the database's write lock is held by anot
 //   - Above the rounded-up share, a relay gives up lanes with nothing in
 //     flight, but only as many as the live relays below the rounded-down
 //     share are missing: a lane is never left free with nobody to take it.
+//     When too few of its lanes are idle (a busy relay always has batches
+//     in flight), it stops claiming from as many busy ones (surrender) and
+//     gives them up at a later balance, once their batches are recorded:
+//     a relay that joins gets its share within a few balances, however
+//     busy the others are.
 //   - It takes the lanes whose lease ended (their relay died or got stuck)
 //     whatever its share, so that they are delivered again at once, and
 //     lanes given up by others up to the rounded-up share.
@@ -243,9 +253,10 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 		}
 	}
 	var (
-		next    map[int]*heldLane
-		stuck   map[int]bool
-		ensured bool
+		next      map[int]*heldLane
+		stuck     map[int]bool
+		surrender map[int]bool
+		ensured   bool
 	)
 	err := c.leaseTx(ctx, rs.mayYield(local, lease), func(q Querier) error {
 		next, stuck = map[int]*heldLane{}, maps.Clone(rs.stuck)
@@ -309,14 +320,39 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 			return err
 		}
 
+		surrender = map[int]bool{}
 		if surplus := len(next) - hunger.high; surplus > 0 && hunger.missing > 0 {
+			want := min(surplus, hunger.missing)
+			// The lanes being surrendered go first, then the others
+			// from the highest.
+			order := slices.Backward(sortedLanes(next))
+			candidates := slices.Collect(func(yield func(int) bool) {
+				for _, l := range order {
+					if rs.surrender[l] && !yield(l) {
+						return
+					}
+				}
+				for _, l := range order {
+					if !rs.surrender[l] && !yield(l) {
+						return
+					}
+				}
+			})
 			var release []int
-			for _, l := range slices.Backward(sortedLanes(next)) {
-				if len(release) == min(surplus, hunger.missing) {
+			for _, l := range candidates {
+				if len(release) == want {
 					break
 				}
 				if !busy[l] {
 					release = append(release, l)
+				}
+			}
+			for _, l := range candidates {
+				if len(release)+len(surrender) == want {
+					break
+				}
+				if busy[l] {
+					surrender[l] = true
 				}
 			}
 			if len(release) > 0 {
@@ -396,116 +432,11 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 			h.scan = old.scan
 		}
 	}
-	rs.held, rs.stuck = next, stuck
+	rs.held, rs.stuck, rs.surrender = next, stuck, surrender
 	rs.balanced = c.now()
 	rs.busySince = time.Time{}
 	rs.stale = false
 	return nil
-}
-
-// prune removes the members not seen since before: it finds them with a
-// plain read and deletes each by its key. One DELETE with a range on
-// seen_ms would lock, on InnoDB, the first row past the range too: the
-// row of a live relay, which that relay's balance holds from its own
-// upsert until it commits, while it waits on lanes this balance holds
-// (a deadlock that, with several relays balancing every second, kept the
-// lanes from moving).
-func (c *Claimer) prune(ctx context.Context, q Querier, before int64) error {
-	rows, err := q.Query(ctx, render(c.d, c.t, "stale", names{}), before)
-	if err != nil {
-		return err
-	}
-	var stale []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		stale = append(stale, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, id := range stale {
-		if _, err := q.Exec(ctx, render(c.d, c.t, "prune", names{}), id, before); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// hungerOf is what the live relays want.
-type hungerOf struct {
-	// high is the rounded-up share: a relay above it gives lanes up.
-	high int
-	// missing counts the lanes the live relays other than this one lack
-	// to reach the rounded-down share.
-	missing int
-}
-
-// hunger reads the live members (seen after liveSince) and the lanes each
-// holds under a lease that has not ended.
-func (c *Claimer) hunger(ctx context.Context, q Querier, now, liveSince int64, relayID string) (hungerOf, error) {
-	rows, err := q.Query(ctx, render(c.d, c.t, "holdings", names{}), now, liveSince)
-	if err != nil {
-		return hungerOf{}, err
-	}
-	defer rows.Close()
-	held := map[string]int{relayID: 0}
-	for rows.Next() {
-		var (
-			member string
-			n      int
-		)
-		if err := rows.Scan(&member, &n); err != nil {
-			return hungerOf{}, err
-		}
-		held[member] = n
-	}
-	if err := rows.Err(); err != nil {
-		return hungerOf{}, err
-	}
-	live := len(held)
-	low, high := Count/live, (Count+live-1)/live
-	h := hungerOf{high: high}
-	for m, n := range held {
-		if m != relayID && n < low {
-			h.missing += low - n
-		}
-	}
-	return h, nil
-}
-
-type freeLane struct {
-	lane     int
-	cursor   int64
-	released bool // given up by its relay, rather than ended or unknown
-}
-
-// freeLanes lists up to limit lanes nobody holds: given up, expired, or
-// held under a token of this relay it no longer knows (an earlier process
-// of the same relay id), skipping rows another balance has locked.
-func (c *Claimer) freeLanes(ctx context.Context, q Querier, now int64, relayID string, limit int) ([]freeLane, error) {
-	rows, err := q.Query(ctx, render(c.d, c.t, "free", names{Limit: limit}), now, relayID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []freeLane
-	for rows.Next() {
-		var (
-			f     freeLane
-			owner *string
-		)
-		if err := rows.Scan(&f.lane, &f.cursor, &owner); err != nil {
-			return nil, err
-		}
-		f.released = owner == nil
-		out = append(out, f)
-	}
-	return out, rows.Err()
 }
 
 // Balance renews and balances relayID's lanes now (see balance).
