@@ -41,7 +41,7 @@ func run(args []string) error {
 	var (
 		db          = fs.String("db", defaultDB, "PostgreSQL database (default $OUTBOX_TEST_POSTGRES or the local test database)")
 		scenario    = fs.String("scenario", "all", "drain, steady, latency or all")
-		systems     = fs.String("systems", "outbox,watermill,river,baresql", "systems to run, comma-separated: outbox, watermill, river, baresql (the bare SQL loop, drain only)")
+		systems     = fs.String("systems", "outbox,watermill,watermill-offsets,river,baresql", "systems to run, comma-separated: outbox, watermill (watermill-sql, DeleteOnAck), watermill-offsets (watermill-sql, acked column), river, baresql (the bare SQL loop, drain only)")
 		events      = fs.Int("events", 50_000, "drain: backlog size")
 		aggregates  = fs.Int("aggregates", 100, "aggregates the events are spread over")
 		producers   = fs.Int("producers", 8, "steady and latency: producer goroutines")
@@ -103,6 +103,8 @@ func run(args []string) error {
 				contenders = append(contenders, c)
 			}
 		case "watermill":
+			contenders = append(contenders, benchkit.Contender{System: &Watermill{DeleteOnAck: true, PollInterval: *poll}, Role: benchkit.Peer})
+		case "watermill-offsets":
 			contenders = append(contenders, benchkit.Contender{System: &Watermill{PollInterval: *poll}, Role: benchkit.Peer})
 		case "river":
 			contenders = append(contenders, benchkit.Contender{System: &River{}, Role: benchkit.Peer})
