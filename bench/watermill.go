@@ -33,6 +33,7 @@ type Watermill struct {
 	// PollInterval is the subscriber's wait after an empty query.
 	PollInterval time.Duration
 
+	env     benchkit.Env
 	schema  wsql.PostgreSQLQueueSchema
 	offsets wsql.PostgreSQLQueueOffsetsAdapter
 	pool    *pgxpool.Pool
@@ -67,15 +68,17 @@ func (w *Watermill) Setup(ctx context.Context, env benchkit.Env) error {
 	if err != nil {
 		return err
 	}
-	w.pool = pool
+	w.pool, w.env = pool, env
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
 		SchemaAdapter: w.schema, OffsetsAdapter: w.offsets, InitializeSchema: true,
 	}, wmLogger)
 	if err != nil {
 		return err
 	}
-	if err := sub.SubscribeInitialize(watermillTopic); err != nil {
-		return fmt.Errorf("initialize schema: %w", err)
+	for _, topic := range []string{watermillTopic, forwarderTopic} {
+		if err := sub.SubscribeInitialize(topic); err != nil {
+			return fmt.Errorf("initialize schema: %w", err)
+		}
 	}
 	_ = sub.Close()
 	w.loader, err = wsql.NewPublisher(wsql.BeginnerFromPgx(pool), wsql.PublisherConfig{SchemaAdapter: w.schema}, wmLogger)
@@ -151,7 +154,8 @@ func (w *Watermill) Pending(ctx context.Context) (int64, error) {
 }
 
 func (w *Watermill) Reset(ctx context.Context) error {
-	_, err := w.pool.Exec(ctx, `TRUNCATE `+w.schema.MessagesTable(watermillTopic)+` RESTART IDENTITY`)
+	_, err := w.pool.Exec(ctx, `TRUNCATE `+w.schema.MessagesTable(watermillTopic)+`, `+
+		w.schema.MessagesTable(forwarderTopic)+` RESTART IDENTITY`)
 	return err
 }
 
