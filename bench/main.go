@@ -5,6 +5,7 @@
 // depends on the peers.
 //
 //	cd bench && go run . -scenario all
+//	cd bench && go run . -scenario gateway -relays 1,2,4
 package main
 
 import (
@@ -40,9 +41,11 @@ func run(args []string) error {
 	}
 	var (
 		db          = fs.String("db", defaultDB, "PostgreSQL database (default $OUTBOX_TEST_POSTGRES or the local test database)")
-		scenario    = fs.String("scenario", "all", "drain, steady, latency or all")
-		systems     = fs.String("systems", "outbox,watermill,river,baresql", "systems to run, comma-separated: outbox, watermill, river, baresql (the bare SQL loop, drain only)")
-		events      = fs.Int("events", 50_000, "drain: backlog size")
+		scenario    = fs.String("scenario", "all", "drain, steady, latency, gateway, or all (drain, steady and latency), comma-separated")
+		systems     = fs.String("systems", "outbox,watermill,watermill-offsets,river,baresql", "systems to run, comma-separated: outbox, watermill (watermill-sql, DeleteOnAck), watermill-offsets (watermill-sql, acked column), river, baresql (the bare SQL loop, drain only)")
+		events      = fs.Int("events", 0, "backlog size (default: drain 50,000, gateway 10,000)")
+		gwDelay     = fs.Duration("gateway-delay", 20*time.Millisecond, "gateway: the time the HTTP gateway takes per request")
+		relayCounts = fs.String("relays", "1,2,4", "gateway: numbers of relays (outbox) or forwarders (watermill) run at once, comma-separated")
 		aggregates  = fs.Int("aggregates", 100, "aggregates the events are spread over")
 		producers   = fs.Int("producers", 8, "steady and latency: producer goroutines")
 		duration    = fs.Duration("duration", 10*time.Second, "steady: each phase; latency: each run")
@@ -66,13 +69,13 @@ func run(args []string) error {
 	if *scenario != "all" {
 		scenarios = strings.Split(*scenario, ",")
 	}
-	var rateList []int
-	for _, s := range strings.Split(*rates, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("-rate: %q is not a number", s)
-		}
-		rateList = append(rateList, n)
+	rateList, err := numbers("-rate", *rates)
+	if err != nil {
+		return err
+	}
+	relayList, err := numbers("-relays", *relayCounts)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if *verbose {
@@ -103,7 +106,12 @@ func run(args []string) error {
 				contenders = append(contenders, c)
 			}
 		case "watermill":
-			contenders = append(contenders, benchkit.Contender{System: &Watermill{PollInterval: *poll}, Role: benchkit.Peer})
+			contenders = append(contenders, benchkit.Contender{System: &Watermill{DeleteOnAck: true, PollInterval: *poll}, Role: benchkit.Peer})
+		case "watermill-offsets":
+			// Not in the gateway scenario: there the sink sets the pace, and
+			// the acked column's cost is the drain's question.
+			contenders = append(contenders, benchkit.Contender{System: &Watermill{PollInterval: *poll}, Role: benchkit.Peer,
+				Scenarios: []string{benchkit.ScenarioDrain, benchkit.ScenarioSteady, benchkit.ScenarioLatency}})
 		case "river":
 			contenders = append(contenders, benchkit.Contender{System: &River{}, Role: benchkit.Peer})
 		case "baresql":
@@ -117,7 +125,8 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := benchkit.Config{
-		DSN: *db, Scenarios: scenarios, Events: *events, Aggregates: *aggregates, Producers: *producers,
+		DSN: *db, Scenarios: scenarios, Events: *events, GatewayEvents: *events, GatewayDelay: *gwDelay, Relays: relayList,
+		Aggregates: *aggregates, Producers: *producers,
 		Duration: *duration, Rates: rateList, Runs: *runs, LatencyRuns: *latencyRuns, Batch: *batch,
 		Logger: logger, NoAutovacuum: *noAutovac, Progress: func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) },
 	}
@@ -143,4 +152,17 @@ func run(args []string) error {
 		return errors.New("interrupted; the tables above have what finished")
 	}
 	return err
+}
+
+// numbers parses a comma-separated list of integers given to flag.
+func numbers(flag, list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a number: give whole numbers separated by commas", flag, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -20,12 +20,20 @@ import (
 // adapter, here with SubscribeBatchSize 1000. A SQL publisher on the
 // producer's transaction writes the event; a subscriber hands each message
 // to a handler that counts it and acks it.
+//
+// The adapter acks a batch with one statement: with DeleteOnAck it deletes
+// the acked rows, otherwise it sets their acked column (the default, which
+// leaves every delivered row in the table).
 type Watermill struct {
+	// DeleteOnAck sets PostgreSQLQueueOffsetsAdapter.DeleteOnAck: acked
+	// messages are deleted instead of marked acked.
+	DeleteOnAck bool
 	// Batch is SubscribeBatchSize. Default Env.Batch, then 1000.
 	Batch int
 	// PollInterval is the subscriber's wait after an empty query.
 	PollInterval time.Duration
 
+	env     benchkit.Env
 	schema  wsql.PostgreSQLQueueSchema
 	offsets wsql.PostgreSQLQueueOffsetsAdapter
 	pool    *pgxpool.Pool
@@ -36,7 +44,13 @@ const watermillTopic = "events"
 
 var wmLogger = watermill.NopLogger{}
 
-func (*Watermill) Name() string { return "watermill-sql" }
+// Name is "watermill-sql delete" with DeleteOnAck, else "watermill-sql acked".
+func (w *Watermill) Name() string {
+	if w.DeleteOnAck {
+		return "watermill-sql delete"
+	}
+	return "watermill-sql acked"
+}
 
 func (w *Watermill) Setup(ctx context.Context, env benchkit.Env) error {
 	if w.Batch == 0 {
@@ -49,20 +63,22 @@ func (w *Watermill) Setup(ctx context.Context, env benchkit.Env) error {
 		GeneratePayloadType: func(string) string { return "BYTEA" },
 		SubscribeBatchSize:  w.Batch,
 	}
-	w.offsets = wsql.PostgreSQLQueueOffsetsAdapter{}
+	w.offsets = wsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: w.DeleteOnAck}
 	pool, err := env.NewPool(ctx, 4)
 	if err != nil {
 		return err
 	}
-	w.pool = pool
+	w.pool, w.env = pool, env
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
 		SchemaAdapter: w.schema, OffsetsAdapter: w.offsets, InitializeSchema: true,
 	}, wmLogger)
 	if err != nil {
 		return err
 	}
-	if err := sub.SubscribeInitialize(watermillTopic); err != nil {
-		return fmt.Errorf("initialize schema: %w", err)
+	for _, topic := range []string{watermillTopic, forwarderTopic} {
+		if err := sub.SubscribeInitialize(topic); err != nil {
+			return fmt.Errorf("initialize schema: %w", err)
+		}
 	}
 	_ = sub.Close()
 	w.loader, err = wsql.NewPublisher(wsql.BeginnerFromPgx(pool), wsql.PublisherConfig{SchemaAdapter: w.schema}, wmLogger)
@@ -129,6 +145,8 @@ func (w *Watermill) StartRelay(ctx context.Context, sink benchkit.Sink) (func() 
 	}, nil
 }
 
+// Pending counts the messages not acked: with DeleteOnAck the acked ones
+// are gone, otherwise they are marked.
 func (w *Watermill) Pending(ctx context.Context) (int64, error) {
 	var n int64
 	err := w.pool.QueryRow(ctx, `SELECT count(*) FROM `+w.schema.MessagesTable(watermillTopic)+` WHERE NOT acked`).Scan(&n)
@@ -136,7 +154,8 @@ func (w *Watermill) Pending(ctx context.Context) (int64, error) {
 }
 
 func (w *Watermill) Reset(ctx context.Context) error {
-	_, err := w.pool.Exec(ctx, `TRUNCATE `+w.schema.MessagesTable(watermillTopic)+` RESTART IDENTITY`)
+	_, err := w.pool.Exec(ctx, `TRUNCATE `+w.schema.MessagesTable(watermillTopic)+`, `+
+		w.schema.MessagesTable(forwarderTopic)+` RESTART IDENTITY`)
 	return err
 }
 

@@ -54,6 +54,7 @@ func TestScenariosSmoke(t *testing.T) {
 	var progress bytes.Buffer
 	rep, err := benchkit.Run(ctx, benchkit.Config{
 		DSN:        dsn,
+		Scenarios:  []string{benchkit.ScenarioDrain, benchkit.ScenarioSteady, benchkit.ScenarioLatency, benchkit.ScenarioGateway},
 		Events:     300,
 		Aggregates: 10,
 		Producers:  2,
@@ -64,7 +65,11 @@ func TestScenariosSmoke(t *testing.T) {
 		Runs:         1,
 		Batch:        100,
 		SchemaPrefix: prefix,
-		Progress:     func(s string) { progress.WriteString(s + "\n") },
+		// Two relays at once against a gateway that takes 1ms per request.
+		GatewayEvents: 200,
+		GatewayDelay:  time.Millisecond,
+		Relays:        []int{2},
+		Progress:      func(s string) { progress.WriteString(s + "\n") },
 	},
 		benchkit.Contender{System: &benchkit.Outbox{Relay: relay.Config{PollInterval: 20 * time.Millisecond}}, Role: benchkit.Self},
 		benchkit.Contender{System: &benchkit.Outbox{Label: "outbox poll-only", Wakeups: benchkit.WakePoll, Relay: relay.Config{PollInterval: 20 * time.Millisecond}},
@@ -79,7 +84,7 @@ func TestScenariosSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("progress:\n%s\n%s", progress.String(), table.String())
-	want := map[string]int{benchkit.ScenarioDrain: 2, benchkit.ScenarioSteady: 1, benchkit.ScenarioLatency: 2}
+	want := map[string]int{benchkit.ScenarioDrain: 2, benchkit.ScenarioSteady: 1, benchkit.ScenarioLatency: 2, benchkit.ScenarioGateway: 1}
 	got := map[string]int{}
 	for _, r := range rep.Results {
 		got[r.Scenario]++
@@ -107,6 +112,11 @@ func TestScenariosSmoke(t *testing.T) {
 			if r.TxPerSec <= 0 || r.BaselineTxPerSec <= 0 || r.Share <= 0 {
 				t.Errorf("steady %s: %+v", r.System, r)
 			}
+		case benchkit.ScenarioGateway:
+			// Two relays must still keep each aggregate's order.
+			if r.Relays != 2 || r.EventsPerSec <= 0 || r.OrderViolations != 0 {
+				t.Errorf("gateway %s: %d relays, %.0f events/s, %d order violations", r.System, r.Relays, r.EventsPerSec, r.OrderViolations)
+			}
 		case benchkit.ScenarioLatency:
 			if r.Produced == 0 || r.Delivered != r.Produced || r.Max < r.P99 {
 				t.Errorf("latency %s: produced %d, delivered %d, p99 %s", r.System, r.Produced, r.Delivered, r.P99)
@@ -118,7 +128,7 @@ func TestScenariosSmoke(t *testing.T) {
 			t.Errorf("%d %s rows, want %d", got[s], s, n)
 		}
 	}
-	if !strings.Contains(table.String(), "DRAIN") || !strings.Contains(table.String(), "LATENCY") {
+	if !strings.Contains(table.String(), "DRAIN") || !strings.Contains(table.String(), "LATENCY") || !strings.Contains(table.String(), "GATEWAY") {
 		t.Errorf("table lacks a section:\n%s", table.String())
 	}
 	// The schemas are gone.

@@ -41,6 +41,8 @@ type Outbox struct {
 	// benchmark of the metrics' cost).
 	Observe func(ctx context.Context, st store.Store) (obs relay.Observer, stop func())
 
+	env      Env
+	storeCfg postgres.Config // as Setup completed it
 	pool     *pgxpool.Pool
 	store    *postgres.Store // the relay's
 	producer *postgres.Store // the producers'
@@ -109,7 +111,7 @@ func (o *Outbox) Setup(ctx context.Context, env Env) error {
 	if o.Relay.Logger == nil {
 		o.Relay.Logger = env.Logger
 	}
-	o.pool, o.store = pool, s
+	o.pool, o.store, o.env, o.storeCfg = pool, s, env, cfg
 	return nil
 }
 

@@ -18,14 +18,20 @@ type Result struct {
 	Role     Role   `json:"role"`
 	// Rate is the offered load of a latency row, in events/s.
 	Rate int `json:"rate,omitempty"`
+	// Relays is the number of relays of a gateway row.
+	Relays int `json:"relays,omitempty"`
 
-	// EventsPerSec: drain, the median delivery rate; steady, the events/s
-	// the relay delivered while the producers ran.
+	// EventsPerSec: drain and gateway, the median delivery rate; steady,
+	// the events/s the relay delivered while the producers ran.
 	EventsPerSec float64 `json:"events_per_sec,omitempty"`
 	// Runs: drain, each run's events/s; steady, each run's share.
 	Runs []float64 `json:"runs,omitempty"`
-	// Duplicates: events the sink saw more than once.
+	// Duplicates: events the sink saw more than once (gateway: the
+	// repeated requests, over all runs).
 	Duplicates int64 `json:"duplicates,omitempty"`
+	// OrderViolations: gateway, the events that reached the gateway after
+	// a later event of their aggregate, over all runs.
+	OrderViolations int64 `json:"order_violations,omitempty"`
 	// WALBytesPerEvent: drain, the WAL the whole server wrote from the
 	// relay's start until nothing was pending, divided by the events
 	// (median over runs).
@@ -54,7 +60,7 @@ type Result struct {
 	Delivered int64 `json:"delivered,omitempty"`
 
 	// VsBestPeer is this row's figure divided by the best peer's: drain
-	// events/s, steady share (higher is better), latency p99 (lower is
+	// and gateway events/s (gateway: at the same relay count), steady share (higher is better), latency p99 (lower is
 	// better). 0 when there is no peer to compare with.
 	VsBestPeer float64 `json:"vs_best_peer,omitempty"`
 	// Err is set when the row could not be measured.
@@ -71,14 +77,24 @@ type ReportConfig struct {
 	Runs        int    `json:"runs"`
 	LatencyRuns int    `json:"latency_runs"`
 	Batch       int    `json:"batch,omitempty"`
+	// GatewayEvents and GatewayDelay: the gateway scenario's backlog and
+	// time per request.
+	GatewayEvents int    `json:"gateway_events,omitempty"`
+	GatewayDelay  string `json:"gateway_delay,omitempty"`
 	// AutovacuumStandIn: the server's autovacuum was off and benchkit's
 	// stand-in ran during the timed phases.
 	AutovacuumStandIn bool `json:"autovacuum_stand_in"`
 }
 
 func reportConfig(c Config) ReportConfig {
-	return ReportConfig{Events: c.Events, Aggregates: c.Aggregates, Producers: c.Producers, Duration: c.Duration.String(),
+	rc := ReportConfig{Events: c.Events, Aggregates: c.Aggregates, Producers: c.Producers, Duration: c.Duration.String(),
 		Rates: c.Rates, Runs: c.Runs, LatencyRuns: c.LatencyRuns, Batch: c.Batch}
+	for _, s := range c.Scenarios {
+		if s == ScenarioGateway {
+			rc.GatewayEvents, rc.GatewayDelay = c.GatewayEvents, c.GatewayDelay.String()
+		}
+	}
+	return rc
 }
 
 // Report is the outcome of Run.
@@ -99,11 +115,12 @@ func (r *Report) compare() {
 	type key struct {
 		scenario string
 		rate     int
+		relays   int
 	}
 	best := map[key]float64{}
 	figure := func(res Result) float64 {
 		switch res.Scenario {
-		case ScenarioDrain:
+		case ScenarioDrain, ScenarioGateway:
 			return res.EventsPerSec
 		case ScenarioSteady:
 			return res.Share
@@ -116,7 +133,7 @@ func (r *Report) compare() {
 		if res.Role != Peer || res.Err != "" || figure(res) <= 0 {
 			continue
 		}
-		k := key{res.Scenario, res.Rate}
+		k := key{res.Scenario, res.Rate, res.Relays}
 		f := figure(res)
 		if b, ok := best[k]; !ok || (res.Scenario == ScenarioLatency && f < b) || (res.Scenario != ScenarioLatency && f > b) {
 			best[k] = f
@@ -125,7 +142,7 @@ func (r *Report) compare() {
 	for i := range r.Results {
 		res := &r.Results[i]
 		res.VsBestPeer = 0
-		if b, ok := best[key{res.Scenario, res.Rate}]; ok && res.Err == "" && figure(*res) > 0 {
+		if b, ok := best[key{res.Scenario, res.Rate, res.Relays}]; ok && res.Err == "" && figure(*res) > 0 {
 			res.VsBestPeer = figure(*res) / b
 		}
 	}
@@ -213,6 +230,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t\n", res.System, res.Role, res.Rate, thousands(res.TxPerSec),
 				ms(res.P50), ms(res.P99), ms(res.P999), ms(res.Max), res.Delivered, res.Produced, ratio(res.VsBestPeer))
+		}
+	}
+	if rs := rows(ScenarioGateway); len(rs) > 0 {
+		section(fmt.Sprintf("GATEWAY: backlog of %d events over %d aggregates, delivered over HTTP to a gateway taking %s per request; median of %d runs (higher is better)",
+			c.GatewayEvents, c.Aggregates, c.GatewayDelay, c.Runs))
+		fmt.Fprintln(tw, "system\trole\trelays\tevents/s\truns\tvs best peer\torder violations\tduplicates\t")
+		for _, res := range rs {
+			if res.Err != "" {
+				fmt.Fprintf(tw, "%s\t%s\t%d\tERROR: %s\t\t\t\t\t\n", res.System, res.Role, res.Relays, res.Err)
+				continue
+			}
+			runs := make([]string, len(res.Runs))
+			for i, x := range res.Runs {
+				runs[i] = thousands(x)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t\n", res.System, res.Role, res.Relays, thousands(res.EventsPerSec),
+				strings.Join(runs, " "), ratio(res.VsBestPeer), res.OrderViolations, res.Duplicates)
 		}
 	}
 	tw.Flush()

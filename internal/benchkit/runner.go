@@ -20,6 +20,9 @@ const (
 	ScenarioDrain   = "drain"
 	ScenarioSteady  = "steady"
 	ScenarioLatency = "latency"
+	// ScenarioGateway is sink-bound: delivery over HTTP to a gateway that
+	// takes a fixed time per request. It is not in the default list.
+	ScenarioGateway = "gateway"
 )
 
 // Role says how a system's rows are compared.
@@ -71,7 +74,8 @@ func (c Contender) runs(scenario string) bool {
 type Config struct {
 	// DSN is the PostgreSQL database (postgres://...). Required.
 	DSN string
-	// Scenarios to run, in this order: drain, steady, latency. Default all.
+	// Scenarios to run, in this order: drain, steady, latency, gateway.
+	// Default drain, steady and latency.
 	Scenarios []string
 	// Events is the drain backlog. Default 50,000.
 	Events int
@@ -102,6 +106,14 @@ type Config struct {
 	// CPUProfile, when set, receives a CPU profile of the first timed
 	// drain of the Self system (the relay at full speed).
 	CPUProfile io.Writer
+	// GatewayEvents is the gateway scenario's backlog. Default 10,000.
+	GatewayEvents int
+	// GatewayDelay is the time the gateway takes per request. Default
+	// 20ms.
+	GatewayDelay time.Duration
+	// Relays are the numbers of relays the gateway scenario runs at once,
+	// one row each. Default 1, 2 and 4.
+	Relays []int
 	// NoAutovacuum turns off the stand-in for autovacuum (see
 	// docs/BENCHMARKS.md) that runs during the steady and latency phases
 	// when the server's own autovacuum is off.
@@ -126,6 +138,15 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.Rates) == 0 {
 		c.Rates = []int{200, 1000}
+	}
+	if c.GatewayEvents == 0 {
+		c.GatewayEvents = 10_000
+	}
+	if c.GatewayDelay == 0 {
+		c.GatewayDelay = 20 * time.Millisecond
+	}
+	if len(c.Relays) == 0 {
+		c.Relays = []int{1, 2, 4}
 	}
 	if c.Runs == 0 {
 		c.Runs = 3
@@ -155,6 +176,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("benchkit: duration %s is too short: use at least 100ms", c.Duration)
 	case c.Batch < 0:
 		return fmt.Errorf("benchkit: batch %d is negative", c.Batch)
+	case c.GatewayEvents < 1:
+		return fmt.Errorf("benchkit: gateway events %d must be at least 1", c.GatewayEvents)
+	case c.GatewayDelay < 0:
+		return fmt.Errorf("benchkit: gateway delay %s is negative: use 0 or more", c.GatewayDelay)
+	}
+	for _, n := range c.Relays {
+		if n < 1 {
+			return fmt.Errorf("benchkit: relay count %d must be at least 1", n)
+		}
 	}
 	for _, r := range c.Rates {
 		if r < 1 {
@@ -163,9 +193,9 @@ func (c Config) validate() error {
 	}
 	for _, s := range c.Scenarios {
 		switch s {
-		case ScenarioDrain, ScenarioSteady, ScenarioLatency:
+		case ScenarioDrain, ScenarioSteady, ScenarioLatency, ScenarioGateway:
 		default:
-			return fmt.Errorf("benchkit: unknown scenario %q: use drain, steady or latency", s)
+			return fmt.Errorf("benchkit: unknown scenario %q: use drain, steady, latency or gateway", s)
 		}
 	}
 	return nil
@@ -248,6 +278,8 @@ func Run(ctx context.Context, cfg Config, contenders ...Contender) (*Report, err
 			r.steady(ctx)
 		case ScenarioLatency:
 			r.latency(ctx)
+		case ScenarioGateway:
+			r.gateway(ctx)
 		}
 		if ctx.Err() != nil {
 			return r.report, ctx.Err()
