@@ -103,6 +103,12 @@ func (w *Watermill) Produce(ctx context.Context, tx pgx.Tx, ev benchkit.Event) e
 
 // Load publishes 1000 messages per call: one multi-row INSERT each.
 func (w *Watermill) Load(ctx context.Context, events []benchkit.Event) error {
+	return publishChunks(w.loader, watermillTopic, events)
+}
+
+// publishChunks publishes events to topic 1000 per Publish call (with
+// watermill-sql's publisher, one multi-row INSERT each).
+func publishChunks(pub message.Publisher, topic string, events []benchkit.Event) error {
 	const chunk = 1000
 	msgs := make([]*message.Message, 0, chunk)
 	for start := 0; start < len(events); start += chunk {
@@ -110,7 +116,7 @@ func (w *Watermill) Load(ctx context.Context, events []benchkit.Event) error {
 		for _, ev := range events[start:min(start+chunk, len(events))] {
 			msgs = append(msgs, newMessage(ev))
 		}
-		if err := w.loader.Publish(watermillTopic, msgs...); err != nil {
+		if err := pub.Publish(topic, msgs...); err != nil {
 			return err
 		}
 	}

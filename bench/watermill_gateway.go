@@ -32,18 +32,7 @@ var _ benchkit.GatewaySystem = (*Watermill)(nil)
 // INSERT into the forwarder topic's table.
 func (w *Watermill) GatewayLoad(_ context.Context, events []benchkit.Event) error {
 	pub := forwarder.NewPublisher(w.loader, forwarder.PublisherConfig{ForwarderTopic: forwarderTopic})
-	const chunk = 1000
-	msgs := make([]*message.Message, 0, chunk)
-	for start := 0; start < len(events); start += chunk {
-		msgs = msgs[:0]
-		for _, ev := range events[start:min(start+chunk, len(events))] {
-			msgs = append(msgs, newMessage(ev))
-		}
-		if err := pub.Publish(gatewayTopic, msgs...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return publishChunks(pub, gatewayTopic, events)
 }
 
 // GatewayPending counts the forwarder topic's messages not acked.

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -49,25 +48,7 @@ func (s *slowClaimStore) Claim(ctx context.Context, req store.ClaimRequest) (*st
 func TestAttemptTimesNeverLaterThanTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner, err := sqlite.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "o.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { inner.Close() })
-	if _, err := inner.MigrateUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := inner.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := inner.Enqueue(ctx, tx, outbox.Event{AggregateType: "payment", AggregateID: "tx-1", EventType: "ApprovalRequested", Payload: []byte(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	inner, ids := sqliteWithEvent(t, outbox.Event{AggregateType: "payment", AggregateID: "tx-1", EventType: "ApprovalRequested", Payload: []byte(`{}`)})
 	s := &slowClaimStore{Store: inner, delay: 3 * time.Second}
 	r, err := New(Config{Store: s, Sink: &flakySink{up: true}, PollInterval: 5 * time.Millisecond})
 	if err != nil {

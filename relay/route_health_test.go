@@ -98,11 +98,10 @@ func (f *flakySink) failures() int {
 	return f.n
 }
 
-// TestOutageIsLogged runs a relay against a sink that is down, then up: the
-// log has a WARN naming the route with the last error, then an INFO, and
-// never the payload.
-func TestOutageIsLogged(t *testing.T) {
-	t.Parallel()
+// sqliteWithEvent opens a migrated SQLite store in the test's directory
+// with ev committed in it, and returns the store and the event's id.
+func sqliteWithEvent(t *testing.T, ev outbox.Event) (*sqlite.Store, []outbox.EventID) {
+	t.Helper()
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "o.db"), sqlite.Config{})
 	if err != nil {
@@ -116,13 +115,24 @@ func TestOutageIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, tx, outbox.Event{AggregateType: "payment", AggregateID: "tx-1", EventType: "ApprovalRequested",
-		Payload: []byte(`{"card":"4111-1111"}`)}); err != nil {
+	ids, err := s.Enqueue(ctx, tx, ev)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	return s, ids
+}
+
+// TestOutageIsLogged runs a relay against a sink that is down, then up: the
+// log has a WARN naming the route with the last error, then an INFO, and
+// never the payload.
+func TestOutageIsLogged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := sqliteWithEvent(t, outbox.Event{AggregateType: "payment", AggregateID: "tx-1", EventType: "ApprovalRequested",
+		Payload: []byte(`{"card":"4111-1111"}`)})
 	var logs testenv.Buffer
 	sk := &flakySink{}
 	r, err := New(Config{Store: s, Sink: sk, Logger: slog.New(slog.NewTextHandler(&logs, nil)), MaxRetries: 100,

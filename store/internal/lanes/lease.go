@@ -325,19 +325,11 @@ func (c *Claimer) balance(ctx context.Context, rs *relayState, relayID string, l
 			want := min(surplus, hunger.missing)
 			// The lanes being surrendered go first, then the others
 			// from the highest.
-			order := slices.Backward(sortedLanes(next))
-			candidates := slices.Collect(func(yield func(int) bool) {
-				for _, l := range order {
-					if rs.surrender[l] && !yield(l) {
-						return
-					}
-				}
-				for _, l := range order {
-					if !rs.surrender[l] && !yield(l) {
-						return
-					}
-				}
-			})
+			lanes := sortedLanes(next)
+			slices.Reverse(lanes)
+			candidates := slices.Concat(
+				slices.DeleteFunc(slices.Clone(lanes), func(l int) bool { return !rs.surrender[l] }),
+				slices.DeleteFunc(lanes, func(l int) bool { return rs.surrender[l] }))
 			var release []int
 			for _, l := range candidates {
 				if len(release) == want {
