@@ -195,7 +195,7 @@ func testFlakyDestinationStaysClosed(t *testing.T, h *storetest.Harness) {
 	r := newRelay(t, cfg)
 	stop := runRelays(t, r)
 	start := time.Now()
-	wait.WhileProgressing(t, time.Minute, 3*time.Minute, "every event to be delivered", func() (bool, int64, error) {
+	wait.WhileProgressing(t, time.Minute, 10*time.Minute, "every event to be delivered", func() (bool, int64, error) {
 		st, err := h.Store.Stats(context.Background(), true)
 		if err != nil {
 			return false, 0, err
@@ -344,7 +344,7 @@ func testHangingDestinationOpens(t *testing.T, h *storetest.Harness) {
 
 	hs.recover()
 	recovered := time.Now()
-	wait.WhileProgressing(t, 45*time.Second, 2*time.Minute, "the backlog to drain after the destination recovered", func() (bool, int64, error) {
+	wait.WhileProgressing(t, 45*time.Second, 10*time.Minute, "the backlog to drain after the destination recovered", func() (bool, int64, error) {
 		n := storetest.CountStatus(t, h.Store, outbox.StatusProcessed)
 		return n == int64(len(ids)), n, nil
 	})
