@@ -28,6 +28,30 @@ type pipeline struct {
 	held map[string][]heldAggregate
 	// fast is the current quick-poll wait of the claimer (see idleWait).
 	fast time.Duration
+	// lastDrainCheck, used by the claimer only: when the drain last
+	// asked the database whether it is done.
+	lastDrainCheck time.Time
+}
+
+// drainCheckEvery paces the drain's question "is anything left that can
+// move?": a sweep and a count over the unfinished rows, which on a large
+// backlog waiting on a destination that is down cost more than the claim
+// they follow. Asked at most once a second, and never while a batch is in
+// flight (its events are moving, so the drain cannot be done).
+const drainCheckEvery = time.Second
+
+// drainCheckDue reports whether the drain may ask now, and if so notes the
+// time.
+func (p *pipeline) drainCheckDue() bool {
+	p.mu.Lock()
+	busy := p.recorded != p.claimed
+	p.mu.Unlock()
+	now := time.Now()
+	if busy || (!p.lastDrainCheck.IsZero() && now.Sub(p.lastDrainCheck) < drainCheckEvery) {
+		return false
+	}
+	p.lastDrainCheck = now
+	return true
 }
 
 type heldAggregate struct {
@@ -117,7 +141,7 @@ func (p *pipeline) claimLoop(ctx context.Context, drain bool) error {
 			}
 			continue
 		}
-		if drain {
+		if drain && p.drainCheckDue() {
 			done, err := r.drained(ctx)
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("drain check failed", "err", err)

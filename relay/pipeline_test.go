@@ -52,3 +52,24 @@ func TestClaimGetsHalfTheLease(t *testing.T) {
 		t.Fatalf("the claim's deadline is %v after the call, want half the 10s lease", s.deadline.Sub(before))
 	}
 }
+
+// The drain asks whether it is done at most once a drainCheckEvery, and
+// never while a batch is in flight.
+func TestDrainCheckIsPaced(t *testing.T) {
+	p := &pipeline{r: &Relay{}, inFlight: map[string]bool{}}
+	if !p.drainCheckDue() {
+		t.Fatal("the first check of a drain did not run")
+	}
+	if p.drainCheckDue() {
+		t.Fatal("a second check ran right after the first")
+	}
+	p.lastDrainCheck = time.Now().Add(-drainCheckEvery - time.Millisecond)
+	p.claimed = 1 // a batch claimed, not yet recorded
+	if p.drainCheckDue() {
+		t.Fatal("a check ran while a batch was in flight")
+	}
+	p.recorded = 1
+	if !p.drainCheckDue() {
+		t.Fatalf("no check %s after the last, with nothing in flight", drainCheckEvery)
+	}
+}
