@@ -146,9 +146,15 @@ func TestEndToEndBrokerRestart(t *testing.T) {
 	// RELEASED) or its outcome never recorded (LEASE_EXPIRED). Not a
 	// count of batches in flight: on a busy machine the 1 s produce
 	// timeout can also run out while the broker is up, each time sending
-	// a whole batch again.
-	if undelivered := outcomes["RETRY"] + outcomes["RELEASED"] + outcomes["LEASE_EXPIRED"]; dups > undelivered {
-		t.Fatalf("%d duplicates after one broker restart, more than the %d attempts audited as not delivered (%v)", dups, undelivered, outcomes)
+	// a whole batch again. Plus one batch: when a record is given up
+	// after it was sent (its context ended), the producer bumps its epoch
+	// and sends again the records of the unanswered request that were not
+	// given up; the broker cannot tell them from new ones, so those
+	// records can arrive twice under an attempt audited as delivered.
+	const heldBatch = 100 // --batch
+	if undelivered := outcomes["RETRY"] + outcomes["RELEASED"] + outcomes["LEASE_EXPIRED"]; dups > undelivered+heldBatch {
+		t.Fatalf("%d duplicates after one broker restart, more than the %d attempts audited as not delivered and the %d records of the request held at the stop (%v)",
+			dups, undelivered, heldBatch, outcomes)
 	}
 	t.Logf("broker down mid-drain: %d events, 0 lost, %d duplicates; %d events failed to publish while it was down and were delivered after (outcomes %v)",
 		n, dups, retriedThenDelivered, outcomes)
