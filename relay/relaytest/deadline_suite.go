@@ -402,8 +402,8 @@ func testCompensationThroughRelay(t *testing.T, h *storetest.Harness) {
 	storetest.CheckCompensated(t, h, "rl", ids[0], `{"merchant":"m-1"}`)
 }
 
-// testMinTimeLeft: a route with min_time_left=1m never sends an event with
-// 10 s left: it ends EXPIRED with the reason, and its compensating event
+// testMinTimeLeft: a route with min_time_left=5m never sends an event with
+// 2 min left: it ends EXPIRED with the reason, and its compensating event
 // goes out instead; an event with time to spare is delivered.
 func testMinTimeLeft(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
@@ -412,12 +412,12 @@ func testMinTimeLeft(t *testing.T, h *storetest.Harness) {
 	// event before it passes (the sweeper would then expire it for its
 	// deadline, not for its time left), and far below the time left
 	// the sink asks for.
-	short.ExpiresAt, short.TTL = time.Time{}, 10*time.Second
+	short.ExpiresAt, short.TTL = time.Time{}, 2*time.Minute
 	long := storetest.PaymentEvent("mtl-long", 1)
-	long.TTL = 2 * time.Minute
+	long.TTL = 10 * time.Minute
 	ids := storetest.Enqueue(t, h, short, long)
 	rec := &Recorder{}
-	limited, err := sinkkit.Limit(rec, sinkkit.LimitConfig{Default: sinkkit.Limits{MinTimeLeft: time.Minute}})
+	limited, err := sinkkit.Limit(rec, sinkkit.LimitConfig{Default: sinkkit.Limits{MinTimeLeft: 5 * time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func testMinTimeLeft(t *testing.T, h *storetest.Harness) {
 		<-done
 	}()
 	compID := storetest.CompensationID(ids[0])
-	wait.Until(t, 30*time.Second, "both events and the compensation to be final", func() (bool, error) {
+	wait.Until(t, 3*time.Minute, "both events and the compensation to be final", func() (bool, error) {
 		for _, id := range []outbox.EventID{ids[0], ids[1], compID} {
 			r, err := h.Store.GetEvent(ctx, id)
 			if err != nil {
@@ -447,14 +447,14 @@ func testMinTimeLeft(t *testing.T, h *storetest.Harness) {
 		delivered[d.EventID] = true
 	}
 	if delivered[ids[0]] || !delivered[ids[1]] || !delivered[compID] {
-		t.Fatalf("delivered: 10 s left %v, 2 min left %v, compensation %v; want false, true, true", delivered[ids[0]], delivered[ids[1]], delivered[compID])
+		t.Fatalf("delivered: 2 min left %v, 10 min left %v, compensation %v; want false, true, true", delivered[ids[0]], delivered[ids[1]], delivered[compID])
 	}
 	rec0, err := h.Store.GetEvent(ctx, ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec0.Status != outbox.StatusExpired || !strings.Contains(rec0.LastError, "not enough time left: ") || !strings.Contains(rec0.LastError, " s < 60 s") {
-		t.Fatalf("the event with 10 s left: %s %q; want EXPIRED with \"not enough time left: ... s < 60 s\"", rec0.Status, rec0.LastError)
+	if rec0.Status != outbox.StatusExpired || !strings.Contains(rec0.LastError, "not enough time left: ") || !strings.Contains(rec0.LastError, " s < 300 s") {
+		t.Fatalf("the event with 2 min left: %s %q; want EXPIRED with \"not enough time left: ... s < 300 s\"", rec0.Status, rec0.LastError)
 	}
 	storetest.CheckCompensated(t, h, "mtl-short", ids[0], "")
 }
