@@ -169,7 +169,7 @@ func TestSIGKILLMidBatch(t *testing.T) {
 			defer close(release)
 
 			relayArgs := []string{"relay", "--db", dsn, "--table", table, "--sink", srv.URL + "/approve",
-				"--batch", fmt.Sprint(batch), "--in-flight", fmt.Sprint(inFlight), "--poll-interval", "10ms", "--lease", "10s", "--sweep-interval", "100ms",
+				"--batch", fmt.Sprint(batch), "--in-flight", fmt.Sprint(inFlight), "--poll-interval", "50ms", "--lease", "10s", "--sweep-interval", "500ms",
 				"--backoff-min", "5ms", "--backoff-max", "20ms", "--progress", "0"}
 			// A 10 s lease: a claim must record with half its lease left.
 			// On a busy machine a lease of a few seconds can leave

@@ -343,7 +343,7 @@ const scaleRelays, scaleAggs, scaleBatch, scaleInFlight = 8, 50, 10, 2
 
 func scaleRelayArgs(dsn, table, lease string) []string {
 	return []string{"--db", dsn, "--table", table, "--batch", fmt.Sprint(scaleBatch), "--in-flight", fmt.Sprint(scaleInFlight),
-		"--lease", lease, "--sweep-interval", "200ms", "--poll-interval", "20ms",
+		"--lease", lease, "--sweep-interval", "200ms", "--poll-interval", "100ms",
 		"--backoff-min", "5ms", "--backoff-max", "20ms", "--progress", "0"}
 }
 

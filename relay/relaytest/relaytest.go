@@ -70,7 +70,7 @@ func testConfig(h *storetest.Harness, s sink.Sink, id string) relay.Config {
 		RelayID:       id,
 		BatchSize:     100,
 		PollInterval:  20 * time.Millisecond,
-		SweepInterval: 50 * time.Millisecond,
+		SweepInterval: 250 * time.Millisecond,
 		Lease:         30 * time.Second,
 		BackoffMin:    5 * time.Millisecond,
 		BackoffMax:    20 * time.Millisecond,
