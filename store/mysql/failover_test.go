@@ -187,8 +187,23 @@ func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
 	received := map[string]int{}
 	var requests atomic.Int64
 	failover := make(chan struct{})
+	var readOnlyAt time.Time
+	// The failover happens inside the handler of request 150, in the
+	// middle of the second batch of 100: that batch is claimed, so its
+	// outcomes are written on the sessions that turned read-only. At the
+	// end of the first batch, a loaded machine could record the first
+	// two batches before the test's goroutine made the switch, and then
+	// only claims failed: no outcome was written while read-only.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) == events/5 {
+		if requests.Add(1) == 150 {
+			rc.readOnly.Store(true)
+			rc.mu.Lock()
+			old := rc.ids
+			rc.mu.Unlock()
+			for _, id := range old {
+				_, _ = admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // ended already: fine
+			}
+			readOnlyAt = time.Now()
 			close(failover)
 		}
 		mu.Lock()
@@ -219,14 +234,6 @@ func TestFailoverReadOnlySessionsMidDrain(t *testing.T) {
 	case err := <-drained:
 		t.Fatalf("the drain ended (%v) before the failover", err)
 	}
-	rc.readOnly.Store(true)
-	rc.mu.Lock()
-	old := rc.ids
-	rc.mu.Unlock()
-	for _, id := range old {
-		_, _ = admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // ended already: fine
-	}
-	readOnlyAt := time.Now()
 	outage := time.NewTimer(20 * time.Second)
 	var writableAt time.Time
 	select {
