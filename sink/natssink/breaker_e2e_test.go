@@ -27,7 +27,7 @@ import (
 func TestE2EServerDownBehindBreaker(t *testing.T) {
 	t.Parallel()
 	outage := e2etest.BrokerOutage(testenv.Short())
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	n := 2000
 	b := e2etest.NewBacklog(t, "brk_nats", n, e2etest.Aggregates(80, 20))
 	_, js := jsClient(t, e.URL)

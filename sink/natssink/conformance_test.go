@@ -58,7 +58,7 @@ func harness(t *testing.T, url string, restart func(context.Context) error) *sin
 
 // TestConformance runs the suite against the shared NATS server
 // (OUTBOX_TEST_NATS). That server is not restarted: the restart test runs
-// in TestConformanceEmbedded.
+// in TestConformancePrivate.
 func TestConformance(t *testing.T) {
 	url := sharedURL(t)
 	sinktest.Run(t, features, func(t *testing.T) *sinktest.Harness {
@@ -66,11 +66,11 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceEmbedded runs the suite against a private embedded
-// JetStream server per test, which the restart test stops and starts.
-func TestConformanceEmbedded(t *testing.T) {
+// TestConformancePrivate runs the suite against a private JetStream
+// server (a nats-server process) per test, which the restart test stops and starts.
+func TestConformancePrivate(t *testing.T) {
 	sinktest.Run(t, features, func(t *testing.T) *sinktest.Harness {
-		e := startEmbedded(t)
+		e := startPrivate(t)
 		return harness(t, e.URL, e.restart)
 	})
 }

@@ -1,16 +1,22 @@
 package natssink_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/txoutbox/outbox/internal/testenv"
@@ -31,31 +37,56 @@ func sharedURL(t *testing.T) string { return testenv.NATS.Addr(t) }
 
 func testenvNATS(b testing.TB) string { return testenv.NATS.Addr(b) }
 
-// embedded is a private JetStream server on a fixed port and store
-// directory, so that it can be restarted without touching the shared one.
-type embedded struct {
+// privateServer is a private JetStream server: a nats-server process
+// with a port and store directory of its own, so that a test can stop,
+// reconfigure and restart it without touching the shared one.
+type privateServer struct {
 	t    testing.TB
-	mu   sync.Mutex
-	opts *server.Options
-	srv  *server.Server
+	bin  string
+	name string
+	port int
+	dir  string
 	URL  string
+
+	mu         sync.Mutex
+	user, pass string // the credentials the next start asks for; none when empty
+	cmd        *exec.Cmd
+	done       chan struct{}
+	log        testenv.Buffer
 }
 
-func startEmbedded(t testing.TB) *embedded {
+// natsServerBinary is the nats-server executable, from PATH or Debian's
+// /usr/sbin.
+func natsServerBinary() (string, error) {
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p, nil
+	}
+	const debian = "/usr/sbin/nats-server"
+	if _, err := os.Stat(debian); err != nil {
+		return "", errors.New("nats-server is not on PATH nor in /usr/sbin")
+	}
+	return debian, nil
+}
+
+// startPrivate starts a private server and returns once it accepts
+// connections. It skips the test when nats-server is not installed (and
+// fails it under CI=true, where it must be).
+func startPrivate(t testing.TB) *privateServer {
 	t.Helper()
+	bin, err := natsServerBinary()
+	if err != nil {
+		msg := fmt.Sprintf("this test needs a private NATS server (the shared one is never restarted or reconfigured): %v", err)
+		if testenv.InCI() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &embedded{t: t, opts: &server.Options{
-		ServerName: "outbox-test-" + uniq(),
-		Host:       "127.0.0.1",
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		NoLog:      true,
-		NoSigs:     true,
-	}, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	e := &privateServer{t: t, bin: bin, name: "outbox-test-" + uniq(), port: port, dir: t.TempDir(),
+		URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	if err := e.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,36 +94,90 @@ func startEmbedded(t testing.TB) *embedded {
 	return e
 }
 
-func (e *embedded) start() error {
+// setCredentials sets the user and password the next start asks of
+// clients (none when both are empty).
+func (e *privateServer) setCredentials(user, pass string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	opts := *e.opts
-	srv, err := server.NewServer(&opts)
-	if err != nil {
-		return err
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(20 * time.Second) {
-		srv.Shutdown()
-		return fmt.Errorf("embedded NATS server on %s did not start", e.URL)
-	}
-	e.srv = srv
-	return nil
+	e.user, e.pass = user, pass
 }
 
-func (e *embedded) stop() {
+// start starts the server and waits until it accepts connections.
+func (e *privateServer) start() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.srv != nil {
-		e.srv.Shutdown()
-		e.srv.WaitForShutdown()
-		e.srv = nil
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(e.port), "-n", e.name, "-js", "-sd", e.dir}
+	if e.user != "" {
+		args = append(args, "--user", e.user, "--pass", e.pass)
 	}
+	cmd := exec.Command(e.bin, args...)
+	cmd.Stdout, cmd.Stderr = &e.log, &e.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start nats-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	e.cmd, e.done = cmd, done
+	// A slow start on a busy machine is not a failure: the bound is for a
+	// server that hangs.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if serverGreets(e.URL) {
+			return nil
+		}
+		select {
+		case <-done:
+			e.cmd = nil
+			return fmt.Errorf("nats-server on %s exited (%v): %s", e.URL, cmd.ProcessState, lastLines(e.log.String(), 10))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.killLocked()
+			return fmt.Errorf("nats-server on %s did not accept connections within a minute: %s", e.URL, lastLines(e.log.String(), 10))
+		}
+	}
+}
+
+// serverGreets reports whether a NATS server listens on url and sends
+// its INFO line, which it does once it accepts clients.
+func serverGreets(url string) bool {
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "nats://"), time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "INFO ")
+}
+
+// stop shuts the server down (SIGTERM: it flushes its store and closes
+// its clients' connections) and waits for it to exit.
+func (e *privateServer) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cmd == nil {
+		return
+	}
+	_ = e.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-e.done:
+		e.cmd = nil
+	case <-time.After(30 * time.Second):
+		e.killLocked()
+	}
+}
+
+func (e *privateServer) killLocked() {
+	_ = e.cmd.Process.Kill()
+	<-e.done
+	e.cmd = nil
 }
 
 // restart stops the server and starts it again on the same port and
 // store directory; the streams survive.
-func (e *embedded) restart(ctx context.Context) error {
+func (e *privateServer) restart(ctx context.Context) error {
 	e.stop()
 	deadline, ok := ctx.Deadline()
 	for {
@@ -109,6 +194,15 @@ func (e *embedded) restart(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond): // the port may linger briefly
 		}
 	}
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // reader consumes one stream from the start with an ordered consumer and

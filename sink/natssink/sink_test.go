@@ -201,7 +201,7 @@ func TestStreamLimitsArePermanent(t *testing.T) {
 // While the server is down, publishes fail retryably, never permanently,
 // and the later events of an aggregate are not sent.
 func TestServerDownIsRetryable(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	s := newSink(t, natssink.Config{URL: e.URL, Route: "d.{aggregate_type}", StreamSubjects: []string{"d.>"},
 		PublishTimeout: 300 * time.Millisecond, ReconnectWait: 20 * time.Millisecond})
 	// The first publish creates the stream, within the short timeout the
@@ -230,7 +230,7 @@ func TestServerDownIsRetryable(t *testing.T) {
 // the server without its password; Reachable says the server is down;
 // once a server listens there, the sink connects on its own.
 func TestNewWithoutServerConnectsLater(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	url := e.URL
 	e.stop()
 	s := newSink(t, natssink.Config{URL: strings.Replace(url, "nats://", "nats://bob:s3cret@", 1),
@@ -310,7 +310,7 @@ func TestRoutingCannotChangeTheStream(t *testing.T) {
 }
 
 func TestCloseWaitsThenRefuses(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	s := newSink(t, natssink.Config{URL: e.URL})
 	mustPublish(t, s, sinktest.Message("a", 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -331,13 +331,13 @@ func TestCloseWaitsThenRefuses(t *testing.T) {
 // to dial a stopped server; when the server comes back and refuses the
 // credentials, Reachable must say so, not keep the dial's error.
 func TestRefusalDuringReconnectIsReported(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	e.stop()
 	s := newSink(t, natssink.Config{URL: strings.Replace(e.URL, "nats://", "nats://relay:wrong-pass-8@", 1), ReconnectWait: 20 * time.Millisecond})
 	if ok, lastErr, _ := s.Reachable(); ok || lastErr == nil {
 		t.Fatalf("Reachable() with the server stopped = %v, %v; want false with an error", ok, lastErr)
 	}
-	e.opts.Username, e.opts.Password = "relay", "right-pass"
+	e.setCredentials("relay", "right-pass")
 	if err := e.restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -355,9 +355,9 @@ func TestRefusalDuringReconnectIsReported(t *testing.T) {
 // up closed), publishes fail retryably, and the password never shows;
 // once the server takes them (here: it no longer asks), the sink connects.
 func TestRefusedCredentialsKeepRetrying(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	e.stop()
-	e.opts.Username, e.opts.Password = "relay", "right-pass"
+	e.setCredentials("relay", "right-pass")
 	if err := e.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestRefusedCredentialsKeepRetrying(t *testing.T) {
 		}
 	}
 	e.stop()
-	e.opts.Username, e.opts.Password = "", ""
+	e.setCredentials("", "")
 	if err := e.restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
