@@ -5,22 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox/inbox"
 	"github.com/txoutbox/outbox/inbox/internal/paidtwice"
-	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	e2etest.RemoveCLI()
-	os.Exit(code)
-}
 
 // TestPaidTwiceHTTP: the real relay delivers a backlog of payment events
 // over HTTP to a consumer behind the inbox middleware, which charges a

@@ -2,7 +2,6 @@ package inboxkafka_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -12,15 +11,8 @@ import (
 
 	"github.com/txoutbox/outbox/inbox/inboxkafka"
 	"github.com/txoutbox/outbox/inbox/internal/paidtwice"
-	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	e2etest.RemoveCLI()
-	os.Exit(code)
-}
 
 // TestPaidTwiceKafka: the real relay delivers a backlog of payment and
 // merchant events to Kafka (kfake); a franz-go consumer charges a card

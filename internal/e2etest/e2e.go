@@ -11,6 +11,8 @@ package e2etest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -32,15 +34,16 @@ import (
 
 var cli struct {
 	once sync.Once
-	dir  string
 	path string
 	err  error
 }
 
 // BuildCLI builds ./cmd/outbox of the module under test once per test
-// binary, in a temporary directory, and returns the binary's path. One
-// test process at a time builds. The package's TestMain
-// should call RemoveCLI after m.Run.
+// binary and returns the binary's path. One test process at a time
+// builds, and every test process of a checkout shares the binary: it is
+// kept between runs in a directory of the system's temporary directory
+// named after the checkout and the build's flags, where `go build`
+// relinks it only when the code changed, instead of once per package.
 func BuildCLI(t testing.TB) string {
 	t.Helper()
 	cli.once.Do(func() {
@@ -50,26 +53,31 @@ func BuildCLI(t testing.TB) string {
 			return
 		}
 		root := filepath.Dir(strings.TrimSpace(string(out)))
-		if cli.dir, cli.err = os.MkdirTemp("", "outbox-cli-"); cli.err != nil {
-			return
-		}
-		cli.path = filepath.Join(cli.dir, "outbox")
 		// The CLI is built as the tests are: with the race detector when
 		// they have it, so that its dependencies are the builds the tests
 		// already compiled (without it, every dependency is compiled a
 		// second time), and the CLI's own races are caught in the
 		// end-to-end tests too. The SQLite engine is built without it, as
 		// the README's test command builds it, or this build would compile
-		// that package a second time.
-		args := []string{"build", "-o", cli.path}
+		// that package a second time. No debugging information (-w): a
+		// third less work for the linker, and a panic's or a race's
+		// report does not need it.
+		args := []string{"build", "-ldflags=-w"}
 		if testenv.Race {
 			args = append(args, "-race", "-gcflags=modernc.org/sqlite/lib=-race=false")
 		}
-		build := exec.Command("go", append(args, "./cmd/outbox")...)
+		key := sha256.Sum256([]byte(root + "\x00" + strings.Join(args, " ")))
+		dir := filepath.Join(os.TempDir(), "outbox-test-cli-"+hex.EncodeToString(key[:8]))
+		if cli.err = os.MkdirAll(dir, 0o700); cli.err != nil {
+			return
+		}
+		cli.path = filepath.Join(dir, "outbox")
+		build := exec.Command("go", append(args, "-o", cli.path, "./cmd/outbox")...)
 		build.Dir = root
 		// Test processes that start at once (go test -p N) would each
 		// compile the whole tree into the shared build cache in parallel;
-		// under the lock the first builds and the others find it filled.
+		// under the lock the first builds and the others find the binary
+		// up to date.
 		release := testenv.MachineLock("outbox-test-cli-build.lock")
 		out, err = build.CombinedOutput()
 		release()
@@ -81,14 +89,6 @@ func BuildCLI(t testing.TB) string {
 		t.Fatal(cli.err)
 	}
 	return cli.path
-}
-
-// RemoveCLI removes the directory BuildCLI built the binary in, if any.
-// Call it from TestMain once m.Run returned.
-func RemoveCLI() {
-	if cli.dir != "" {
-		os.RemoveAll(cli.dir)
-	}
 }
 
 // RunCLI runs `outbox args...` with stdin, waits at most five minutes for

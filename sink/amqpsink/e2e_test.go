@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txoutbox/outbox/internal/e2etest"
-	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
@@ -21,13 +19,10 @@ import (
 // PostgreSQL, `outbox relay --drain --sink amqp://...`, then read the
 // messages back from a queue bound to the test's own exchange.
 
-// TestMain removes the CLI the tests built, and fails the package's tests
-// if a goroutine they started is still running once they all passed.
+// TestMain fails the package's tests if a goroutine they started is
+// still running once they all passed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		e2etest.RemoveCLI()
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
 // arrived converts deliveries for e2etest.CheckArrived, checking that
@@ -82,10 +77,7 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 	t.Parallel()
 	node := startRabbitNode(t)
 	u := node.URL
-	n := 20000
-	if testenv.Short() {
-		n = 5000
-	}
+	const n = 5000
 	ex := "outbox.e2e." + uniq()
 	t.Cleanup(func() { deleteExchange(u, ex) })
 	b := e2etest.NewBacklog(t, "e2e_amqp", n, e2etest.Aggregates(80, 20))

@@ -3,7 +3,6 @@ package natssink_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txoutbox/outbox/internal/e2etest"
-	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
@@ -22,13 +20,10 @@ import (
 // PostgreSQL, `outbox relay --drain --sink nats://...`, then read the
 // stream back with a consumer of their own.
 
-// TestMain removes the CLI the tests built, and fails the package's tests
-// if a goroutine they started is still running once they all passed.
+// TestMain fails the package's tests if a goroutine they started is
+// still running once they all passed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		e2etest.RemoveCLI()
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
 // readStream returns every message in a stream, in stream order, and
@@ -104,7 +99,7 @@ func TestE2EDrainSharedServer(t *testing.T) {
 // defaults: subjects payment.events and merchant.events, and the stream
 // OUTBOX on *.events, which the sink creates.
 func TestE2EDrainDefaults(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	b := e2etest.NewBacklog(t, "e2e_nats", 2000, e2etest.Aggregates(30, 10))
 	e2etest.RunCLI(t, "", b.RelayArgs(e.URL)...)
 	if n := b.Processed(t); n != len(b.Events) {
@@ -128,20 +123,20 @@ func TestE2EDrainDefaults(t *testing.T) {
 // drains a large backlog into it: nothing is lost, nothing is stored
 // twice, order holds, and the drain completes with exit 0.
 func TestE2ERestartDuringDrain(t *testing.T) {
-	e := startEmbedded(t)
-	n := 20000
-	if testenv.Short() {
-		n = 5000
-	}
+	e := startPrivate(t)
+	const n = 5000
 	b := e2etest.NewBacklog(t, "e2e_nats", n, e2etest.Aggregates(80, 20))
 	_, js := jsClient(t, e.URL)
 
-	relay := e2etest.StartCLI(t, b.RelayArgs(e.URL+"?publish_timeout=2s&reconnect_wait=50ms",
+	// The rate limit stretches the drain over about 20 s, so that most of
+	// the backlog is still to send when the server restarts, on a fast
+	// machine too.
+	relay := e2etest.StartCLI(t, b.RelayArgs(fmt.Sprintf("%s?publish_timeout=2s&reconnect_wait=50ms&rate=%d/s&burst=100", e.URL, n/20),
 		"--batch", "100", "--backoff-min", "10ms", "--backoff-max", "200ms", "--max-retries", "1000")...)
 
 	// Wait until a tenth of the backlog is in the stream, then restart.
-	// The deadline only bounds a hang: 20,000 events through a race-built
-	// relay take about a minute, and several on a busy machine.
+	// The deadline only bounds a hang, with room for a drain that a busy
+	// machine slows to several minutes.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	relay.Await(ctx, t, 20*time.Millisecond, fmt.Sprintf("%d events in the stream", n/10), func() bool {
@@ -176,7 +171,7 @@ func TestE2ERestartDuringDrain(t *testing.T) {
 // listens: it waits, says so at WARN, and delivers the whole backlog once
 // a private server starts on that port.
 func TestE2EServerUpAfterRelayStarts(t *testing.T) {
-	e := startEmbedded(t)
+	e := startPrivate(t)
 	e.stop()
 	b := e2etest.NewBacklog(t, "e2e_nats", 500, e2etest.Aggregates(8, 4))
 	relay := e2etest.StartCLI(t, b.RelayArgs(e.URL+"?reconnect_wait=50ms")...)

@@ -6,7 +6,6 @@ package redissink_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,13 +16,10 @@ import (
 	"github.com/txoutbox/outbox/internal/testenv"
 )
 
-// TestMain removes the CLI the tests built, and fails the package's tests
-// if a goroutine they started is still running once they all passed.
+// TestMain fails the package's tests if a goroutine they started is
+// still running once they all passed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		e2etest.RemoveCLI()
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
 // TestEndToEnd: `outbox relay --drain` delivers 2000 events of payment and

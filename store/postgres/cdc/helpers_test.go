@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/e2etest"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay"
@@ -33,7 +32,6 @@ type stopCluster struct{ m *testing.M }
 func (s *stopCluster) Run() int {
 	code := s.m.Run()
 	testenv.StopLogicalPostgres()
-	e2etest.RemoveCLI()
 	return code
 }
 
