@@ -41,7 +41,6 @@ func testenvNATS(b testing.TB) string { return testenv.NATS.Addr(b) }
 // with a port and store directory of its own, so that a test can stop,
 // reconfigure and restart it without touching the shared one.
 type privateServer struct {
-	t    testing.TB
 	bin  string
 	name string
 	port int
@@ -85,7 +84,7 @@ func startPrivate(t testing.TB) *privateServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &privateServer{t: t, bin: bin, name: "outbox-test-" + uniq(), port: port, dir: t.TempDir(),
+	e := &privateServer{bin: bin, name: "outbox-test-" + uniq(), port: port, dir: t.TempDir(),
 		URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	if err := e.start(); err != nil {
 		t.Fatal(err)
