@@ -59,7 +59,12 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDBServer {
 	dir := t.TempDir()
 	s := &MariaDBServer{dir: dir, data: filepath.Join(dir, "data"), port: port, args: args}
 	t.Cleanup(func() { _ = s.Stop() })
-	installArgs := []string{"--no-defaults", "--datadir=" + s.data,
+	if err := os.Mkdir(s.tmpDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A temporary directory of its own: bootstraps sharing /tmp at once
+	// remove each other's temporary tables and fail.
+	installArgs := []string{"--no-defaults", "--datadir=" + s.data, "--tmpdir=" + s.tmpDir(),
 		"--auth-root-authentication-method=normal", "--skip-test-db"}
 	if os.Geteuid() == 0 {
 		installArgs = append(installArgs, "--user=root")
@@ -99,6 +104,7 @@ func (s *MariaDBServer) Start() error {
 		"--datadir=" + s.data,
 		"--socket=" + filepath.Join(s.dir, "sock"),
 		"--pid-file=" + filepath.Join(s.dir, "mariadbd.pid"),
+		"--tmpdir=" + s.tmpDir(),
 		"--port=" + strconv.Itoa(s.port),
 		"--bind-address=127.0.0.1",
 		"--skip-name-resolve",
@@ -178,6 +184,8 @@ func (s *MariaDBServer) LogTail() string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+func (s *MariaDBServer) tmpDir() string { return filepath.Join(s.dir, "tmp") }
 
 func (s *MariaDBServer) driverDSN(db string) string {
 	return "root@tcp(127.0.0.1:" + strconv.Itoa(s.port) + ")/" + db

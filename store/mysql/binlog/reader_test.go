@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -224,6 +225,27 @@ func errorsHideThePassword(t *testing.T, srv *testenv.MariaDBServer) {
 		if strings.Contains(err.Error(), "Sup3rSecretPW") {
 			t.Errorf("%s: the error shows the password: %v", name, err)
 		}
+	}
+	// The replica connection's own authentication failure, and its log.
+	mustExec(t, db, "GRANT SELECT ON test.* TO 'secretive'@'127.0.0.1'")
+	var logs testenv.Buffer
+	ctx := testContext(t, time.Minute)
+	r, err := binlog.Open(ctx, binlog.Config{DSN: dsn, Table: "events", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	mustExec(t, db, "ALTER USER 'secretive'@'127.0.0.1' IDENTIFIED BY 'another-one'")
+	s, err := r.Start(ctx, written.start)
+	if err == nil {
+		defer s.Close()
+		_, err = s.Next(ctx)
+	}
+	if err == nil || strings.Contains(err.Error(), "Sup3rSecretPW") {
+		t.Errorf("a stream whose password was changed: %v, want an error without the password", err)
+	}
+	if strings.Contains(logs.String(), "Sup3rSecretPW") {
+		t.Errorf("the log shows the password:\n%s", logs.String())
 	}
 }
 
