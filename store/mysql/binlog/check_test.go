@@ -21,6 +21,7 @@ func TestCheckServerRefusesServerWithoutBinaryLog(t *testing.T) {
 	if !strings.Contains(err.Error(), "--log-bin") {
 		t.Fatalf("the error does not name --log-bin: %v", err)
 	}
+	t.Logf("refused: %v", err)
 }
 
 // checkServerCases runs on the shared binlog server (TestOnBinlogServer).
@@ -41,6 +42,7 @@ func checkServerCases(t *testing.T, srv *testenv.MariaDBServer) {
 		if strings.Contains(err.Error(), "--log-bin") {
 			t.Fatalf("the error names --log-bin, which is on: %v", err)
 		}
+		t.Logf("refused: %v", err)
 	})
 	t.Run("NamesMissingReplicationPrivileges", func(t *testing.T) {
 		db := openDB(t, srv.DSN())
@@ -56,6 +58,7 @@ func checkServerCases(t *testing.T, srv *testenv.MariaDBServer) {
 				t.Errorf("the error does not say %q: %v", want, err)
 			}
 		}
+		t.Logf("refused: %v", err)
 		mustExec(t, db, "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'plain'@'127.0.0.1'")
 		if err := binlog.CheckServer(testContext(t, time.Minute), plain); err != nil {
 			t.Fatalf("CheckServer once REPLICATION SLAVE and BINLOG MONITOR are granted: %v", err)

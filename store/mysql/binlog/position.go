@@ -22,8 +22,11 @@ type Position struct {
 }
 
 // String renders the position as file:offset, followed by the GTID set
-// if there is one.
+// if there is one, or as the GTID set alone when there is no file.
 func (p Position) String() string {
+	if p.File == "" {
+		return "GTID set " + p.GTIDSet
+	}
 	s := p.File + ":" + strconv.FormatUint(uint64(p.Offset), 10)
 	if p.GTIDSet != "" {
 		s += " (" + p.GTIDSet + ")"

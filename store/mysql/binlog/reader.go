@@ -125,6 +125,10 @@ func Open(ctx context.Context, cfg Config) (*Reader, error) {
 		DisableRetrySync: true, // the caller restarts from its own position
 		Logger:           logger,
 		VerifyChecksum:   true,
+		// MariaDB 11.4+ sends events it skips for a replica that does not
+		// take Annotate_rows events with a log position of 0; with this,
+		// the replica takes them and go-mysql fills the positions in.
+		FillZeroLogPos: flavor == gomysql.MariaDBFlavor,
 	}
 	return r, nil
 }

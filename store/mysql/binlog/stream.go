@@ -114,6 +114,9 @@ func (s *Stream) commit(ev *replication.BinlogEvent, gset fmt.Stringer) (Transac
 		s.gtid = ""
 		return Transaction{}, false, nil
 	}
+	if ev.Header.LogPos == 0 || s.file == "" {
+		return Transaction{}, false, fmt.Errorf("binlog: the server sent the commit of %s.%s's transaction %s without its binary log position (file %q, offset 0): positions cannot be trusted on this server", s.schema, s.table, s.gtid, s.file)
+	}
 	tx := Transaction{
 		IDs:      append([]int64(nil), s.ids...),
 		Position: Position{File: s.file, Offset: ev.Header.LogPos},
