@@ -88,6 +88,8 @@ func (s *Stream) handle(ev *replication.BinlogEvent) (tx Transaction, done bool,
 		}
 	case *replication.XIDEvent:
 		return s.commit(ev, e.GSet)
+	case *replication.TransactionPayloadEvent:
+		return s.handlePayload(ev, e)
 	case *replication.RowsEvent:
 		if !isInsert(ev.Header.EventType) || e.Table == nil ||
 			string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.table {
@@ -102,6 +104,29 @@ func (s *Stream) handle(ev *replication.BinlogEvent) (tx Transaction, done bool,
 		}
 	}
 	return tx, false, nil
+}
+
+// handlePayload takes in the events of a MySQL 8 compressed transaction
+// (binlog_transaction_compression=ON), which end with its commit; their
+// own log positions are 0, and the commit's position is the payload's.
+// go-mysql gives such a commit no GTID set, so its Position has none.
+func (s *Stream) handlePayload(ev *replication.BinlogEvent, payload *replication.TransactionPayloadEvent) (Transaction, bool, error) {
+	for _, inner := range payload.Events {
+		if inner.Header.EventType == replication.XID_EVENT || isCommitQuery(inner) {
+			header := *inner.Header
+			header.LogPos = ev.Header.LogPos
+			inner = &replication.BinlogEvent{RawData: inner.RawData, Header: &header, Event: inner.Event}
+		}
+		if tx, done, err := s.handle(inner); err != nil || done {
+			return tx, done, err
+		}
+	}
+	return Transaction{}, false, nil
+}
+
+func isCommitQuery(ev *replication.BinlogEvent) bool {
+	q, ok := ev.Event.(*replication.QueryEvent)
+	return ok && string(q.Query) == "COMMIT"
 }
 
 func (s *Stream) begin(gtid string) {
