@@ -119,7 +119,7 @@ func (s *MariaDBServer) Start() error {
 	}
 	cmd := exec.Command(server, append(args, s.args...)...)
 	cmd.Stdout, cmd.Stderr = &s.log, &s.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithTestProcess(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", server, err)
 	}
