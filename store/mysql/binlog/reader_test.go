@@ -25,6 +25,7 @@ func TestOnBinlogServer(t *testing.T) {
 	t.Run("StreamsCommittedInsertsOfOneTable", func(t *testing.T) { txs = streamsCommittedInserts(t, srv) })
 	t.Run("RestartsFromYieldedPosition", func(t *testing.T) { restartsFromYieldedPosition(t, srv, txs) })
 	t.Run("RestartsFromGTIDSet", func(t *testing.T) { restartsFromGTIDSet(t, srv, txs) })
+	t.Run("YieldsTransactionCommittedAfterStart", func(t *testing.T) { yieldsTransactionCommittedAfterStart(t, srv) })
 	t.Run("ErrorsHideThePassword", func(t *testing.T) { errorsHideThePassword(t, srv) })
 	t.Run("ReportsPurgedPosition", func(t *testing.T) { reportsPurgedPosition(t, srv, txs) })
 }
@@ -294,3 +295,52 @@ func after(p, q binlog.Position) bool {
 }
 
 func head(ids []int64) []int64 { return ids[:min(len(ids), 3)] }
+
+func yieldsTransactionCommittedAfterStart(t *testing.T, srv *testenv.MariaDBServer) {
+	db := openDB(t, srv.DSN())
+	r := openReader(t, srv)
+	ctx := testContext(t, time.Minute)
+	now, err := r.CurrentPosition(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Start(ctx, binlog.Position{File: now.File, Offset: now.Offset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := make(chan binlog.Transaction, 1)
+	failed := make(chan error, 1)
+	go func() {
+		tx, err := s.Next(ctx)
+		if err != nil {
+			failed <- err
+			return
+		}
+		got <- tx
+	}()
+	commitTransaction(t, ctx, db, 11, 3)
+	var want []int64
+	rows, err := db.QueryContext(ctx, "SELECT id FROM events WHERE tx = 11 ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	select {
+	case tx := <-got:
+		if !slices.Equal(tx.IDs, want) || !after(tx.Position, now) {
+			t.Fatalf("the stream yielded %v at %s, want %v after %s", tx.IDs, tx.Position, want, now)
+		}
+	case err := <-failed:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal("the transaction committed after the stream started was not yielded within a minute")
+	}
+}
