@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/mysql/binlog"
@@ -92,4 +93,23 @@ func binlogPosition(ctx context.Context, st store.Store, table string) (binlog.S
 		return p, false, err
 	}
 	return p, p.Exists, nil
+}
+
+// binlogCDCStatus reads, for the admin API's stats, what `outbox status`
+// shows of --source binlog: the stream, its saved position, the relay
+// holding the stream lease and the lag; nil when the backend is not MySQL
+// or no position was saved.
+func binlogCDCStatus(st store.Store, table string) func(ctx context.Context) (*admin.CDCStatus, error) {
+	return func(ctx context.Context) (*admin.CDCStatus, error) {
+		pos, ok, err := binlogPosition(ctx, st, table)
+		if err != nil || !ok {
+			return nil, err
+		}
+		s := &admin.CDCStatus{Source: "binlog", Stream: pos.Slot, Position: pos.Position.String(), File: pos.Position.File,
+			Offset: pos.Position.Offset, GTIDSet: pos.Position.GTIDSet, SavedAt: pos.SavedAt, Holder: pos.Holder}
+		if pos.LagBytes >= 0 {
+			s.LagBytes = &pos.LagBytes
+		}
+		return s, nil
+	}
 }
