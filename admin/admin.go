@@ -48,6 +48,10 @@ type Config struct {
 	// RouteStates, when set, lists the routes and their breaker states on
 	// the relays page; nil reads them from Store.Routes.
 	RouteStates func(ctx context.Context) ([]RouteState, error)
+	// CDC, when set, reads the status of the change-data-capture source
+	// that feeds the relays (its stream, saved position, lease holder and
+	// lag) for GET /api/v1/stats; it returns nil when there is none.
+	CDC func(ctx context.Context) (*CDCStatus, error)
 	// RelayWithin: a relay whose heartbeat is older is not listed as
 	// alive. Default 30s.
 	RelayWithin time.Duration

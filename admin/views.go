@@ -31,6 +31,8 @@ type statsJSON struct {
 	DeliveredLastHour    int64                   `json:"delivered_last_hour"`
 	FailedLastHour       int64                   `json:"failed_last_hour"`
 	BlockedAggregateList []blockedAggJSON        `json:"blocked_aggregate_list"`
+	// CDC is the change-data-capture source's status, absent without one.
+	CDC *CDCStatus `json:"cdc,omitempty"`
 }
 
 type minuteJSON struct {
@@ -63,6 +65,9 @@ func (h *Handler) stats(ctx context.Context) (statsJSON, error) {
 		return s, err
 	}
 	s.Relays = len(relays)
+	if s.CDC, err = h.cdcStatus(ctx); err != nil {
+		return s, err
+	}
 	if s.Throughput, err = h.throughput.read(ctx, h.q, snap.DBTime); err != nil {
 		return s, err
 	}

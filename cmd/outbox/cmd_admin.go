@@ -118,6 +118,7 @@ func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay
 		InsecureNoAuth: a.InsecureNoAuth,
 		RedactPayloads: a.RedactPayloads,
 		FailedBlocks:   policy == relay.BlockAggregate,
+		CDC:            binlogCDCStatus(st, g.Table),
 		Route: func(aggregateType, aggregateID, eventType string) string {
 			return router.Route(&outbox.Message{AggregateType: aggregateType, AggregateID: aggregateID, EventType: eventType})
 		},

@@ -13,7 +13,7 @@ import (
 // MigrateCmd applies (or reverts) the schema migrations, adopts a table the
 // team already has, checks the schema, or prints the SQL it would run.
 type MigrateCmd struct {
-	Down          bool   `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables (on an adopted table: removes only what adoption added; on PostgreSQL also the slot and publication of --source logical)." env:"-"`
+	Down          bool   `help:"Revert every migration: DROPS the outbox, dead-letter and attempts tables (on an adopted table: removes only what adoption added; on PostgreSQL also the slot and publication of --source logical, on MySQL the position and lease tables of --source binlog)." env:"-"`
 	Yes           bool   `help:"Confirm --down." env:"-"`
 	Status        bool   `help:"Only print the applied and latest versions." env:"-"`
 	Check         bool   `help:"Exit non-zero, with the reason, unless the schema exists, is outbox's and is up to date." env:"-"`
@@ -148,6 +148,9 @@ func (c *MigrateCmd) down(ctx context.Context, g *Globals, b *backend, sm store.
 		return downRefusal(g.Table, sc.Adopted, sc.Unfinished)
 	}
 	if err := dropLogical(ctx, b, c.cdcNames.flags(), g.Table); err != nil {
+		return err
+	}
+	if err := dropBinlog(ctx, b, g.Table); err != nil {
 		return err
 	}
 	if err := b.store.MigrateDown(ctx); err != nil {

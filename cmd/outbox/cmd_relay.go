@@ -41,10 +41,11 @@ type RelayCmd struct {
 	Progress      time.Duration `help:"How often to log progress (0: never)." default:"5s" env:"OUTBOX_PROGRESS"`
 	Admin         string        `help:"Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (off when empty); these have no authentication. With --admin-tokens-file, OUTBOX_ADMIN_TOKENS or --admin-insecure-no-auth also the admin API and dashboard." env:"OUTBOX_ADMIN" placeholder:"ADDR"`
 	GaugeInterval time.Duration `help:"With --admin: how often the cluster-wide gauges are refreshed (by one relay at a time)." default:"15s" env:"OUTBOX_GAUGE_INTERVAL"`
-	Source        string        `help:"How the relay finds new events: poll (the claim statement, every --poll-interval and on wake-ups) or logical (PostgreSQL logical replication, see docs/CDC.md)." default:"poll" enum:"poll,logical" env:"OUTBOX_SOURCE"`
+	Source        string        `help:"How the relay finds new events: poll (the claim statement, every --poll-interval and on wake-ups) logical (PostgreSQL logical replication) or binlog (the MySQL or MariaDB binary log); see docs/CDC.md." default:"poll" enum:"poll,logical,binlog" env:"OUTBOX_SOURCE"`
 	cdcFlags
-	SafetyPoll  time.Duration `help:"With --source logical: how often the ordinary claim runs as the safety net (retries, events held behind an earlier one)." default:"5s" env:"OUTBOX_SAFETY_POLL"`
-	StreamLease time.Duration `help:"With --source logical: the stream lease; a standby relay takes over within about this long after the streaming one dies." default:"15s" env:"OUTBOX_STREAM_LEASE"`
+	BinlogServerID uint32        `name:"binlog-server-id" help:"With --source binlog: the replica server id the relay reads the binary log under; unique among the server's replicas (0: a random one)." default:"0" env:"OUTBOX_BINLOG_SERVER_ID"`
+	SafetyPoll     time.Duration `help:"With --source logical or binlog: how often the ordinary claim runs as the safety net (retries, events held behind an earlier one)." default:"5s" env:"OUTBOX_SAFETY_POLL"`
+	StreamLease    time.Duration `help:"With --source logical or binlog: the stream lease; a standby relay takes over within about this long after the streaming one dies." default:"15s" env:"OUTBOX_STREAM_LEASE"`
 
 	extraCollectors []prometheus.Collector
 	Heartbeat       time.Duration `help:"How often the relay writes its heartbeat row, which the admin API lists (0: never)." default:"5s" env:"OUTBOX_HEARTBEAT"`
@@ -153,6 +154,15 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		relayStore = src
 		c.extraCollectors = append(c.extraCollectors, slotLagGauge(src), slotRecreationsCounter(src))
+	}
+	if c.Source == "binlog" {
+		src, err := c.openBinlogSource(ctx, g, b)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		relayStore = src
+		c.extraCollectors = append(c.extraCollectors, binlogCollectors(src)...)
 	}
 	observer := &inFlightObserver{}
 	if admin != nil {

@@ -34,8 +34,22 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	pos, hasPos, err := binlogPosition(ctx, b.store, g.Table)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		out := map[string]any{}
+		if hasPos {
+			out["cdc_binlog_stream"] = pos.Slot
+			out["cdc_binlog_position"] = pos.Position.String()
+			out["cdc_binlog_file"] = pos.Position.File
+			out["cdc_binlog_offset"] = pos.Position.Offset
+			out["cdc_binlog_gtid_set"] = pos.Position.GTIDSet
+			out["cdc_binlog_saved_at"] = pos.SavedAt
+			out["cdc_binlog_holder"] = pos.Holder
+			out["cdc_binlog_lag_bytes"] = pos.LagBytes
+		}
 		if hasSlot {
 			out["cdc_slot"] = lag.Slot
 			out["cdc_slot_active"] = lag.Active
@@ -80,6 +94,18 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			state = "streaming"
 		}
 		fmt.Fprintf(tw, "cdc slot lag\t%d bytes (slot %s, %s)\n", lag.Bytes, lag.Slot, state)
+	}
+	if hasPos {
+		state := "no relay reading"
+		if pos.Holder != "" {
+			state = "read by " + pos.Holder
+		}
+		lag := "unknown"
+		if pos.LagBytes >= 0 {
+			lag = fmt.Sprintf("%d bytes", pos.LagBytes)
+		}
+		fmt.Fprintf(tw, "cdc binlog position\t%s (stream %s, %s, saved %s, lag %s)\n", pos.Position, pos.Slot, state,
+			pos.SavedAt.Format(time.RFC3339), lag)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -68,9 +67,6 @@ type claimBackend struct{ s *Store }
 func (b claimBackend) ReadClaim(ctx context.Context, q lanes.ReadQuery) (lanes.ReadResult, error) {
 	s := b.s
 	var res lanes.ReadResult
-	if q.IDs != nil {
-		return res, fmt.Errorf("%w: MySQL has no source that claims events by id", outbox.ErrInvalidConfig)
-	}
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return res, err
@@ -127,7 +123,7 @@ type window struct {
 // rows of the lanes, without reading Limit rows of every lane.
 func (s *Store) readWindow(ctx context.Context, tx *sql.Tx, q lanes.ReadQuery, busy []int64) (window, error) {
 	var w window
-	perLane := len(q.Lanes) < lanes.Count
+	perLane := len(q.Lanes) < lanes.Count && q.IDs == nil
 	rows, err := tx.QueryContext(ctx, s.windowSQL(q, busy, perLane))
 	if err != nil {
 		return w, err
@@ -154,6 +150,9 @@ func (s *Store) readWindow(ctx context.Context, tx *sql.Tx, q lanes.ReadQuery, b
 		return w, err
 	}
 	if !perLane {
+		if q.IDs != nil {
+			w.fifo = sortedFirst(w.fifo, len(w.fifo))
+		}
 		return w, nil
 	}
 	first := firstRows(w.fifo, q.Limit)
@@ -250,7 +249,14 @@ func (s *Store) windowSQL(q lanes.ReadQuery, busy []int64, perLane bool) string 
 		notBusy = " AND id NOT IN (" + idList(busy) + ")"
 	}
 	var b strings.Builder
-	if perLane {
+	if q.IDs != nil {
+		ls := make([]int64, len(q.Lanes))
+		for i, l := range q.Lanes {
+			ls[i] = int64(l.Lane)
+		}
+		b.WriteString(s.q.claimIDsHead + idList(q.IDs) + ") AND lane IN (" + idList(ls) + ")" + notBusy + ")")
+		q.Deadline = 0 // the window is the given rows
+	} else if perLane {
 		for i, l := range q.Lanes {
 			if i > 0 {
 				b.WriteString(" UNION ALL ")

@@ -43,7 +43,7 @@ type queries struct {
 	// The lanes' claim (claim.go, lanes.go): the heads of the read's
 	// statements, completed per call, and the claims table's statements.
 	claimLaneHead, claimAllHead, claimDeadlineHead string
-	claimOwnHead, claimClock                       string
+	claimOwnHead, claimClock, claimIDsHead         string
 	claimsOf, claimInsert                          string
 	allClaims, allLanes, deadClaimRows             string
 	complete                                       completeSQL
@@ -127,6 +127,7 @@ func buildQueries(t store.Tables) queries {
 		claimAllHead:      render("claim.all_head"),
 		claimDeadlineHead: render("claim.deadline_head"),
 		claimOwnHead:      render("claim.own_head"),
+		claimIDsHead:      render("claim.ids_head"),
 		claimClock:        render("claim.clock"),
 		claimsOf:          render("lanes.claims_of"),
 		claimInsert:       render("claim.insert"),

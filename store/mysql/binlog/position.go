@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Position is a place in the server's binary log: a file and the byte
@@ -106,4 +107,30 @@ func currentGTIDSet(ctx context.Context, db *sql.DB) string {
 		return ""
 	}
 	return set.String
+}
+
+// after reports whether p is later in the binary log than q, by file
+// (the number after the last dot, then the name) and offset. The zero
+// Position is before every other.
+func (p Position) after(q Position) bool {
+	if p.File != q.File {
+		pn, pok := fileNumber(p.File)
+		qn, qok := fileNumber(q.File)
+		if pok && qok && pn != qn {
+			return pn > qn
+		}
+		return p.File > q.File
+	}
+	return p.Offset > q.Offset
+}
+
+// fileNumber is the sequence number of a binary log file name such as
+// mysql-bin.000042.
+func fileNumber(name string) (uint64, bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name[i+1:], 10, 64)
+	return n, err == nil
 }

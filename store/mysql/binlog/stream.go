@@ -36,6 +36,8 @@ type Stream struct {
 	file string // the binary log file being read
 	ids  []int64
 	gtid string
+	open bool     // a transaction has begun and not yet ended
+	last Position // just after the last transaction that ended
 }
 
 // Next blocks until the next committed transaction that inserted rows
@@ -63,6 +65,15 @@ func (s *Stream) Next(ctx context.Context) (Transaction, error) {
 	}
 }
 
+// Idle returns the position just after the last transaction the stream
+// read to its end (one that inserted nothing into the table included),
+// and whether the stream is between transactions there: every
+// transaction before it that inserted into the table was yielded by Next.
+// Call it between calls of Next (for example after Next returned the
+// error of a context whose deadline passed); the zero Position before the
+// first commit.
+func (s *Stream) Idle() (Position, bool) { return s.last, !s.open && !s.last.IsZero() }
+
 // Close ends the stream and its connection.
 func (s *Stream) Close() { s.syncer.Close() }
 
@@ -81,6 +92,7 @@ func (s *Stream) handle(ev *replication.BinlogEvent) (tx Transaction, done bool,
 		switch string(e.Query) {
 		case "BEGIN":
 			s.begin(s.gtid)
+			s.open = true
 		case "COMMIT": // a non-transactional table's commit
 			return s.commit(ev, e.GSet)
 		case "ROLLBACK":
@@ -132,11 +144,18 @@ func isCommitQuery(ev *replication.BinlogEvent) bool {
 func (s *Stream) begin(gtid string) {
 	s.ids = s.ids[:0]
 	s.gtid = gtid
+	s.open = gtid != ""
 }
 
 func (s *Stream) commit(ev *replication.BinlogEvent, gset fmt.Stringer) (Transaction, bool, error) {
 	if len(s.ids) == 0 {
-		s.gtid = ""
+		s.gtid, s.open = "", false
+		if ev.Header.LogPos != 0 && s.file != "" {
+			s.last = Position{File: s.file, Offset: ev.Header.LogPos}
+			if gset != nil {
+				s.last.GTIDSet = gset.String()
+			}
+		}
 		return Transaction{}, false, nil
 	}
 	if ev.Header.LogPos == 0 || s.file == "" {
@@ -151,6 +170,7 @@ func (s *Stream) commit(ev *replication.BinlogEvent, gset fmt.Stringer) (Transac
 		tx.Position.GTIDSet = gset.String()
 	}
 	s.begin("")
+	s.last = tx.Position
 	return tx, true, nil
 }
 

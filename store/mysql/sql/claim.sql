@@ -24,6 +24,16 @@
     FROM `{{.Outbox}}` FORCE INDEX (`{{.Outbox}}_expiry_idx`)
     WHERE waiting_expires_at IS NOT NULL AND status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND lane IN ({{end}}
 
+-- claim.ids_head reads the given rows (Go appends their ids, the relay's
+-- lanes and the busy ids) that are PENDING and due, by primary key: the
+-- window of a source that learns of new events from the binary log.
+{{define "claim.ids_head"}}(SELECT 0, id, lane, aggregate_type, aggregate_id, status, available_at
+    FROM `{{.Outbox}}` FORCE INDEX (PRIMARY)
+    WHERE status = 'PENDING' AND available_at <= UTC_TIMESTAMP(6) AND id IN ({{end}}
+
+-- claim.present reads which of the given ids have a row.
+{{define "claim.present"}}SELECT id FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE id IN ({{.IDs}}){{end}}
+
 {{define "claim.own_head"}}(SELECT 3, id, lane, aggregate_type, aggregate_id, status, available_at
     FROM `{{.Outbox}}` FORCE INDEX (PRIMARY) WHERE unfinished = 1 AND id IN ({{end}}
 
