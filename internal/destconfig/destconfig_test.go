@@ -152,6 +152,11 @@ routes:
 			t.Errorf("Resolve(%q, %q) = %v, %v; want [%s]", c.et, c.at, got, ok, c.want)
 		}
 	}
+	for i, want := range []string{"Approval*", "[MerchantCreated, Merchant?pdated]", "*any*"} {
+		if got := cfg.Routes[i].EventType.String(); got != want {
+			t.Errorf("route %d EventType.String() = %q, want %q", i+1, got, want)
+		}
+	}
 	if got := cfg.Routes[1].EventType.Alternatives(); !reflect.DeepEqual(got, []string{"MerchantCreated", "Merchant?pdated"}) {
 		t.Errorf("Alternatives() = %v", got)
 	}

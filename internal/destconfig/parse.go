@@ -85,11 +85,10 @@ func (p *parser) document(data []byte) *yaml.Node {
 	} else if !errors.Is(err, io.EOF) {
 		p.yamlError(err)
 	}
-	if len(doc.Content) == 0 {
-		p.fail(1, "the file is empty: define destinations: and routes: (see docs/DESTINATIONS.md)")
-		return nil
+	root := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+	if len(doc.Content) > 0 {
+		root = deref(doc.Content[0])
 	}
-	root := deref(doc.Content[0])
 	switch {
 	case isNull(root):
 		p.fail(max(root.Line, 1), "the file is empty: define destinations: and routes: (see docs/DESTINATIONS.md)")

@@ -2,6 +2,7 @@ package destconfig
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,6 +95,22 @@ func TestEachRefusalNamesItsLine(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", 1, []string{"must be a mapping with the keys destinations: and routes:"}},
 		{"second document", "destinations: { d: { url: \"discard://\" } }\n" + validRoutes + "---\nroutes: []\n",
 			5, []string{"a second YAML document"}},
+		{"URL with no scheme", "destinations:\n  d: { url: \"//broker:9092\" }\n" + validRoutes,
+			2, []string{`"//broker:9092" has no scheme`}},
+		{"destination name not a plain name", "destinations:\n  d: { url: \"discard://\" }\n  ? [x]\n  : { url: \"discard://\" }\n" + validRoutes,
+			3, []string{"a destination's name must be a plain name"}},
+		{"key not a plain name", "destinations: { d: { url: \"discard://\" } }\n" + validRoutes + "? { a: b }\n: 1\n",
+			5, []string{"top level: a key must be a plain name"}},
+		{"type list item a list", "destinations: { d: { url: \"discard://\" } }\nroutes:\n  - match: { event_type: [A, [B]] }\n    to: [d]\n",
+			3, []string{"event_type: a list item must be a type or a glob"}},
+		{"to item a mapping", "destinations: { d: { url: \"discard://\" } }\nroutes:\n  - match: {}\n    to: [d, { e: 1 }]\n",
+			4, []string{"route 1: to: each item must be the name of a destination"}},
+		{"long names cut", "destinations: { d: { url: \"discard://\" } }\nroutes:\n  - match: {}\n    to: [d, x" + strings.Repeat("\u00e9", 60) + "]\n",
+			4, []string{`"x` + strings.Repeat("\u00e9", 49) + `..." is not a destination`}},
+		{"the file a lone document marker", "---\n", 2, []string{"the file is empty"}},
+		{"second document not valid YAML", "destinations: { d: { url: \"discard://\" } }\n" + validRoutes + "---\n\tx\n",
+			6, []string{"not valid YAML"}},
+		{"YAML syntax with no line", "\tdestinations: {}\n", 0, []string{"not valid YAML: found character that cannot start any token"}},
 		{"YAML syntax", "destinations: { d: { url: \"discard://\" } }\nroutes:\n  - match: {}\n   to: [d]\n",
 			2, []string{"not valid YAML", "on this line or below it"}},
 	}
@@ -116,7 +133,11 @@ func TestEachRefusalNamesItsLine(t *testing.T) {
 					t.Errorf("message %q does not contain %q", p.Message, w)
 				}
 			}
-			if prefix := "destinations file dest.yaml:"; c.line > 0 && !strings.Contains(err.Error(), prefix) {
+			prefix := "destinations file dest.yaml: "
+			if c.line > 0 {
+				prefix = fmt.Sprintf("destinations file dest.yaml:%d: ", c.line)
+			}
+			if !strings.Contains(err.Error(), prefix) {
 				t.Errorf("error %q does not contain %q", err, prefix)
 			}
 		})
@@ -153,5 +174,19 @@ func TestAnUndefinedNameIsNotReportedForADestinationWithABadURL(t *testing.T) {
 	var fe *Error
 	if !errors.As(err, &fe) || len(fe.Problems) != 1 || fe.Problems[0].Line != 2 {
 		t.Errorf("Parse = %v, want one problem, the URL on line 2", err)
+	}
+}
+
+func TestUndefinedDestinationListsTenDefinedNames(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("destinations:\n")
+	for i := range 12 {
+		fmt.Fprintf(&b, "  d%02d: { url: \"discard://\" }\n", i)
+	}
+	b.WriteString("routes:\n  - match: {}\n    to: [d00, d01, d02, d03, d04, d05, d06, d07, d08, d09, d10, d11, nope]\n")
+	_, err := Parse("dest.yaml", []byte(b.String()))
+	want := `"nope" is not a destination (defined: d00, d01, d02, d03, d04, d05, d06, d07, d08, d09, ...)`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Parse = %v, want it to contain %s", err, want)
 	}
 }
