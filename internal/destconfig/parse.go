@@ -35,7 +35,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	p := &parser{file: file, defined: map[string]int{}}
 	cfg := &Config{File: file}
 	if root := p.document(data); root != nil {
-		p.file1(root, cfg)
+		p.readRoot(root, cfg)
 	}
 	if len(p.problems) > 0 {
 		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
@@ -130,8 +130,8 @@ func (p *parser) yamlError(err error) {
 	p.fail(line, "%s", msg)
 }
 
-// file1 reads the root mapping into cfg.
-func (p *parser) file1(root *yaml.Node, cfg *Config) {
+// readRoot reads the root mapping into cfg.
+func (p *parser) readRoot(root *yaml.Node, cfg *Config) {
 	f, _ := p.fields(root, "top level", fileKeys, "the file has only destinations: and routes:")
 	if d, ok := f["destinations"]; ok {
 		p.destinations(d.value, cfg)
