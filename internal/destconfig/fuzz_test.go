@@ -11,7 +11,8 @@ import (
 // FuzzParseDestinationsFile feeds any bytes to Parse: it never panics, a
 // refused file is an ErrInvalidConfig with at least one problem, and an
 // accepted file routes only to destinations it defines. Its seeds are in
-// testdata/fuzz/FuzzParseDestinationsFile.
+// testdata/fuzz/FuzzParseDestinationsFile and run with the tests; .ci/run
+// finds every func Fuzz of the module and fuzzes it for a short time.
 func FuzzParseDestinationsFile(f *testing.F) {
 	f.Add([]byte(issueExample))
 	f.Fuzz(func(t *testing.T, data []byte) {
