@@ -359,3 +359,19 @@ func TestScrubMasksSecretsOfTheURL(t *testing.T) {
 		t.Errorf("urlSecrets(unparseable) = %v", s)
 	}
 }
+
+// A sink parser that quoted a URL whole would not leak its secrets: the
+// destinations file masks them in what the parser says.
+func TestCheckURLMasksSecretsASinkParserQuotes(t *testing.T) {
+	quoting := func(raw string) error { return errors.New("refused " + raw) }
+	saved := urlCheckers["amqp"]
+	urlCheckers["amqp"] = quoting
+	t.Cleanup(func() { urlCheckers["amqp"] = saved })
+	err := checkURL("amqp://app:amqp-pass-word@rabbit/?token=tok-value-1")
+	if err == nil {
+		t.Fatal("checkURL accepted what the parser refused")
+	}
+	if got, want := err.Error(), "refused amqp://app:xxxxx@rabbit/?token=xxxxx"; got != want {
+		t.Errorf("checkURL = %q, want %q", got, want)
+	}
+}
