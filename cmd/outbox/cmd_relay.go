@@ -17,6 +17,8 @@ import (
 
 // RelayCmd runs the relay.
 type RelayCmd struct {
+	Config        string        `help:"A destinations file (docs/DESTINATIONS.md). Only with --check for now, which checks it and prints its plan; fan-out delivery is not available yet." env:"OUTBOX_CONFIG" placeholder:"FILE"`
+	Check         bool          `help:"With --config: check the destinations file, print its plan and exit (0 if valid, 1 otherwise); no database or sink is opened."`
 	Sink          string        `help:"Where to deliver: http(s)://host/path, kafka://, nats://, amqp://, redis://, stdout:// or discard://." env:"OUTBOX_SINK" placeholder:"URL"`
 	Route         []string      `help:"Per-aggregate-type destination for broker sinks, e.g. merchant=merchant.audit (repeatable; default {aggregate_type}.events)." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
 	RouteLimit    []string      `help:"Limits of one route, replacing the sink URL's rate=, burst=, max_in_flight= for it, e.g. payment.events=rate=100/s,burst=20,max_in_flight=8 (repeatable; 0 lifts a limit)." env:"OUTBOX_ROUTE_LIMIT" placeholder:"ROUTE=LIMITS"`
@@ -84,6 +86,9 @@ func (c *RelayCmd) breakerConfig() (relay.BreakerConfig, error) {
 
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
 func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
+	if c.Config != "" || c.Check {
+		return c.destinationsFile(g)
+	}
 	g.secrets.addURL(c.Sink)
 	policy, err := relay.ParseFailurePolicy(c.OnFailure)
 	if err != nil {

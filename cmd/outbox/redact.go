@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/txoutbox/outbox/internal/redact"
 )
 
 // secrets removes secrets from what the CLI prints, where they stand as
@@ -21,22 +23,13 @@ import (
 type secrets struct{ values []string }
 
 // mask replaces a secret.
-const mask = "xxxxx"
-
-// secretKeys are the option names whose values are secrets, matched as
-// whole names, case-insensitively. routing_key (a routing template),
-// keyfile (a path) and sign_secret_env (the name of a variable) are not.
-var secretKeys = []string{
-	"password", "passwd", "pwd", "pass", "secret", "sign_secret", "client_secret",
-	"token", "access_token", "auth_token", "auth", "key", "api_key", "apikey", "private_key",
-	"sasl_password",
-}
+const mask = redact.Mask
 
 var (
 	// userinfoPassword: scheme://user:SECRET@ (SECRET without '@', '/' or space).
 	userinfoPassword = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]*@`)
 	// optionSecret: key=SECRET, key = 'SECRET', key="SECRET" for a secret key.
-	optionSecret = regexp.MustCompile(`(?i)\b(` + strings.Join(secretKeys, "|") + `)(\s*=\s*)('[^']*'|"[^"]*"|[^\s&'"]+)`)
+	optionSecret = regexp.MustCompile(`(?i)\b(` + strings.Join(redact.SecretKeys, "|") + `)(\s*=\s*)('[^']*'|"[^"]*"|[^\s&'"]+)`)
 	// driverDSN is go-sql-driver/mysql's own form: user:SECRET@tcp(host:port)/db.
 	driverDSN         = regexp.MustCompile(`^[^:@/]*:(.*)@(?:tcp|unix)\(`)
 	driverDSNPassword = regexp.MustCompile(`([\w.\-]*:)[^\s]*@((?:tcp|unix)\()`)
@@ -82,11 +75,6 @@ func (s *secrets) addURL(raw string) {
 	}
 }
 
-// isSecretKey reports whether the option k carries a secret.
-func isSecretKey(k string) bool {
-	return slices.Contains(secretKeys, strings.ToLower(k))
-}
-
 func (s *secrets) add(v string) {
 	if len(v) >= 3 && !slices.Contains(s.values, v) {
 		s.values = append(s.values, v)
@@ -107,29 +95,4 @@ func (s *secrets) redact(text string) string {
 
 // redactURL returns raw with its password and secret query values
 // replaced, for display.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if u.User == nil && u.RawQuery == "" {
-		return raw
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), mask)
-		}
-	}
-	q := u.Query()
-	changed := false
-	for k := range q {
-		if isSecretKey(k) {
-			q.Set(k, mask)
-			changed = true
-		}
-	}
-	if changed {
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
-}
+func redactURL(raw string) string { return redact.URL(raw) }

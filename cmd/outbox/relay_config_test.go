@@ -1,0 +1,139 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/txoutbox/outbox/internal/destconfig"
+)
+
+// TestDestinationSchemesAreTheSinkSchemes: a destination URL is checked
+// for every scheme --sink opens, and for no other.
+func TestDestinationSchemesAreTheSinkSchemes(t *testing.T) {
+	t.Parallel()
+	var sinks []string
+	for s := range sinkKinds {
+		sinks = append(sinks, s)
+	}
+	sort.Strings(sinks)
+	if got := destconfig.Schemes(); !slices.Equal(got, sinks) {
+		t.Errorf("destconfig.Schemes() = %v, the sink schemes are %v", got, sinks)
+	}
+}
+
+func writeDestinationsFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "payments.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const gatewaySigningSecret = "whsec_c2VjcmV0LW9mLXRoZS1nYXRld2F5LWZvci10ZXN0cw=="
+
+func TestRelayConfigCheckPrintsThePlan(t *testing.T) {
+	t.Setenv("GW_SECRET", gatewaySigningSecret)
+	path := writeDestinationsFile(t, `destinations:
+  gateway: { url: "https://gateway.example/approve?sign_secret_env=GW_SECRET" }
+  events:  { url: "amqp://app:rabbit-pass-word@rabbit:5672/?exchange=outbox" }
+routes:
+  - match: { event_type: ApprovalRequested }
+    to: [gateway, events]
+  - match: {}
+    to: [events]
+`)
+	// The database is never opened: an unreachable one changes nothing.
+	out, errOut, code := cli(t, "", "relay", "--config", path, "--check", "--db", "postgres://app:db-pass-word@127.0.0.1:1/pay")
+	if code != 0 {
+		t.Fatalf("relay --config --check: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"destinations (" + path + "):",
+		"gateway  https://gateway.example/approve?sign_secret_env=GW_SECRET  (line 2; route 1)",
+		"events   amqp://app:xxxxx@rabbit:5672/?exchange=outbox  (line 3; route 1, 2)",
+		"1. event_type ApprovalRequested -> gateway, events  (line 5)",
+		"2. every event -> events  (line 7)",
+		path + ": the file is valid.",
+		"not checked yet", "--sink",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	for _, secret := range []string{gatewaySigningSecret, "rabbit-pass-word", "db-pass-word"} {
+		if strings.Contains(out+errOut, secret) {
+			t.Errorf("the output shows the secret %q:\nstdout: %s\nstderr: %s", secret, out, errOut)
+		}
+	}
+}
+
+func TestRelayConfigCheckListsEveryProblem(t *testing.T) {
+	path := writeDestinationsFile(t, `destinations:
+  events: { url: "amqp://app:rabbit-pass-word@rabbit:5672/?exchange=outbox&no_such_option=1" }
+routes:
+  - match: { event_type: ApprovalRequested }
+    to: [gateway]
+`)
+	out, errOut, code := cli(t, "", "relay", "--config", path, "--check")
+	if code != 1 {
+		t.Fatalf("relay --config --check of a bad file: exit %d, want 1\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if out != "" {
+		t.Errorf("stdout = %q, want nothing", out)
+	}
+	for _, want := range []string{
+		"\n  " + path + `:2: destination "events": url: amqp sink: URL "amqp://app:xxxxx@rabbit:5672/?...": unknown option "no_such_option"`,
+		"\n  " + path + `:5: route 1: to: "gateway" is not a destination (defined: events)`,
+		"\noutbox: destinations file " + path + " refused: 2 problem(s) to fix, listed above\n",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "rabbit-pass-word") {
+		t.Errorf("stderr shows the password:\n%s", errOut)
+	}
+}
+
+func TestRelayConfigCheckOfAMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing.yaml")
+	_, errOut, code := cli(t, "", "relay", "--config", path, "--check")
+	if code != 1 || !strings.Contains(errOut, "destinations file: open "+path) || !strings.Contains(errOut, "could not be read") {
+		t.Errorf("relay --config MISSING --check: exit %d, stderr %q; want 1 and the file named", code, errOut)
+	}
+}
+
+func TestRelayConfigWithoutCheckIsRefused(t *testing.T) {
+	path := writeDestinationsFile(t, "destinations: { d: { url: \"discard://\" } }\nroutes: [ { match: {}, to: [d] } ]\n")
+	for _, args := range [][]string{
+		{"relay", "--config", path},
+		{"relay", "--config", path, "--sink", "discard://", "--db", "sqlite://" + filepath.Join(t.TempDir(), "x.db")},
+	} {
+		out, errOut, code := cli(t, "", args...)
+		if code == 0 || out != "" {
+			t.Errorf("outbox %s: exit %d, stdout %q; want a refusal", strings.Join(args, " "), code, out)
+		}
+		for _, want := range []string{"fan-out", "not available yet", "--check", "--sink URL"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("outbox %s: stderr %q lacks %q", strings.Join(args, " "), errOut, want)
+			}
+		}
+	}
+	t.Setenv("OUTBOX_CONFIG", path)
+	if _, errOut, code := cli(t, "", "relay", "--sink", "discard://"); code == 0 || !strings.Contains(errOut, "not available yet") {
+		t.Errorf("relay with OUTBOX_CONFIG set: exit %d, stderr %q; want the refusal", code, errOut)
+	}
+}
+
+func TestRelayCheckWithoutConfigIsRefused(t *testing.T) {
+	t.Parallel()
+	_, errOut, code := cli(t, "", "relay", "--check")
+	if code == 0 || !strings.Contains(errOut, "--check checks a destinations file: give it with --config FILE") {
+		t.Errorf("relay --check: exit %d, stderr %q", code, errOut)
+	}
+}
