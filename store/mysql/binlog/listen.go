@@ -139,7 +139,7 @@ func (s *Source) fallBack(ctx context.Context, from Position, cause error) error
 	}
 	s.log.Error("the saved binary log position is no longer on the server (purged: PURGE BINARY LOGS, binlog_expire_logs_seconds or expire_logs_days); falling back to polling the table for the events committed since, nothing is lost; the stream resumes from the server's current position",
 		"saved_position", from.String(), "resume_position", now.String(), "err", cause.Error())
-	s.track.resetAt(now)
+	s.track.ResetAt(now)
 	if _, err := s.positions.save(ctx, now, s.cfg.HolderID); err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 		return err
 	}
 	defer st.Close()
-	s.track.resetAt(start)
+	s.track.ResetAt(start)
 	s.streaming.Store(true)
 	defer s.streaming.Store(false)
 	s.log.Info("reading the binary log", "from_position", start.String(), "server_id", s.reader.ServerID())
@@ -169,15 +169,15 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
 	for {
 		if now := time.Now(); !now.Before(nextStatus) {
-			s.track.expire(now)
+			s.track.Expire(now)
 			if p, ok := st.Idle(); ok {
-				s.track.idle(p)
+				s.track.Idle(p)
 			}
 			s.savePosition(ctx)
 			s.refreshLag(ctx)
 			nextStatus = now.Add(s.cfg.StatusInterval)
 		}
-		if s.track.queued() >= s.cfg.MaxQueued { // back pressure: let the relay catch up
+		if s.track.Queued() >= s.cfg.MaxQueued { // back pressure: let the relay catch up
 			t := time.NewTimer(time.Until(nextStatus))
 			select {
 			case <-ctx.Done():
@@ -201,7 +201,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 		default:
 			return err
 		}
-		n := s.track.commit(tx.Position, tx.IDs)
+		n := s.track.Commit(tx.Position, tx.IDs)
 		s.streamed.Add(int64(len(tx.IDs)))
 		if n > 0 {
 			wake()
@@ -211,7 +211,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 
 // savePosition saves the tracker's confirmed position when it moved.
 func (s *Source) savePosition(ctx context.Context) {
-	pos, _ := s.track.position()
+	pos, _ := s.track.Position()
 	if pos.IsZero() || pos == s.SavedPosition() {
 		return
 	}

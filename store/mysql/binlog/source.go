@@ -214,20 +214,20 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if ids := s.track.take(req.Limit); len(ids) > 0 {
+	if ids := s.track.Take(req.Limit); len(ids) > 0 {
 		select {
 		case s.space <- struct{}{}:
 		default:
 		}
 		c, missing, err := s.Store.ClaimIDs(ctx, req, ids)
 		if err != nil {
-			s.track.putBack(ids)
+			s.track.PutBack(ids)
 			return nil, err
 		}
 		if len(missing) > 0 {
 			// Committed, streamed, and not yet visible to this session:
 			// offer them again in a moment (they stay unsettled).
-			again, wait := s.track.notVisible(missing)
+			again, wait := s.track.NotVisible(missing)
 			ids = without(ids, again)
 			if len(again) > 0 {
 				time.AfterFunc(wait, s.wakeRelay)
@@ -241,13 +241,13 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		// aggregate, or its row locked for a moment. Offer it again a few
 		// times before leaving it to the safety net.
 		if unclaimed := without(ids, got); len(unclaimed) > 0 {
-			again, wait := s.track.notVisible(unclaimed)
+			again, wait := s.track.NotVisible(unclaimed)
 			ids = without(ids, again)
 			if len(again) > 0 {
 				time.AfterFunc(wait, s.wakeRelay)
 			}
 		}
-		s.track.claimed(c.Token, time.Now().Add(req.Lease), ids, got)
+		s.track.Claimed(c.Token, time.Now().Add(req.Lease), ids, got)
 		s.byStream.Add(int64(len(got)))
 		if len(c.Events) > 0 {
 			return c, nil
@@ -277,7 +277,7 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 	for i, ev := range c.Events {
 		got[i] = ev.ID
 	}
-	s.track.claimedByPoll(c.Token, time.Now().Add(req.Lease), got)
+	s.track.ClaimedByPoll(c.Token, time.Now().Add(req.Lease), got)
 	s.byPoll.Add(int64(len(got)))
 	return c, nil
 }
@@ -288,7 +288,7 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 func (s *Source) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
 	res, err := s.Store.Complete(ctx, req)
 	if err == nil {
-		s.track.completed(req.Token)
+		s.track.Completed(req.Token)
 	}
 	return res, err
 }

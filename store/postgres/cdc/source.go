@@ -199,7 +199,7 @@ func (s *Source) SlotLagBytes() (int64, bool) { return s.lagBytes.Load(), s.lagK
 
 // ConfirmedLSN returns the position this source last may confirm.
 func (s *Source) ConfirmedLSN() pglogrepl.LSN {
-	lsn, _ := s.track.position()
+	lsn, _ := s.track.Position()
 	return lsn
 }
 
@@ -210,20 +210,20 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if ids := s.track.take(req.Limit); len(ids) > 0 {
+	if ids := s.track.Take(req.Limit); len(ids) > 0 {
 		select {
 		case s.space <- struct{}{}:
 		default:
 		}
 		c, missing, err := s.Store.ClaimIDs(ctx, req, ids)
 		if err != nil {
-			s.track.putBack(ids)
+			s.track.PutBack(ids)
 			return nil, err
 		}
 		if len(missing) > 0 {
 			// Committed, streamed, and not yet visible to this session:
 			// offer them again in a moment (they stay unsettled).
-			again, wait := s.track.notVisible(missing)
+			again, wait := s.track.NotVisible(missing)
 			ids = without(ids, again)
 			if len(again) > 0 {
 				time.AfterFunc(wait, s.wakeRelay)
@@ -239,13 +239,13 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		// the safety net, so that a lock held for an instant does not
 		// leave an aggregate's tail waiting a whole PollInterval.
 		if unclaimed := without(ids, got); len(unclaimed) > 0 {
-			again, wait := s.track.notVisible(unclaimed)
+			again, wait := s.track.NotVisible(unclaimed)
 			ids = without(ids, again)
 			if len(again) > 0 {
 				time.AfterFunc(wait, s.wakeRelay)
 			}
 		}
-		s.track.claimed(c.Token, time.Now().Add(req.Lease), ids, got)
+		s.track.Claimed(c.Token, time.Now().Add(req.Lease), ids, got)
 		s.byStream.Add(int64(len(got)))
 		if len(c.Events) > 0 {
 			return c, nil
@@ -269,7 +269,7 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 		for i, ev := range c.Events {
 			got[i] = ev.ID
 		}
-		s.track.claimedByPoll(c.Token, time.Now().Add(req.Lease), got)
+		s.track.ClaimedByPoll(c.Token, time.Now().Add(req.Lease), got)
 		s.byPoll.Add(int64(len(got)))
 	}
 	return c, nil
@@ -306,7 +306,7 @@ func without(ids, drop []int64) []int64 {
 func (s *Source) Complete(ctx context.Context, req store.CompleteRequest) (store.CompleteResult, error) {
 	res, err := s.Store.Complete(ctx, req)
 	if err == nil {
-		s.track.completed(req.Token)
+		s.track.Completed(req.Token)
 	}
 	return res, err
 }

@@ -179,8 +179,8 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 	if err != nil {
 		return slotBusy(s.cfg.Slot, err)
 	}
-	s.track.reset()
-	s.track.idle(start)
+	s.track.Reset()
+	s.track.Idle(start)
 	s.streaming.Store(true)
 	defer s.streaming.Store(false)
 	s.log.Info("streaming from the logical replication slot", "publication", s.cfg.Publication, "from_lsn", start.String())
@@ -191,8 +191,8 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 	for {
 		now := time.Now()
 		if !now.Before(nextStatus) {
-			s.track.expire(now)
-			pos, _ := s.track.position()
+			s.track.Expire(now)
+			pos, _ := s.track.Position()
 			if pos > 0 {
 				if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
 					return fmt.Errorf("cdc: send the standby status: %w", err)
@@ -201,7 +201,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 			s.refreshLag(ctx)
 			nextStatus = now.Add(s.cfg.StatusInterval)
 		}
-		if s.track.queued() >= s.cfg.MaxQueued { // back pressure: let the relay catch up
+		if s.track.Queued() >= s.cfg.MaxQueued { // back pressure: let the relay catch up
 			t := time.NewTimer(time.Until(nextStatus))
 			select {
 			case <-ctx.Done():
@@ -235,7 +235,7 @@ func (s *Source) stream(ctx context.Context, wake func()) error {
 				if err != nil {
 					return fmt.Errorf("cdc: parse a keepalive: %w", err)
 				}
-				s.track.idle(ka.ServerWALEnd)
+				s.track.Idle(ka.ServerWALEnd)
 				if ka.ReplyRequested {
 					nextStatus = time.Time{}
 				}
@@ -270,7 +270,7 @@ func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake fun
 			}
 		}
 	case *pglogrepl.BeginMessage:
-		s.track.begin()
+		s.track.Begin()
 		ids = ids[:0]
 	case *pglogrepl.InsertMessage:
 		i, ok := idCol[m.RelationID]
@@ -290,7 +290,7 @@ func (s *Source) decode(data []byte, idCol map[uint32]int, ids []int64, wake fun
 		}
 		ids = append(ids, id)
 	case *pglogrepl.CommitMessage:
-		n := s.track.commit(m.TransactionEndLSN, ids)
+		n := s.track.Commit(m.TransactionEndLSN, ids)
 		s.streamed.Add(int64(len(ids)))
 		ids = ids[:0]
 		if n > 0 {

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/txoutbox/outbox/internal/cdctrack"
 )
 
 func wantPos(t *testing.T, tr *tracker, want pglogrepl.LSN) {
 	t.Helper()
-	if got, _ := tr.position(); got != want {
+	if got, _ := tr.Position(); got != want {
 		t.Fatalf("confirmed position %s, want %s", got, want)
 	}
 }
@@ -20,30 +22,30 @@ func TestTrackerConfirmsOnlySettledTransactions(t *testing.T) {
 	t.Parallel()
 	tr := newTracker(100)
 	lease := time.Now().Add(time.Minute)
-	tr.begin()
-	tr.commit(200, []int64{1, 2})
-	tr.begin()
-	tr.commit(300, []int64{3})
-	tr.idle(1000) // events unsettled: the keepalive must not move it
+	tr.Begin()
+	tr.Commit(200, []int64{1, 2})
+	tr.Begin()
+	tr.Commit(300, []int64{3})
+	tr.Idle(1000) // events unsettled: the keepalive must not move it
 	wantPos(t, tr, 100)
 
-	ids := tr.take(10)
+	ids := tr.Take(10)
 	if len(ids) != 3 {
 		t.Fatalf("took %v", ids)
 	}
-	tr.claimed("b", lease, []int64{3}, []int64{3}) // the later transaction first
-	tr.completed("b")
+	tr.Claimed("b", lease, []int64{3}, []int64{3}) // the later transaction first
+	tr.Completed("b")
 	wantPos(t, tr, 100)
-	tr.claimed("a", lease, []int64{1, 2}, []int64{1}) // 2 not claimable: handed back
+	tr.Claimed("a", lease, []int64{1, 2}, []int64{1}) // 2 not claimable: handed back
 	wantPos(t, tr, 100)
-	tr.completed("a")
+	tr.Completed("a")
 	wantPos(t, tr, 300)
 
-	tr.begin() // an open transaction holds the keepalive back too
-	tr.idle(1000)
+	tr.Begin() // an open transaction holds the keepalive back too
+	tr.Idle(1000)
 	wantPos(t, tr, 300)
-	tr.commit(400, nil)
-	tr.idle(1000)
+	tr.Commit(400, nil)
+	tr.Idle(1000)
 	wantPos(t, tr, 1000)
 }
 
@@ -54,16 +56,16 @@ func TestTrackerReplayAfterReconnect(t *testing.T) {
 	t.Parallel()
 	tr := newTracker(100)
 	lease := time.Now().Add(time.Minute)
-	tr.commit(200, []int64{1})
-	tr.claimed("a", lease, tr.take(10), []int64{1})
-	tr.reset()
-	if n := tr.commit(200, []int64{1}); n != 0 {
+	tr.Commit(200, []int64{1})
+	tr.Claimed("a", lease, tr.Take(10), []int64{1})
+	tr.Reset()
+	if n := tr.Commit(200, []int64{1}); n != 0 {
 		t.Fatalf("an id a claim holds was queued again (%d)", n)
 	}
 	wantPos(t, tr, 100)
-	tr.completed("a")
+	tr.Completed("a")
 	wantPos(t, tr, 200)
-	if n := tr.commit(150, []int64{9}); n != 0 || tr.queued() != 0 {
+	if n := tr.Commit(150, []int64{9}); n != 0 || tr.Queued() != 0 {
 		t.Fatal("a transaction before the confirmed position was queued")
 	}
 }
@@ -75,24 +77,24 @@ func TestTrackerExpiresUnrecordedClaimsAndBoundsInvisibleLooks(t *testing.T) {
 	t.Parallel()
 	tr := newTracker(100)
 	now := time.Now()
-	tr.commit(200, []int64{1})
-	tr.claimed("a", now.Add(time.Second), tr.take(10), []int64{1})
-	tr.expire(now)
+	tr.Commit(200, []int64{1})
+	tr.Claimed("a", now.Add(time.Second), tr.Take(10), []int64{1})
+	tr.Expire(now)
 	wantPos(t, tr, 100)
-	tr.expire(now.Add(2 * time.Second))
+	tr.Expire(now.Add(2 * time.Second))
 	wantPos(t, tr, 200)
 
-	tr.commit(300, []int64{2})
-	for i := 1; i <= maxInvisibleLooks; i++ {
-		ids := tr.take(10)
-		again, wait := tr.notVisible(ids)
+	tr.Commit(300, []int64{2})
+	for i := 1; i <= cdctrack.MaxInvisibleLooks; i++ {
+		ids := tr.Take(10)
+		again, wait := tr.NotVisible(ids)
 		if len(again) != 1 || wait != time.Millisecond<<i {
 			t.Fatalf("look %d: again %v, wait %s", i, again, wait)
 		}
 	}
-	again, _ := tr.notVisible(tr.take(10))
-	if len(again) != 0 || tr.queued() != 0 {
-		t.Fatalf("id offered again after %d looks", maxInvisibleLooks)
+	again, _ := tr.NotVisible(tr.Take(10))
+	if len(again) != 0 || tr.Queued() != 0 {
+		t.Fatalf("id offered again after %d looks", cdctrack.MaxInvisibleLooks)
 	}
 	wantPos(t, tr, 300)
 }
