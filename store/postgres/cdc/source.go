@@ -210,43 +210,18 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if ids := s.track.Take(req.Limit); len(ids) > 0 {
-		select {
+	c, took, err := s.track.ClaimStreamed(ctx, req, s.Store.ClaimIDs, s.wakeRelay)
+	if took {
+		select { // the queue has room again
 		case s.space <- struct{}{}:
 		default:
 		}
-		c, missing, err := s.Store.ClaimIDs(ctx, req, ids)
-		if err != nil {
-			s.track.PutBack(ids)
-			return nil, err
-		}
-		if len(missing) > 0 {
-			// Committed, streamed, and not yet visible to this session:
-			// offer them again in a moment (they stay unsettled).
-			again, wait := s.track.NotVisible(missing)
-			ids = without(ids, again)
-			if len(again) > 0 {
-				time.AfterFunc(wait, s.wakeRelay)
-			}
-		}
-		got := make([]int64, len(c.Events))
-		for i, ev := range c.Events {
-			got[i] = ev.ID
-		}
-		// Visible and not claimed: held behind an earlier event of its
-		// aggregate, or its row locked for a moment by another statement
-		// (SKIP LOCKED). Offer it again a few times before leaving it to
-		// the safety net, so that a lock held for an instant does not
-		// leave an aggregate's tail waiting a whole PollInterval.
-		if unclaimed := without(ids, got); len(unclaimed) > 0 {
-			again, wait := s.track.NotVisible(unclaimed)
-			ids = without(ids, again)
-			if len(again) > 0 {
-				time.AfterFunc(wait, s.wakeRelay)
-			}
-		}
-		s.track.Claimed(c.Token, time.Now().Add(req.Lease), ids, got)
-		s.byStream.Add(int64(len(got)))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		s.byStream.Add(int64(len(c.Events)))
 		if len(c.Events) > 0 {
 			return c, nil
 		}
@@ -260,7 +235,7 @@ func (s *Source) Claim(ctx context.Context, req store.ClaimRequest) (*store.Clai
 	if !due {
 		return &store.Claim{}, nil
 	}
-	c, err := s.Store.Claim(ctx, req)
+	c, err = s.Store.Claim(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -280,24 +255,6 @@ func (s *Source) wakeRelay() {
 	if w := s.wake.Load(); w != nil {
 		(*w)()
 	}
-}
-
-// without returns ids minus drop.
-func without(ids, drop []int64) []int64 {
-	if len(drop) == 0 {
-		return ids
-	}
-	skip := make(map[int64]bool, len(drop))
-	for _, id := range drop {
-		skip[id] = true
-	}
-	out := ids[:0:0]
-	for _, id := range ids {
-		if !skip[id] {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // Complete records outcomes through the PostgreSQL store and then lets the
