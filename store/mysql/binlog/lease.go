@@ -8,6 +8,8 @@ import (
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/txoutbox/outbox/internal/cdctrack"
 )
 
 // The source keeps two small tables next to the outbox table, created by
@@ -100,30 +102,7 @@ func (l *streamLease) release(ctx context.Context) {
 // finds another holder or when renewals fail until the lease would have
 // ended.
 func (l *streamLease) keep(ctx context.Context, lost func()) {
-	t := time.NewTicker(l.length / 3)
-	defer t.Stop()
-	lastOK := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		cctx, cancel := context.WithTimeout(ctx, l.length/3)
-		held, err := l.acquire(cctx)
-		cancel()
-		if err == nil && held {
-			lastOK = time.Now()
-			continue
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if (err == nil && !held) || time.Since(lastOK) >= l.length {
-			lost()
-			return
-		}
-	}
+	cdctrack.KeepLease(ctx, l.length, l.acquire, lost)
 }
 
 // positionStore reads and saves a stream's row of <table>_cdc_position.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/outbox/internal/cdctrack"
 )
 
 // streamLease is the row in <table>_cdc_lease that names the one relay
@@ -48,28 +50,5 @@ func (l *streamLease) release(ctx context.Context) {
 // finds another holder or when renewals fail until the lease would have
 // ended.
 func (l *streamLease) keep(ctx context.Context, lost func()) {
-	t := time.NewTicker(l.length / 3)
-	defer t.Stop()
-	lastOK := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		cctx, cancel := context.WithTimeout(ctx, l.length/3)
-		held, err := l.acquire(cctx)
-		cancel()
-		if err == nil && held {
-			lastOK = time.Now()
-			continue
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if (err == nil && !held) || time.Since(lastOK) >= l.length {
-			lost()
-			return
-		}
-	}
+	cdctrack.KeepLease(ctx, l.length, l.acquire, lost)
 }
