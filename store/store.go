@@ -92,6 +92,23 @@ type Store interface {
 	// of every route when route is "".
 	RouteLog(ctx context.Context, route string, limit int) ([]RouteLogEntry, error)
 
+	// --- fan-out: a destination's own outbox table (see fanout.go) ---
+
+	// CopyEvents copies the rows of the outbox table from (in the same
+	// database and schema as this store's table) whose ids are given into
+	// this store's table, as new events due now, in id order: each keeps
+	// its event id, aggregate, event type, payload, headers, created_at,
+	// deadline and compensating event, and starts PENDING with no retry
+	// counted; its lane and aggregate sequence are this table's own. A row
+	// whose event id this table already holds is not copied again, so a
+	// repeated copy adds nothing. Ids not in from are ignored. It returns
+	// how many events it wrote.
+	CopyEvents(ctx context.Context, from string, ids []int64) (int64, error)
+	// EventTypes returns the (event type, aggregate type) pairs of the
+	// unfinished events (PENDING, PROCESSING, BLOCKED, FAILED), ordered by
+	// event type then aggregate type, with how many events each has.
+	EventTypes(ctx context.Context) ([]EventTypes, error)
+
 	// --- the operator: figures, reads and actions on events ---
 
 	// Stats counts events by status and reports the oldest pending age and
