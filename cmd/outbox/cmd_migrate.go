@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/destconfig"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -20,6 +21,7 @@ type MigrateCmd struct {
 	Adopt         bool   `help:"Upgrade an existing table of that name (the team's own outbox) in place, keeping its rows." env:"-"`
 	AggregateType string `help:"With --adopt: the aggregate_type of the existing rows, and the column's default." placeholder:"TYPE" env:"-"`
 	DryRun        bool   `help:"Print the exact SQL that would run (migrate, --adopt or --down) and change nothing." env:"-"`
+	Config        string `help:"A destinations file (docs/DESTINATIONS.md): also create or upgrade the table of each of its destinations (with migrate, --dry-run, --status or --check)." env:"OUTBOX_CONFIG" placeholder:"FILE"`
 	cdcNames
 }
 
@@ -27,6 +29,9 @@ type MigrateCmd struct {
 func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.validate(); err != nil {
 		return err
+	}
+	if c.Config != "" {
+		return c.withDestinations(ctx, g)
 	}
 	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
 	if err != nil {
@@ -90,6 +95,8 @@ func (c *MigrateCmd) validate() error {
 		return fmt.Errorf("%w: --aggregate-type goes with --adopt", outbox.ErrInvalidConfig)
 	case c.DryRun && (c.Status || c.Check):
 		return fmt.Errorf("%w: --dry-run goes with migrate, --adopt or --down", outbox.ErrInvalidConfig)
+	case c.Config != "" && (c.Adopt || c.Down):
+		return fmt.Errorf("%w: --config goes with migrate, --dry-run, --status or --check; adopt or drop one table at a time with --table", outbox.ErrInvalidConfig)
 	}
 	return nil
 }
@@ -195,4 +202,30 @@ func printSQL(w io.Writer, stmts []string) {
 		}
 		fmt.Fprintf(w, "%s\n\n", s)
 	}
+}
+
+// withDestinations runs the command on the outbox table, then on the
+// table of each destination of the --config file, in the file's order.
+func (c *MigrateCmd) withDestinations(ctx context.Context, g *Globals) error {
+	cfg, err := destconfig.Load(c.Config)
+	if err != nil {
+		return fileRefused(g, c.Config, err)
+	}
+	tables, err := cfg.Tables(g.Table)
+	if err != nil {
+		return fileRefused(g, c.Config, err)
+	}
+	one := *c
+	one.Config = ""
+	if err := one.Run(ctx, g); err != nil {
+		return err
+	}
+	for _, d := range cfg.Destinations {
+		gd := *g
+		gd.Table = tables[d.Name]
+		if err := one.Run(ctx, &gd); err != nil {
+			return fmt.Errorf("destination %s: %w", d.Name, err)
+		}
+	}
+	return nil
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
+	"github.com/txoutbox/outbox/store"
 )
 
 // RelayCmd runs the relay.
 type RelayCmd struct {
-	Config        string        `help:"A destinations file (docs/DESTINATIONS.md). Only with --check for now, which checks it and prints its plan; fan-out delivery is not available yet." env:"OUTBOX_CONFIG" placeholder:"FILE"`
-	Check         bool          `help:"With --config: check the destinations file, print its plan and exit (0 if valid, 1 otherwise); no database or sink is opened."`
+	Config        string        `help:"A destinations file (docs/DESTINATIONS.md): deliver each event to the destinations its route names, each through a table of its own (create them with outbox migrate --config FILE). Instead of --sink." env:"OUTBOX_CONFIG" placeholder:"FILE"`
+	Check         bool          `help:"With --config: check the destinations file, print its plan and its destination tables and exit (0 if valid, 1 otherwise); no database or sink is opened."`
 	Sink          string        `help:"Where to deliver: http(s)://host/path, kafka://, nats://, amqp://, redis://, stdout:// or discard://." env:"OUTBOX_SINK" placeholder:"URL"`
 	Route         []string      `help:"Per-aggregate-type destination for broker sinks, e.g. merchant=merchant.audit (repeatable; default {aggregate_type}.events)." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
 	RouteLimit    []string      `help:"Limits of one route, replacing the sink URL's rate=, burst=, max_in_flight= for it, e.g. payment.events=rate=100/s,burst=20,max_in_flight=8 (repeatable; 0 lifts a limit)." env:"OUTBOX_ROUTE_LIMIT" placeholder:"ROUTE=LIMITS"`
@@ -84,27 +85,78 @@ func (c *RelayCmd) breakerConfig() (relay.BreakerConfig, error) {
 		OpenMax: c.BreakerOpenMax, Refresh: c.BreakerRefresh}, nil
 }
 
-// Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
-func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
-	if c.Config != "" || c.Check {
-		return c.destinationsFile(g)
-	}
-	g.secrets.addURL(c.Sink)
+// relayBase checks the flags every relay of the command shares and
+// returns the relay configuration they make, without a store, a sink or
+// an observer.
+func (c *RelayCmd) relayBase(g *Globals) (relay.Config, error) {
 	policy, err := relay.ParseFailurePolicy(c.OnFailure)
 	if err != nil {
-		return err
+		return relay.Config{}, err
 	}
 	if c.MaxRetries < 0 {
-		return fmt.Errorf("%w: --max-retries must be 0 or more, got %d", outbox.ErrInvalidConfig, c.MaxRetries)
+		return relay.Config{}, fmt.Errorf("%w: --max-retries must be 0 or more, got %d", outbox.ErrInvalidConfig, c.MaxRetries)
 	}
 	if !(c.FIFOShare > 0 && c.FIFOShare <= 1) {
-		return fmt.Errorf("%w: --fifo-share must be above 0 and at most 1 (e.g. 0.5: half of each claim in id order), got %v", outbox.ErrInvalidConfig, c.FIFOShare)
+		return relay.Config{}, fmt.Errorf("%w: --fifo-share must be above 0 and at most 1 (e.g. 0.5: half of each claim in id order), got %v", outbox.ErrInvalidConfig, c.FIFOShare)
 	}
-	routes, err := sink.ParseRouteOverrides(c.Route)
+	breaker, err := c.breakerConfig()
+	if err != nil {
+		return relay.Config{}, err
+	}
+	return relay.Config{
+		BatchSize:     c.Batch,
+		StrictFIFO:    c.StrictFIFO,
+		FIFOShare:     c.FIFOShare,
+		PollInterval:  c.PollInterval,
+		Linger:        c.Linger,
+		Lease:         c.Lease,
+		MaxRetries:    c.MaxRetries,
+		NoRetries:     c.MaxRetries == 0,
+		BackoffMin:    c.BackoffMin,
+		BackoffMax:    c.BackoffMax,
+		SweepInterval: c.SweepInterval,
+		Retention:     c.Retention,
+		PurgeAdopted:  c.PurgeAdopted,
+		OnFailure:     policy,
+		StopTimeout:   c.StopTimeout,
+		Logger:        g.logger,
+
+		MaxBatchesInFlight: c.InFlight,
+		Breaker:            breaker,
+	}, nil
+}
+
+// checkMigrated refuses a table that is missing or behind the latest
+// schema version; fix says what to run.
+func checkMigrated(ctx context.Context, st store.Store, table, fix string) error {
+	// A missing table first: reading the migration version of an outbox
+	// that was never migrated would create its version table.
+	if _, err := st.CountMovable(ctx, true); err != nil {
+		return err
+	}
+	if cur, latest, err := st.MigrationVersion(ctx); err != nil {
+		return err
+	} else if cur < latest {
+		return fmt.Errorf("table %s is at schema version %d of %d: %s", table, cur, latest, fix)
+	}
+	return nil
+}
+
+// Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
+func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
+	if c.Check {
+		return c.destinationsFile(g)
+	}
+	if c.Config != "" {
+		return c.runFanOut(ctx, g)
+	}
+	g.secrets.addURL(c.Sink)
+	base, err := c.relayBase(g)
 	if err != nil {
 		return err
 	}
-	breaker, err := c.breakerConfig()
+	policy := base.OnFailure
+	routes, err := sink.ParseRouteOverrides(c.Route)
 	if err != nil {
 		return err
 	}
@@ -135,15 +187,8 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer b.close()
-	// A missing table first: reading the migration version of an outbox
-	// that was never migrated would create its version table.
-	if _, err := b.store.CountMovable(ctx, true); err != nil {
+	if err := checkMigrated(ctx, b.store, g.Table, "run `outbox migrate` first"); err != nil {
 		return err
-	}
-	if cur, latest, err := b.store.MigrationVersion(ctx); err != nil {
-		return err
-	} else if cur < latest {
-		return fmt.Errorf("table %s is at schema version %d of %d: run `outbox migrate` first", g.Table, cur, latest)
 	}
 	if err := waitForSink(ctx, c.Sink, sk, c.StartWait, g.logger); err != nil {
 		return err
@@ -193,32 +238,9 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer stopTracing()
-	r, err := relay.New(relay.Config{
-		Observer:      observer,
-		Tracer:        tracer,
-		Store:         relayStore,
-		Sink:          sk,
-		RelayID:       c.RelayID,
-		BatchSize:     c.Batch,
-		StrictFIFO:    c.StrictFIFO,
-		FIFOShare:     c.FIFOShare,
-		PollInterval:  c.PollInterval,
-		Linger:        c.Linger,
-		Lease:         c.Lease,
-		MaxRetries:    c.MaxRetries,
-		NoRetries:     c.MaxRetries == 0,
-		BackoffMin:    c.BackoffMin,
-		BackoffMax:    c.BackoffMax,
-		SweepInterval: c.SweepInterval,
-		Retention:     c.Retention,
-		PurgeAdopted:  c.PurgeAdopted,
-		OnFailure:     policy,
-		StopTimeout:   c.StopTimeout,
-		Logger:        g.logger,
-
-		MaxBatchesInFlight: c.InFlight,
-		Breaker:            breaker,
-	})
+	rc := base
+	rc.Observer, rc.Tracer, rc.Store, rc.Sink, rc.RelayID = observer, tracer, relayStore, sk, c.RelayID
+	r, err := relay.New(rc)
 	if err != nil {
 		return err
 	}

@@ -1,41 +1,33 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/internal/destconfig"
 )
 
-// destinationsFile handles `outbox relay --config FILE`: with --check it
-// reads and checks the destinations file and prints its plan (exit 0) or
-// every problem (exit 1). Without --check it refuses: the relay cannot
-// deliver to the destinations of a file yet.
-//
-// The check does not read the table: no store query lists the
-// (event_type, aggregate_type) pairs of a table yet, so the plan shows
-// the routes only.
+// destinationsFile handles `outbox relay --config FILE --check`: it reads
+// and checks the destinations file and prints its plan and each
+// destination's table (exit 0) or every problem (exit 1). It opens no
+// database and no sink: the relay's start checks the event types already
+// in the table against the routes.
 func (c *RelayCmd) destinationsFile(g *Globals) error {
-	switch {
-	case c.Config == "":
+	if c.Config == "" {
 		return fmt.Errorf("%w: --check checks a destinations file: give it with --config FILE (see docs/DESTINATIONS.md)", outbox.ErrInvalidConfig)
-	case !c.Check:
-		return fmt.Errorf("%w: --config %s: delivery to the destinations of a file (fan-out) is not available yet; "+
-			"check the file with --config %s --check, and deliver with --sink URL, one relay per sink (see docs/DESTINATIONS.md)",
-			outbox.ErrInvalidConfig, c.Config, c.Config)
 	}
-	cfg, err := destconfig.Load(c.Config)
+	cfg, err := c.loadDestinations(g)
 	if err != nil {
-		fmt.Fprintln(g.stderr, g.secrets.redact(err.Error()))
-		var fe *destconfig.Error
-		if errors.As(err, &fe) {
-			return &exitError{code: 1, err: fmt.Errorf("destinations file %s refused: %d problem(s) to fix, listed above", c.Config, len(fe.Problems))}
-		}
-		return &exitError{code: 1, err: fmt.Errorf("destinations file %s could not be read", c.Config)}
+		return err
+	}
+	tables, err := cfg.Tables(g.Table)
+	if err != nil {
+		return fileRefused(g, c.Config, err)
 	}
 	fmt.Fprint(g.stdout, g.secrets.redact(cfg.Describe(nil)))
-	fmt.Fprintf(g.stdout, "%s: the file is valid. The event types already in the table are not checked yet; "+
-		"fan-out delivery to these destinations is not available yet: deliver with --sink.\n", c.Config)
+	fmt.Fprintf(g.stdout, "destination tables of outbox %s (create them with `outbox migrate --config %s`):\n", g.Table, c.Config)
+	for _, d := range cfg.Destinations {
+		fmt.Fprintf(g.stdout, "  %s: %s\n", d.Name, tables[d.Name])
+	}
+	fmt.Fprintf(g.stdout, "%s: the file is valid. The relay checks the event types already in the table when it starts.\n", c.Config)
 	return nil
 }

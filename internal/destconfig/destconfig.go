@@ -31,6 +31,8 @@ type Config struct {
 	// Routes are the routes in the order of the file: the first that
 	// matches an event decides where it goes.
 	Routes []Route
+	// RoutesLine is the line of routes:.
+	RoutesLine int
 	// Warnings are what the file does that is allowed but probably not
 	// meant: a destination no route uses.
 	Warnings []Problem
@@ -44,6 +46,10 @@ type Destination struct {
 	URL string
 	// Line is where the destination is defined.
 	Line int
+	// Table is the destination table named by table:, or "" for the
+	// default (see [Config.Tables]); TableLine is the line of table:.
+	Table     string
+	TableLine int
 }
 
 // RedactedURL is the destination's URL with its password and secret

@@ -14,12 +14,14 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/txoutbox/outbox/store"
 )
 
 // The keys of each mapping of the file.
 var (
 	fileKeys        = []string{"destinations", "routes"}
-	destinationKeys = []string{"url"}
+	destinationKeys = []string{"url", "table"}
 	routeKeys       = []string{"match", "to"}
 	matchKeys       = []string{"event_type", "aggregate_type"}
 )
@@ -139,6 +141,7 @@ func (p *parser) readRoot(root *yaml.Node, cfg *Config) {
 		p.fail(root.Line, `the file defines no destinations: add destinations:, e.g. destinations: { events: { url: "kafka://broker:9092" } }`)
 	}
 	if r, ok := f["routes"]; ok {
+		cfg.RoutesLine = r.key.Line
 		p.routes(r.value, cfg)
 	} else {
 		p.fail(root.Line, "the file has no routes: add routes:, e.g. routes: [ { match: {}, to: [events] } ]")
@@ -196,7 +199,7 @@ func (p *parser) destinations(n *yaml.Node, cfg *Config) {
 		}
 		what := "destination " + quote(name)
 		d := Destination{Name: name, Line: k.Line}
-		f, ok := p.fields(v, what, destinationKeys, "a destination has only url:")
+		f, ok := p.fields(v, what, destinationKeys, "a destination has only url: and table:")
 		if !ok {
 			p.fail(v.Line, `%s must be a mapping with url:, e.g. %s: { url: "kafka://broker:9092" }`, what, name)
 			continue
@@ -211,6 +214,16 @@ func (p *parser) destinations(n *yaml.Node, cfg *Config) {
 			d.URL = u.value.Value
 			if err := checkURL(d.URL); err != nil {
 				p.fail(u.value.Line, "%s: url: %s", what, err)
+			}
+		}
+		if t, ok := f["table"]; ok {
+			if t.value.Kind != yaml.ScalarNode || isNull(t.value) || t.value.Value == "" {
+				p.fail(t.value.Line, "%s: table: must be a table name such as payment_outbox_gateway", what)
+			} else {
+				d.Table, d.TableLine = t.value.Value, t.value.Line
+				if err := store.ValidateTable(d.Table); err != nil {
+					p.fail(t.value.Line, "%s: table: %s", what, err)
+				}
 			}
 		}
 		cfg.Destinations = append(cfg.Destinations, d)

@@ -21,18 +21,21 @@ func (t TypePair) String() string {
 // UnmatchedError names the type pairs of a table that no route matches.
 // It matches [outbox.ErrInvalidConfig].
 type UnmatchedError struct {
-	File  string
-	Pairs []TypePair
+	File string
+	// RoutesLine is the line of the file's routes:, where a route for
+	// them goes.
+	RoutesLine int
+	Pairs      []TypePair
 }
 
 func (e *UnmatchedError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: destinations file %s: no route matches %d type pair(s) of events already in the table:",
-		outbox.ErrInvalidConfig, e.File, len(e.Pairs))
+	fmt.Fprintf(&b, "%s: destinations file %s:%d: no route matches %d type pair(s) of events already in the table:",
+		outbox.ErrInvalidConfig, e.File, e.RoutesLine, len(e.Pairs))
 	for _, p := range e.Pairs {
 		b.WriteString("\n  " + p.String())
 	}
-	b.WriteString("\nadd a route for them, or a last route with match: {} for every other event")
+	fmt.Fprintf(&b, "\nadd a route for them under routes: (line %d), or a last route with match: {} for every other event", e.RoutesLine)
 	return b.String()
 }
 
@@ -50,7 +53,7 @@ func (c *Config) CheckTypes(types []TypePair) error {
 	if len(unmatched) == 0 {
 		return nil
 	}
-	return &UnmatchedError{File: c.File, Pairs: unmatched}
+	return &UnmatchedError{File: c.File, RoutesLine: c.RoutesLine, Pairs: unmatched}
 }
 
 // Describe returns the plan of the file, as `outbox relay --config FILE

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// fanOutFile is the seed's two legs: approvals to the gateway and to
+// Kafka, merchant events to Kafka only.
+func fanOutFile(t *testing.T, gatewayURL, kafkaAddr string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "destinations.yaml")
+	body := fmt.Sprintf(`destinations:
+  gateway: { url: %q }
+  events:  { url: %q }
+routes:
+  - match: { event_type: ApprovalRequested }
+    to: [gateway, events]
+  - match: { aggregate_type: merchant }
+    to: [events]
+`, gatewayURL+"/approve", "kafka://"+kafkaAddr)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// newKafka starts an in-process Kafka-protocol broker with the two topics.
+func newKafka(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "payment.events", "merchant.events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// kafkaRecord is one record read back: its topic, key and the payload's
+// aggregate and sequence.
+type kafkaRecord struct {
+	topic, key string
+	agg, seq   int
+}
+
+// readKafka reads the two topics from the start until it has want
+// records, or fails the test after a minute.
+func readKafka(t *testing.T, addr string, want int) []kafkaRecord {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("payment.events", "merchant.events"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var got []kafkaRecord
+	for len(got) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d Kafka records within a minute", len(got), want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var p struct{ Agg, Seq int }
+			if err := json.Unmarshal(r.Value, &p); err != nil {
+				t.Errorf("record %s/%d: payload %q: %v", r.Topic, r.Offset, r.Value, err)
+			}
+			got = append(got, kafkaRecord{r.Topic, string(r.Key), p.Agg, p.Seq})
+		})
+	}
+	return got
+}
+
+// merchantLines returns n merchant events over aggs aggregates, numbered
+// per aggregate as eventLines numbers the payments.
+func merchantLines(n, aggs int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, `{"aggregate_type":"merchant","aggregate_id":"m-%d","event_type":"MerchantUpdated","payload":{"agg":%d,"seq":%d}}`+"\n",
+			i%aggs, i%aggs, i/aggs)
+	}
+	return b.String()
+}
+
+// TestFanOutGatewayAndKafkaFromOneTable: one relay with a destinations
+// file delivers the approvals to an HTTP gateway and to Kafka, and the
+// merchant events to Kafka only, from one outbox table: every event at
+// every destination it is routed to, none elsewhere, in order per
+// aggregate at each destination.
+func TestFanOutGatewayAndKafkaFromOneTable(t *testing.T) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, table := bc.dsn(t), newTable()
+			const payments, paymentAggs, merchants, merchantAggs = 200, 10, 60, 4
+			gw := &gateway{}
+			srv := httptest.NewServer(gw)
+			defer srv.Close()
+			kafka := newKafka(t)
+			addr := kafka.ListenAddrs()[0]
+			file := fanOutFile(t, srv.URL, addr)
+
+			out := mustCLI(t, "", "migrate", "--db", dsn, "--table", table, "--config", file)
+			for _, tb := range []string{table, table + "_to_gateway", table + "_to_events"} {
+				if !strings.Contains(out, tb+": applied migrations") {
+					t.Fatalf("migrate --config did not create %s:\n%s", tb, out)
+				}
+			}
+			mustCLI(t, eventLines(payments, paymentAggs, "")+merchantLines(merchants, merchantAggs), "enqueue", "--db", dsn, "--table", table)
+			mustCLI(t, "", "relay", "--db", dsn, "--table", table, "--config", file, "--drain",
+				"--batch", "50", "--poll-interval", "10ms", "--progress", "0")
+
+			rs, _ := gw.snapshot()
+			if dups := checkDelivered(t, rs, payments, paymentAggs); dups != 0 {
+				t.Errorf("the gateway got %d repeats with no crash", dups)
+			}
+			recs := readKafka(t, addr, payments+merchants)
+			next := map[string]int{}
+			perTopic := map[string]int{}
+			for _, r := range recs {
+				k := r.topic + "/" + r.key
+				if r.seq != next[k] {
+					t.Fatalf("%s: got seq %d, want %d (order broken at Kafka)", k, r.seq, next[k])
+				}
+				next[k]++
+				perTopic[r.topic]++
+			}
+			if perTopic["payment.events"] != payments || perTopic["merchant.events"] != merchants {
+				t.Fatalf("Kafka got %v, want %d payment and %d merchant events", perTopic, payments, merchants)
+			}
+			for tb, want := range map[string]int{table: payments + merchants, table + "_to_gateway": payments, table + "_to_events": payments + merchants} {
+				if st := statusJSON(t, dsn, tb); count(st, "PROCESSED") != want {
+					t.Errorf("%s after the drain: %v, want %d PROCESSED", tb, st, want)
+				}
+			}
+		})
+	}
+}
+
+// TestFanOutUnroutedEvents: an event written while the relay runs whose
+// types no route matches ends FAILED with the reason (never dropped), and
+// holds nothing back at the destinations; a relay that starts with such
+// an event unfinished in the table refuses, naming the types and the line
+// of routes:.
+func TestFanOutUnroutedEvents(t *testing.T) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, table := bc.dsn(t), newTable()
+			gw := &gateway{}
+			srv := httptest.NewServer(gw)
+			defer srv.Close()
+			kafka := newKafka(t)
+			file := fanOutFile(t, srv.URL, kafka.ListenAddrs()[0])
+			mustCLI(t, "", "migrate", "--db", dsn, "--table", table, "--config", file)
+
+			cmd, logs := startRelay(t, "relay", "--db", dsn, "--table", table, "--config", file,
+				"--poll-interval", "10ms", "--progress", "0", "--max-retries", "3")
+			refund := `{"aggregate_type":"refund","aggregate_id":"r-1","event_type":"RefundIssued","payload":{"agg":0,"seq":0}}` + "\n"
+			mustCLI(t, refund+eventLines(1, 1, ""), "enqueue", "--db", dsn, "--table", table)
+			waitUntil(t, time.Minute, "the unrouted event FAILED and the approval at the gateway", func() bool {
+				rs, _ := gw.snapshot()
+				return count(statusJSON(t, dsn, table), "FAILED") == 1 && len(rs) == 1
+			}, logs)
+			out := mustCLI(t, "", "events", "list", "--db", dsn, "--table", table, "--status", "FAILED", "--json")
+			if !strings.Contains(out, "RefundIssued") || !strings.Contains(out, `has no route for event_type \"RefundIssued\", aggregate_type \"refund\"`) {
+				t.Fatalf("the FAILED event does not give the reason:\n%s", out)
+			}
+			_ = cmd.Process.Signal(os.Interrupt)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("relay stopped with %v\n%s", err, logs)
+			}
+
+			_, stderr, code := cli(t, "", "relay", "--db", dsn, "--table", table, "--config", file, "--drain")
+			if code != 1 || !strings.Contains(stderr, file+":4: no route matches 1 type pair(s)") ||
+				!strings.Contains(stderr, `event_type "RefundIssued", aggregate_type "refund"`) {
+				t.Fatalf("relay with an unrouted event in the table: exit %d\n%s", code, stderr)
+			}
+		})
+	}
+}
