@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func RunFanOut(t *testing.T, newHarness Factory) {
 		{"CopyKeepsSourceOrderAndIsDeliverable", testCopyOrder},
 		{"CopyIsIdempotent", testCopyIdempotent},
 		{"CopyRefusesAndIgnores", testCopyRefusesAndIgnores},
+		{"CopyTellsRelays", testCopyTellsRelays},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -266,6 +268,63 @@ func testCopyRefusesAndIgnores(t *testing.T, src, dst *Harness) {
 	}
 	if n := CountStatus(t, dst.Store, outbox.StatusPending); n != 1 {
 		t.Errorf("%d copies, want the 1 copied", n)
+	}
+}
+
+// testCopyTellsRelays: a copy that wrote events tells the destination's
+// relays as Enqueue does, where the store can (its EnqueueObserver and its
+// Listener); one that wrote nothing tells no observer.
+func testCopyTellsRelays(t *testing.T, src, dst *Harness) {
+	f := dst.Store.Features()
+	if f.EnqueueObserver == nil && f.Listener == nil {
+		t.Skip("the store declares no EnqueueObserver and no Listener: relays find copies by polling")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rows := rowIDs(t, src, Enqueue(t, src, PaymentEvent("tell", 1), PaymentEvent("tell", 2))...)
+	var calls atomic.Int64
+	if f.EnqueueObserver != nil {
+		defer f.EnqueueObserver.OnEnqueue(func() { calls.Add(1) })()
+	}
+	wakes := make(chan struct{}, 64)
+	done := make(chan error, 1)
+	if f.Listener != nil {
+		go func() {
+			done <- f.Listener.Listen(ctx, func() {
+				select {
+				case wakes <- struct{}{}:
+				default:
+				}
+			})
+		}()
+		awaitWake(t, wakes, done, "once listening")
+		for len(wakes) > 0 { // wake-ups from before the copy are not the one awaited
+			<-wakes
+		}
+	}
+	copyEvents(t, src, dst, rows[:1], 1)
+	if f.EnqueueObserver != nil && calls.Load() != 1 {
+		t.Errorf("observer ran %d times for one copy that wrote an event, want 1", calls.Load())
+	}
+	if f.Listener != nil {
+		awaitWake(t, wakes, done, "after a copy committed")
+	}
+	copyEvents(t, src, dst, rows[:1], 0)
+	if f.EnqueueObserver != nil && calls.Load() != 1 {
+		t.Errorf("observer ran %d times after a copy that wrote nothing, want 1 (from before)", calls.Load())
+	}
+}
+
+// awaitWake waits for a wake-up of a Listener (wakes) until 30 s pass or
+// Listen returns (done).
+func awaitWake(t testing.TB, wakes <-chan struct{}, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case <-wakes:
+	case err := <-done:
+		t.Fatalf("Listen returned %v before a wake-up %s", err, what)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no wake-up %s within 30s", what)
 	}
 }
 
