@@ -12,7 +12,7 @@
 {{define "fanout.lock_aggregates"}}SELECT pg_advisory_xact_lock(hashtext($1), hashtext(x.k)) FROM (
     SELECT DISTINCT s.aggregate_type || chr(31) || s.aggregate_id AS k FROM "{{.From}}" s
     WHERE s.id = ANY($2::bigint[])
-      AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" d WHERE d.event_id = s.event_id)
+      AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" d WHERE d.event_id = s.event_id::uuid)
 ) x ORDER BY x.k COLLATE "C"{{end}}
 
 -- fanout.copy writes the rows of From with ids $1 that this table
@@ -20,14 +20,17 @@
 -- insert trigger (migration 10) locks each row's aggregate, numbers it
 -- (aggregate_seq), gives it its lane and hold, and draws its id, in that
 -- order. ON CONFLICT covers a copy that committed the same event between
--- the NOT EXISTS and the insert (with Config.NoAggregateLock).
+-- the NOT EXISTS and the insert (with Config.NoAggregateLock). The casts
+-- are enqueue.head's: a table adopted with other column types (jsonb,
+-- text) is copied from and into as Enqueue writes it; a json column's text
+-- is kept byte for byte.
 {{define "fanout.copy"}}INSERT INTO "{{.Outbox}}" (event_id, aggregate_type, aggregate_id, event_type, payload, headers, on_expired,
     created_at, expires_at, available_at)
-SELECT s.event_id, s.aggregate_type, s.aggregate_id, s.event_type, s.payload, s.headers, s.on_expired,
-    s.created_at, s.expires_at, now()
+SELECT s.event_id::uuid, s.aggregate_type::text, s.aggregate_id::text, s.event_type::text, s.payload::text::json,
+    s.headers::text::json, s.on_expired::text::json, s.created_at::timestamptz, s.expires_at::timestamptz, now()
 FROM "{{.From}}" s
 WHERE s.id = ANY($1::bigint[])
-  AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" d WHERE d.event_id = s.event_id)
+  AND NOT EXISTS (SELECT 1 FROM "{{.Outbox}}" d WHERE d.event_id = s.event_id::uuid)
 ORDER BY s.id
 ON CONFLICT (event_id) DO NOTHING{{end}}
 
