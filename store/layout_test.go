@@ -33,6 +33,7 @@ var backendSteps = []string{
 	"routes.go",   // the circuit breaker's stored state
 	"admin.go",    // the operator: stats, list, requeue, skip, purge
 	"snapshot.go", // the metrics' snapshot
+	"fanout.go",   // the fan-out: copies into a destination's table, event types
 	"overdue.go",  // events past their due time, for alerts
 	"queries.go",  // the backend's SQL, rendered with the table names
 	"tx.go",       // how transactions run and are retried

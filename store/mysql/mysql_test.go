@@ -94,9 +94,11 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 			}
 			return s2
 		},
-		Scale: scale(),
-		SQL:   db,
-		Table: s.Table(),
+		// Another table on the same database, for the fan-out's copies.
+		NewTable: func(t *testing.T) *storetest.Harness { return newHarness(t) },
+		Scale:    scale(),
+		SQL:      db,
+		Table:    s.Table(),
 		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, EnqueueObserver: true,
 			GaugeLeaser: true, AdoptionReporter: true},
 	}

@@ -60,6 +60,8 @@ type queries struct {
 	// The fixed heads of the producer's multi-row inserts (enqueue.go),
 	// whose VALUES lists are written per call from placeholders.
 	enqueueHead, lockAggregatesHead, lockAggregatesTail string
+	// eventTypes counts the unfinished events by type (fanout.go).
+	eventTypes string
 }
 
 // sqlDialect is MySQL's dialect, for the SQL the backends share (lanes,
@@ -154,6 +156,7 @@ func buildQueries(t store.Tables) queries {
 		enqueueHead:           render("enqueue.head"),
 		lockAggregatesHead:    render("enqueue.lock_aggregates_head"),
 		lockAggregatesTail:    render("enqueue.lock_aggregates_tail"),
+		eventTypes:            render("fanout.event_types"),
 	}
 }
 

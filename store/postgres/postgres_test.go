@@ -102,10 +102,12 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 			}
 			return s2
 		},
-		Scale: scale(),
-		SQL:   db,
-		Table: table,
-		Bind:  pgtest.DollarPlaceholders,
+		// Another table on the same database, for the fan-out's copies.
+		NewTable: func(t *testing.T) *storetest.Harness { return newHarness(t) },
+		Scale:    scale(),
+		SQL:      db,
+		Table:    table,
+		Bind:     pgtest.DollarPlaceholders,
 		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, Listener: true, EnqueueObserver: true,
 			CursorGuard: true, GaugeLeaser: true, AdoptionReporter: true},
 	}

@@ -111,6 +111,8 @@ type queries struct {
 	// outboxName is the quoted outbox table as a regclass text, a bind
 	// parameter of the analyze check; analyze analyzes the table.
 	outboxName, analyze, analyzeStale string
+	// eventTypes counts the unfinished events by type (fanout.go).
+	eventTypes string
 }
 
 // render renders a statement with the table names.
@@ -168,5 +170,6 @@ func buildQueries(t store.Tables) queries {
 		outboxName:          stmt("analyze.outbox_name"),
 		analyze:             stmt("analyze.outbox"),
 		analyzeStale:        stmt("analyze.stale"),
+		eventTypes:          stmt("fanout.event_types"),
 	}
 }

@@ -26,8 +26,13 @@ func (x sqlTx) Commit(context.Context) error   { return x.tx.Commit() }
 func (x sqlTx) Rollback(context.Context) error { return x.tx.Rollback() }
 
 func newConformanceHarness(t testing.TB) *storetest.Harness {
+	return newConformanceHarnessAt(t, filepath.Join(t.TempDir(), "outbox.db"))
+}
+
+// newConformanceHarnessAt is newConformanceHarness on a new table of the
+// database file path.
+func newConformanceHarnessAt(t testing.TB, path string) *storetest.Harness {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "outbox.db")
 	table := storetest.TableName("lite")
 	s, err := sqlite.Open(ctx, "sqlite://"+path, sqlite.Config{Table: table})
 	if err != nil {
@@ -69,6 +74,8 @@ func newConformanceHarness(t testing.TB) *storetest.Harness {
 			}
 			return s2
 		},
+		// Another table in the same file, for the fan-out's copies.
+		NewTable:     func(t *testing.T) *storetest.Harness { return newConformanceHarnessAt(t, path) },
 		SingleWriter: true,
 		// The relay's writers queue for the write lock in Go and hand it on
 		// at once, while the application's transactions poll for it in

@@ -56,6 +56,8 @@ type queries struct {
 	// whose VALUES rows are written per call from placeholders and fixed
 	// expressions; eventExists tells whether event ? exists.
 	enqueueHead, eventExists string
+	// eventTypes counts the unfinished events by type (fanout.go).
+	eventTypes string
 
 	// The schema inspection (migrate.go), the metrics (snapshot.go,
 	// overdue.go), the clock and the database file (store.go, tx.go).
@@ -149,6 +151,7 @@ func buildQueries(t store.Tables) queries {
 		purgeEvents:         stmt("admin.purge_events"),
 		enqueueHead:         stmt("enqueue.head"),
 		eventExists:         stmt("compensate.event_exists"),
+		eventTypes:          stmt("fanout.event_types"),
 		countUnfinished:     stmt("migrate.count_unfinished"),
 		columnsOf:           stmt("migrate.columns_of"),
 		snapshot:            stmt("snapshot.figures"),

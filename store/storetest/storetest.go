@@ -39,6 +39,10 @@ type Harness struct {
 	// NewStore opens a second Store on the same tables with another
 	// configuration (for limits); nil if not supported.
 	NewStore func(t *testing.T, limits outbox.Limits) store.Store
+	// NewTable returns a harness on another new, migrated outbox table of
+	// the same database (and schema), for the fan-out's copies from one
+	// table into another (RunFanOut); nil if not supported.
+	NewTable func(t *testing.T) *Harness
 	// SingleWriter: the database serializes write transactions (SQLite),
 	// so producers cannot hold several open at once.
 	SingleWriter bool
@@ -85,6 +89,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
+	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
