@@ -167,6 +167,8 @@ func TestFanOutUnroutedEvents(t *testing.T) {
 
 			cmd, logs := startRelay(t, "relay", "--db", dsn, "--table", table, "--config", file,
 				"--poll-interval", "10ms", "--progress", "0", "--max-retries", "3")
+			// Written once the relay has checked the table's types: new events.
+			waitUntil(t, time.Minute, "the relay to start", func() bool { return strings.Contains(logs.String(), "relay configured") }, logs)
 			refund := `{"aggregate_type":"refund","aggregate_id":"r-1","event_type":"RefundIssued","payload":{"agg":0,"seq":0}}` + "\n"
 			mustCLI(t, refund+eventLines(1, 1, ""), "enqueue", "--db", dsn, "--table", table)
 			waitUntil(t, time.Minute, "the unrouted event FAILED and the approval at the gateway", func() bool {

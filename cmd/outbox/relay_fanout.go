@@ -205,13 +205,15 @@ func runLegs(ctx context.Context, legs []fanOutLeg, f func(*relay.Relay, context
 	eg, ctx := errgroup.WithContext(ctx)
 	for _, l := range legs {
 		eg.Go(func() error {
-			if err := f(l.relay, ctx); err != nil && !errors.Is(err, context.Canceled) {
-				if l.name == "" {
-					return fmt.Errorf("router: %w", err)
-				}
+			err := f(l.relay, ctx)
+			switch {
+			case err == nil:
+				return nil
+			case l.name == "":
+				return fmt.Errorf("router: %w", err)
+			default:
 				return fmt.Errorf("destination %s: %w", l.name, err)
 			}
-			return ctx.Err()
 		})
 	}
 	return eg.Wait()
@@ -221,12 +223,20 @@ func runLegs(ctx context.Context, legs []fanOutLeg, f func(*relay.Relay, context
 // the destinations' relays deliver, then drains each destination table.
 func drainFanOut(ctx context.Context, router *relay.Relay, legs []fanOutLeg) error {
 	runCtx, stopRuns := context.WithCancel(ctx)
+	routeCtx, stopRouting := context.WithCancel(ctx)
+	defer stopRouting()
 	runs := make(chan error, 1)
-	go func() { runs <- runLegs(runCtx, legs, (*relay.Relay).Run) }()
-	err := router.Drain(ctx)
+	go func() {
+		err := runLegs(runCtx, legs, (*relay.Relay).Run)
+		if err != nil {
+			stopRouting() // a destination's relay failed: the drain cannot finish
+		}
+		runs <- err
+	}()
+	err := router.Drain(routeCtx)
 	stopRuns()
-	if rerr := <-runs; err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
-		err = rerr
+	if rerr := <-runs; rerr != nil {
+		return rerr
 	}
 	if err != nil {
 		return fmt.Errorf("router: %w", err)
