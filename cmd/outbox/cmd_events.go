@@ -120,7 +120,10 @@ func (c *EventsShowCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer b.close()
-	return ShowEvent(ctx, g.stdout, b.store, id, c.JSON)
+	if g.Config == "" {
+		return ShowEvent(ctx, g.stdout, b.store, id, c.JSON)
+	}
+	return c.showAtDestinations(ctx, g, b.store, id)
 }
 
 // ShowEvent prints an event and its attempts, as `outbox events show` does.
@@ -134,15 +137,13 @@ func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventI
 		return err
 	}
 	if asJSON {
-		m := recordJSON(r)
-		list := make([]map[string]any, 0, len(atts))
-		for _, a := range atts {
-			list = append(list, map[string]any{"attempt": a.Attempt, "relay_id": a.RelayID, "claim_token": a.ClaimToken,
-				"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error, "trace_id": a.TraceID})
-		}
-		m["attempts"] = list
-		return json.NewEncoder(w).Encode(m)
+		return json.NewEncoder(w).Encode(eventJSON(r, atts))
 	}
+	return printEvent(w, r, atts)
+}
+
+// printEvent prints an event and its attempts as text.
+func printEvent(w io.Writer, r store.Record, atts []store.Attempt) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "event\t%s (row %d)\n", r.EventID, r.ID)
 	fmt.Fprintf(tw, "aggregate\t%s/%s\n", r.AggregateType, r.AggregateID)
@@ -177,6 +178,19 @@ func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventI
 			a.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), trace, a.Error)
 	}
 	return tw.Flush()
+}
+
+// eventJSON is an event and its attempts as `outbox events show --json`
+// prints them.
+func eventJSON(r store.Record, atts []store.Attempt) map[string]any {
+	m := recordJSON(r)
+	list := make([]map[string]any, 0, len(atts))
+	for _, a := range atts {
+		list = append(list, map[string]any{"attempt": a.Attempt, "relay_id": a.RelayID, "claim_token": a.ClaimToken,
+			"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error, "trace_id": a.TraceID})
+	}
+	m["attempts"] = list
+	return m
 }
 
 func actorName(flag string) string {

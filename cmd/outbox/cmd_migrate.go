@@ -21,16 +21,15 @@ type MigrateCmd struct {
 	Adopt         bool   `help:"Upgrade an existing table of that name (the team's own outbox) in place, keeping its rows." env:"-"`
 	AggregateType string `help:"With --adopt: the aggregate_type of the existing rows, and the column's default." placeholder:"TYPE" env:"-"`
 	DryRun        bool   `help:"Print the exact SQL that would run (migrate, --adopt or --down) and change nothing." env:"-"`
-	Config        string `help:"A destinations file (docs/DESTINATIONS.md): also create or upgrade the table of each of its destinations (with migrate, --dry-run, --status or --check)." env:"OUTBOX_CONFIG" placeholder:"FILE"`
 	cdcNames
 }
 
 // Run applies the migrations.
 func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
-	if err := c.validate(); err != nil {
+	if err := c.validate(g); err != nil {
 		return err
 	}
-	if c.Config != "" {
+	if g.Config != "" {
 		return c.withDestinations(ctx, g)
 	}
 	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
@@ -81,7 +80,7 @@ func (c *MigrateCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
-func (c *MigrateCmd) validate() error {
+func (c *MigrateCmd) validate(g *Globals) error {
 	modes := 0
 	for _, on := range []bool{c.Status, c.Check, c.Adopt, c.Down} {
 		if on {
@@ -95,8 +94,8 @@ func (c *MigrateCmd) validate() error {
 		return fmt.Errorf("%w: --aggregate-type goes with --adopt", outbox.ErrInvalidConfig)
 	case c.DryRun && (c.Status || c.Check):
 		return fmt.Errorf("%w: --dry-run goes with migrate, --adopt or --down", outbox.ErrInvalidConfig)
-	case c.Config != "" && (c.Adopt || c.Down):
-		return fmt.Errorf("%w: --config goes with migrate, --dry-run, --status or --check; adopt or drop one table at a time with --table", outbox.ErrInvalidConfig)
+	case g.Config != "" && (c.Adopt || c.Down):
+		return fmt.Errorf("%w: --config (or OUTBOX_CONFIG) goes with migrate, --dry-run, --status or --check; adopt or drop one table at a time with --table, without --config", outbox.ErrInvalidConfig)
 	}
 	return nil
 }
@@ -207,23 +206,22 @@ func printSQL(w io.Writer, stmts []string) {
 // withDestinations runs the command on the outbox table, then on the
 // table of each destination of the --config file, in the file's order.
 func (c *MigrateCmd) withDestinations(ctx context.Context, g *Globals) error {
-	cfg, err := destconfig.Load(c.Config)
+	cfg, err := destconfig.Load(g.Config)
 	if err != nil {
-		return fileRefused(g, c.Config, err)
+		return fileRefused(g, g.Config, err)
 	}
 	tables, err := cfg.Tables(g.Table)
 	if err != nil {
-		return fileRefused(g, c.Config, err)
+		return fileRefused(g, g.Config, err)
 	}
-	one := *c
-	one.Config = ""
-	if err := one.Run(ctx, g); err != nil {
-		return err
-	}
-	for _, d := range cfg.Destinations {
+	for i, table := range append([]string{g.Table}, destTables(cfg, tables)...) {
 		gd := *g
-		gd.Table = tables[d.Name]
-		if err := one.Run(ctx, &gd); err != nil {
+		gd.Config, gd.Table = "", table
+		if err := c.Run(ctx, &gd); err != nil {
+			if i == 0 {
+				return err
+			}
+			d := cfg.Destinations[i-1]
 			return fmt.Errorf("destination %s: %w", d.Name, err)
 		}
 	}

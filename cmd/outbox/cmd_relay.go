@@ -18,8 +18,7 @@ import (
 
 // RelayCmd runs the relay.
 type RelayCmd struct {
-	Config        string        `help:"A destinations file (docs/DESTINATIONS.md): deliver each event to the destinations its route names, each through a table of its own (create them with outbox migrate --config FILE). Instead of --sink." env:"OUTBOX_CONFIG" placeholder:"FILE"`
-	Check         bool          `help:"With --config: check the destinations file, print its plan and its destination tables and exit (0 if valid, 1 otherwise); no database or sink is opened."`
+	Check         bool          `help:"With --config FILE: check the destinations file, print its plan and its destination tables and exit (0 if valid, 1 otherwise); no database or sink is opened."`
 	Sink          string        `help:"Where to deliver: http(s)://host/path, kafka://, nats://, amqp://, redis://, stdout:// or discard://." env:"OUTBOX_SINK" placeholder:"URL"`
 	Route         []string      `help:"Per-aggregate-type destination for broker sinks, e.g. merchant=merchant.audit (repeatable; default {aggregate_type}.events)." env:"OUTBOX_ROUTE" placeholder:"TYPE=DEST"`
 	RouteLimit    []string      `help:"Limits of one route, replacing the sink URL's rate=, burst=, max_in_flight= for it, e.g. payment.events=rate=100/s,burst=20,max_in_flight=8 (repeatable; 0 lifts a limit)." env:"OUTBOX_ROUTE_LIMIT" placeholder:"ROUTE=LIMITS"`
@@ -147,7 +146,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Check {
 		return c.destinationsFile(g)
 	}
-	if c.Config != "" {
+	if g.Config != "" {
 		return c.runFanOut(ctx, g)
 	}
 	g.secrets.addURL(c.Sink)

@@ -38,6 +38,10 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	dests, err := g.readDestinationStatus(ctx, c.OnFailure == "block")
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		out := map[string]any{}
 		if hasPos {
@@ -68,6 +72,13 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 				"failed_event_id": a.FailedEventID.String(), "waiting": a.Waiting})
 		}
 		out["blocked"] = blocked
+		if dests != nil {
+			byName := map[string]any{}
+			for _, d := range dests {
+				byName[d.name] = d.json()
+			}
+			out["destinations"] = byName
+		}
 		enc := json.NewEncoder(g.stdout)
 		return enc.Encode(out)
 	}
@@ -113,6 +124,12 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	for _, a := range st.BlockedAggregates {
 		fmt.Fprintf(g.stdout, "  %s/%s: %d events wait behind FAILED event %s (outbox events retry|skip %s)\n",
 			a.AggregateType, a.AggregateID, a.Waiting, a.FailedEventID, a.FailedEventID)
+	}
+	if dests != nil {
+		fmt.Fprintf(g.stdout, "destinations (%s; each one's events: outbox status --config %s --destination NAME):\n", g.Config, g.Config)
+		for _, d := range dests {
+			fmt.Fprintf(g.stdout, "  %s\n", d.line())
+		}
 	}
 	return nil
 }

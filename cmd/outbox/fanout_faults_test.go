@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,15 +186,12 @@ func TestFanOutPoisonEventAtOneDestination(t *testing.T) {
 			dsn, table := bc.dsn(t), newTable()
 			const total, aggs = 100, 5 // tx-1 has seq 0..19; seq 3 is the poison
 			poison := `"agg":1,"seq":3`
-			var mu sync.Mutex
-			var body []string
+			var refusing atomic.Bool
+			refusing.Store(true)
 			gw := &gateway{}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				b, _ := io.ReadAll(r.Body)
-				if strings.Contains(string(b), poison) {
-					mu.Lock()
-					body = append(body, string(b))
-					mu.Unlock()
+				if refusing.Load() && strings.Contains(string(b), poison) {
 					w.WriteHeader(http.StatusUnprocessableEntity)
 					return
 				}
@@ -229,6 +227,45 @@ func TestFanOutPoisonEventAtOneDestination(t *testing.T) {
 			}
 			if st := statusJSON(t, dsn, table); count(st, "PROCESSED") != total {
 				t.Errorf("outbox table: %v, want all %d routed (PROCESSED)", st, total)
+			}
+
+			// What the operator sees: status per destination, and the
+			// event's delivery at each destination.
+			out := mustCLI(t, "", "status", "--db", dsn, "--table", table, "--config", file)
+			if want := fmt.Sprintf("gateway (%s_to_gateway): PENDING 0 PROCESSED %d FAILED 1 BLOCKED %d, dead letters 1, blocked aggregates 1", table, total-total/aggs+3, total/aggs-4); !strings.Contains(out, want) {
+				t.Errorf("status --config does not show the gateway's figures %q:\n%s", want, out)
+			}
+			failed := mustCLI(t, "", "events", "list", "--db", dsn, "--table", table, "--config", file, "--destination", "gateway", "--status", "FAILED", "--json")
+			var ev struct {
+				EventID string `json:"event_id"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(failed)), &ev); err != nil || ev.EventID == "" {
+				t.Fatalf("events list --destination gateway --status FAILED: %q: %v", failed, err)
+			}
+			show := mustCLI(t, "", "events", "show", ev.EventID, "--db", dsn, "--table", table, "--config", file, "--json")
+			var shown struct {
+				Status       string
+				Destinations map[string]struct{ Status *string }
+			}
+			if err := json.Unmarshal([]byte(show), &shown); err != nil {
+				t.Fatal(err)
+			}
+			if shown.Status != "PROCESSED" || shown.Destinations["gateway"].Status == nil || *shown.Destinations["gateway"].Status != "FAILED" ||
+				shown.Destinations["events"].Status == nil || *shown.Destinations["events"].Status != "PROCESSED" {
+				t.Fatalf("events show --config: want routed, FAILED at the gateway and PROCESSED at events:\n%s", show)
+			}
+
+			// The operator retries it at the gateway once it accepts it:
+			// the aggregate moves on there, and Kafka gets nothing again.
+			refusing.Store(false)
+			mustCLI(t, "", "events", "retry", ev.EventID, "--db", dsn, "--table", table, "--config", file, "--destination", "gateway", "--reason", "gateway fixed")
+			mustCLI(t, "", "relay", "--db", dsn, "--table", table, "--config", file, "--drain", "--poll-interval", "10ms", "--progress", "0")
+			rs, _ = gw.snapshot()
+			if dups := checkDelivered(t, rs, total, aggs); dups != 0 {
+				t.Errorf("the gateway got %d repeats", dups)
+			}
+			if st := statusJSON(t, dsn, table+"_to_events"); count(st, "PROCESSED") != total {
+				t.Errorf("events table after the retry: %v", st)
 			}
 		})
 	}

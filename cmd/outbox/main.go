@@ -28,6 +28,9 @@ type Globals struct {
 	Table     string `help:"Outbox table name." default:"outbox_events" env:"OUTBOX_TABLE"`
 	LogLevel  string `help:"Log level: debug, info, warn, error." default:"info" env:"OUTBOX_LOG_LEVEL" enum:"debug,info,warn,error"`
 	LogFormat string `help:"Log format: text or json." default:"text" env:"OUTBOX_LOG_FORMAT" enum:"text,json"`
+	// Config and Destination: see destinations.go.
+	Config      string `help:"A destinations file (docs/DESTINATIONS.md): relay delivers to its destinations, migrate creates their tables, status and events show report each destination." env:"OUTBOX_CONFIG" placeholder:"FILE"`
+	Destination string `help:"With --config: status, events and routes act on this destination's table (its delivery state) instead of the outbox table." env:"OUTBOX_DESTINATION" placeholder:"NAME"`
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -105,6 +108,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cli.Globals.stdin, cli.Globals.stdout, cli.Globals.stderr = stdin, stdout, stderr
 	cli.Globals.secrets = sec
 	cli.Globals.logger = newLogger(stderr, cli.LogLevel, cli.LogFormat, sec)
+
+	if err := cli.Globals.selectDestination(kctx.Command()); err != nil {
+		fmt.Fprintf(stderr, "outbox: %s\n", sec.redact(err.Error()))
+		return 2
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -12,7 +12,7 @@ import (
 // database and no sink: the relay's start checks the event types already
 // in the table against the routes.
 func (c *RelayCmd) destinationsFile(g *Globals) error {
-	if c.Config == "" {
+	if g.Config == "" {
 		return fmt.Errorf("%w: --check checks a destinations file: give it with --config FILE (see docs/DESTINATIONS.md)", outbox.ErrInvalidConfig)
 	}
 	cfg, err := c.loadDestinations(g)
@@ -21,13 +21,13 @@ func (c *RelayCmd) destinationsFile(g *Globals) error {
 	}
 	tables, err := cfg.Tables(g.Table)
 	if err != nil {
-		return fileRefused(g, c.Config, err)
+		return fileRefused(g, g.Config, err)
 	}
 	fmt.Fprint(g.stdout, g.secrets.redact(cfg.Describe(nil)))
-	fmt.Fprintf(g.stdout, "destination tables of outbox %s (create them with `outbox migrate --config %s`):\n", g.Table, c.Config)
+	fmt.Fprintf(g.stdout, "destination tables of outbox %s (create them with `outbox migrate --config %s`):\n", g.Table, g.Config)
 	for _, d := range cfg.Destinations {
 		fmt.Fprintf(g.stdout, "  %s: %s\n", d.Name, tables[d.Name])
 	}
-	fmt.Fprintf(g.stdout, "%s: the file is valid. The relay checks the event types already in the table when it starts.\n", c.Config)
+	fmt.Fprintf(g.stdout, "%s: the file is valid. The relay checks the event types already in the table when it starts.\n", g.Config)
 	return nil
 }

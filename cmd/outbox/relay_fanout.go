@@ -21,9 +21,9 @@ import (
 // loadDestinations reads the --config file; a file with problems prints
 // every one to stderr and ends the command with exit code 1.
 func (c *RelayCmd) loadDestinations(g *Globals) (*destconfig.Config, error) {
-	cfg, err := destconfig.Load(c.Config)
+	cfg, err := destconfig.Load(g.Config)
 	if err != nil {
-		return nil, fileRefused(g, c.Config, err)
+		return nil, fileRefused(g, g.Config, err)
 	}
 	for _, d := range cfg.Destinations {
 		g.secrets.addURL(d.URL)
@@ -89,7 +89,7 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	}
 	tables, err := cfg.Tables(g.Table)
 	if err != nil {
-		return fileRefused(g, c.Config, err)
+		return fileRefused(g, g.Config, err)
 	}
 	base, err := c.relayBase(g)
 	if err != nil {
@@ -107,7 +107,7 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if err := checkEventTypes(ctx, b.store, cfg); err != nil {
-		return fileRefused(g, c.Config, err)
+		return fileRefused(g, g.Config, err)
 	}
 
 	var dests []fanout.Destination
@@ -119,7 +119,7 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 			return err
 		}
 		defer db.close()
-		if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", c.Config)); err != nil {
+		if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", g.Config)); err != nil {
 			return fmt.Errorf("destination %s: %w", d.Name, err)
 		}
 		sk, err := openSinkLimited(ctx, d.URL, nil, sinkOptions{Logger: g.logger, Table: table})
@@ -158,7 +158,7 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	for _, l := range legs {
 		names = append(names, l.name+" ("+l.table+", "+redactURL(destURL(cfg, l.name))+")")
 	}
-	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "config", c.Config, "destinations", strings.Join(names, "; "))
+	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "config", g.Config, "destinations", strings.Join(names, "; "))
 	all := append([]fanOutLeg{{table: g.Table, relay: rr}}, legs...)
 	stopProgress := c.reportFanOutProgress(ctx, g.logger, all)
 	defer stopProgress()
