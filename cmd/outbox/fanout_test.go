@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txoutbox/outbox/internal/testenv"
 )
 
 // fanOutFile is the seed's two legs: approvals to the gateway and to
@@ -190,5 +194,95 @@ func TestFanOutUnroutedEvents(t *testing.T) {
 				t.Fatalf("relay with an unrouted event in the table: exit %d\n%s", code, stderr)
 			}
 		})
+	}
+}
+
+// TestFanOutMetricsPerDestination: with --admin, a relay with a
+// destinations file serves one set of metrics per relay, labelled with
+// its destination (empty for the router, which delivers into the
+// destinations' tables).
+func TestFanOutMetricsPerDestination(t *testing.T) {
+	dsn, table := "sqlite://"+filepath.Join(t.TempDir(), "outbox.db"), newTable()
+	gw := &gateway{}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	kafka := newKafka(t)
+	file := fanOutFile(t, srv.URL, kafka.ListenAddrs()[0])
+	mustCLI(t, "", "migrate", "--db", dsn, "--table", table, "--config", file)
+	port := testenv.FreePorts(t, 1)[0]
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	relay, logs := startRelay(t, "relay", "--db", dsn, "--table", table, "--config", file, "--poll-interval", "10ms",
+		"--progress", "0", "--admin", addr, "--gauge-interval", "100ms")
+	mustCLI(t, eventLines(10, 2, "")+merchantLines(4, 1), "enqueue", "--db", dsn, "--table", table)
+	want := []string{
+		`outbox_deliveries_total{destination="gateway",outcome="delivered",route=`,
+		`outbox_deliveries_total{destination="events",outcome="delivered",route="payment.events"} 10`,
+		`outbox_deliveries_total{destination="events",outcome="delivered",route="merchant.events"} 4`,
+		`outbox_deliveries_total{destination="",outcome="delivered",`,
+	}
+	var body string
+	waitUntil(t, time.Minute, "the deliveries in /metrics with their destinations", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	}, logs)
+	if !strings.Contains(body, `outbox_events{destination="gateway",status="PROCESSED"}`) {
+		t.Errorf("no gauge of the gateway's table in /metrics:\n%s", grepLines(body, "outbox_events{"))
+	}
+	_ = relay.Process.Signal(os.Interrupt)
+	if err := relay.Wait(); err != nil {
+		t.Fatalf("relay stopped with %v\n%s", err, logs)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestDestinationFlagRefusals: --destination needs the file that defines
+// it, a name the file defines, and a command that acts on one table.
+func TestDestinationFlagRefusals(t *testing.T) {
+	file := fanOutFile(t, "http://gateway.example", "127.0.0.1:1")
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--db", db, "--destination", "gateway"}, "--destination gateway needs the destinations file that defines it: give --config FILE"},
+		{[]string{"status", "--db", db, "--config", file, "--destination", "ledger"}, "--destination ledger is not a destination of " + file + " (it defines gateway, events)"},
+		{[]string{"relay", "--db", db, "--config", file, "--destination", "gateway"}, "--destination goes with status, events, routes, not with relay"},
+		{[]string{"migrate", "--db", db, "--config", file, "--adopt"}, "--config (or OUTBOX_CONFIG) goes with migrate, --dry-run, --status or --check"},
+	} {
+		_, errOut, code := cli(t, "", tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("outbox %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+	}
+	out := mustCLI(t, "", "migrate", "--db", db, "--config", file)
+	out += mustCLI(t, "", "migrate", "--db", db, "--config", file, "--status")
+	for _, want := range []string{"outbox_events_to_gateway: applied migrations", "outbox_events_to_events: schema version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("migrate --config lacks %q:\n%s", want, out)
+		}
+	}
+	if out := mustCLI(t, "", "status", "--db", db, "--config", file, "--destination", "events"); !strings.Contains(out, "outbox_events_to_events") {
+		t.Errorf("status --destination events does not report its table:\n%s", out)
 	}
 }

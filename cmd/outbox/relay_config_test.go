@@ -58,8 +58,9 @@ routes:
 		"events   amqp://app:xxxxx@rabbit:5672/?exchange=outbox  (line 3; route 1, 2)",
 		"1. event_type ApprovalRequested -> gateway, events  (line 5)",
 		"2. every event -> events  (line 7)",
+		"gateway: outbox_events_to_gateway",
+		"events: outbox_events_to_events",
 		path + ": the file is valid.",
-		"not checked yet", "--sink",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
@@ -108,24 +109,34 @@ func TestRelayConfigCheckOfAMissingFile(t *testing.T) {
 	}
 }
 
-func TestRelayConfigWithoutCheckIsRefused(t *testing.T) {
+// TestRelayConfigRefusesTheFlagsItReplaces: with a destinations file,
+// the flags that say where events go (or that a relay with a file does not
+// support yet) are refused with what to do instead, before any database is
+// opened; OUTBOX_CONFIG counts as --config.
+func TestRelayConfigRefusesTheFlagsItReplaces(t *testing.T) {
 	path := writeDestinationsFile(t, "destinations: { d: { url: \"discard://\" } }\nroutes: [ { match: {}, to: [d] } ]\n")
-	for _, args := range [][]string{
-		{"relay", "--config", path},
-		{"relay", "--config", path, "--sink", "discard://", "--db", "sqlite://" + filepath.Join(t.TempDir(), "x.db")},
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sink", "discard://"}, "--sink cannot be used with --config: the destinations file says where events go"},
+		{[]string{"--route", "merchant=audit"}, "--route cannot be used with --config: name the destination"},
+		{[]string{"--route-limit", "payment.events=rate=1/s"}, "--route-limit cannot be used with --config: give the limits in the destination's URL"},
+		{[]string{"--source", "logical"}, "--source logical cannot be used with --config"},
+		{[]string{"--admin", "127.0.0.1:0", "--admin-insecure-no-auth"}, "cannot be used with --config: a relay with a destinations file serves /metrics, /healthz and /readyz only"},
 	} {
+		args := append([]string{"relay", "--config", path, "--db", db}, tc.args...)
 		out, errOut, code := cli(t, "", args...)
-		if code == 0 || out != "" {
-			t.Errorf("outbox %s: exit %d, stdout %q; want a refusal", strings.Join(args, " "), code, out)
-		}
-		for _, want := range []string{"fan-out", "not available yet", "--check", "--sink URL"} {
-			if !strings.Contains(errOut, want) {
-				t.Errorf("outbox %s: stderr %q lacks %q", strings.Join(args, " "), errOut, want)
-			}
+		if code != 2 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("outbox %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(args, " "), code, out, errOut, tc.want)
 		}
 	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(strings.TrimPrefix(db, "sqlite://")), "x.db")); err == nil {
+		t.Errorf("a refused relay created the database")
+	}
 	t.Setenv("OUTBOX_CONFIG", path)
-	if _, errOut, code := cli(t, "", "relay", "--sink", "discard://"); code == 0 || !strings.Contains(errOut, "not available yet") {
+	if _, errOut, code := cli(t, "", "relay", "--sink", "discard://"); code != 2 || !strings.Contains(errOut, "--sink cannot be used with --config") {
 		t.Errorf("relay with OUTBOX_CONFIG set: exit %d, stderr %q; want the refusal", code, errOut)
 	}
 }

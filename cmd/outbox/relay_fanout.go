@@ -61,8 +61,9 @@ func (c *RelayCmd) fanOutFlags() error {
 		return bad("--route-limit", "give the limits in the destination's URL (rate=, burst=, max_in_flight=)")
 	case c.Source != "poll":
 		return bad("--source "+c.Source, "a relay with a destinations file finds new events by polling for now")
-	case c.Admin != "":
-		return bad("--admin", "the metrics and admin API of a relay with a destinations file are not available yet; run `outbox admin` beside it")
+	case c.Admin != "" && c.AdminAuth.enabled():
+		return bad("the admin API (--admin-tokens-file, OUTBOX_ADMIN_TOKENS, --admin-insecure-no-auth)",
+			"a relay with a destinations file serves /metrics, /healthz and /readyz only for now; run `outbox admin --config FILE` beside it")
 	}
 	return nil
 }
@@ -98,6 +99,13 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	if c.RelayID == "" {
 		c.RelayID = relay.NewRelayID()
 	}
+	var admin *adminServer
+	if c.Admin != "" { // bound first: a busy port fails before any other work
+		if admin, err = listenAdmin(c.Admin, g.logger); err != nil {
+			return err
+		}
+		defer admin.close()
+	}
 	b, err := openBackendWaiting(ctx, g.DB, g.Table, c.StartWait, g.logger)
 	if err != nil {
 		return err
@@ -110,6 +118,8 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 		return fileRefused(g, g.Config, err)
 	}
 
+	legMetrics := c.newFanOutMetrics(g, admin, b.store)
+	defer legMetrics.stop()
 	var dests []fanout.Destination
 	var legs []fanOutLeg
 	for _, d := range cfg.Destinations {
@@ -133,6 +143,9 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 		rc := base
 		rc.Store, rc.Sink, rc.RelayID = db.store, sk, c.RelayID
 		rc.Logger = g.logger.With("destination", d.Name, "table", table)
+		if rc.Observer, err = legMetrics.add(ctx, d.Name, db.store); err != nil {
+			return err
+		}
 		r, err := relay.New(rc)
 		if err != nil {
 			return fmt.Errorf("destination %s: %w", d.Name, err)
@@ -147,10 +160,14 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	rc := base
 	rc.Store, rc.Sink, rc.RelayID = b.store, router, c.RelayID
 	rc.Logger = g.logger.With("stage", "router", "table", g.Table)
+	if rc.Observer, err = legMetrics.add(ctx, "", b.store); err != nil {
+		return err
+	}
 	rr, err := relay.New(rc)
 	if err != nil {
 		return err
 	}
+	legMetrics.serve()
 	stopHeartbeat := heartbeat(ctx, b.store, c.RelayID, c.Heartbeat, func() int { return 0 }, g.logger)
 	defer stopHeartbeat()
 
