@@ -309,3 +309,47 @@ func TestFanOutFleetOfThree(t *testing.T) {
 		})
 	}
 }
+
+// TestFanOutFromAnAdoptedTable: a team's own outbox table, adopted, fans
+// out like one outbox made: `migrate --config` creates the destination
+// tables beside it and leaves its rows alone; its pending rows reach the
+// gateway and Kafka, in order, and the team's delivered rows stay as they
+// were.
+func TestFanOutFromAnAdoptedTable(t *testing.T) {
+	for _, bc := range adoptBackends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			tt := newTeamTable(t, bc)
+			const aggs, perAgg = 3, 4
+			for seq := range perAgg {
+				for agg := range aggs {
+					tt.insert(t, agg, seq, "PENDING", 0, false)
+				}
+			}
+			tt.insert(t, 9, 0, "PROCESSED", 0, true) // delivered before the adoption
+			args := []string{"--db", tt.dsn, "--table", tt.table}
+			mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment"}, args...)...)
+			before := tt.rows(t)
+
+			gw := &gateway{}
+			srv := httptest.NewServer(gw)
+			defer srv.Close()
+			kafka := newKafka(t)
+			file := fanOutFile(t, srv.URL, kafka.ListenAddrs()[0])
+			mustCLI(t, "", append([]string{"migrate", "--config", file}, args...)...)
+			if got := tt.rows(t); !mapsEqual(got, before) {
+				t.Fatalf("migrate --config changed the adopted table's rows:\nbefore %v\nafter  %v", before, got)
+			}
+			mustCLI(t, "", append([]string{"relay", "--config", file, "--drain", "--poll-interval", "10ms", "--progress", "0"}, args...)...)
+			rs, _ := gw.snapshot()
+			if dups := checkDelivered(t, rs, aggs*perAgg, aggs); dups != 0 {
+				t.Errorf("the gateway got %d repeats", dups)
+			}
+			checkKafka(t, readKafka(t, kafka.ListenAddrs()[0], aggs*perAgg))
+			st := statusJSON(t, tt.dsn, tt.table)
+			if count(st, "PROCESSED") != aggs*perAgg+1 {
+				t.Errorf("adopted table after the drain: %v, want every row PROCESSED", st)
+			}
+		})
+	}
+}
