@@ -353,3 +353,52 @@ func TestFanOutFromAnAdoptedTable(t *testing.T) {
 		})
 	}
 }
+
+// TestFanOutDeadlinePerDestination: the seed's QR code deadline, per
+// destination. Kafka is down when an approval with a 3 s deadline is
+// written: the gateway gets it in time; at Kafka's table the copy ends
+// EXPIRED once the deadline passes, and its compensating event is written
+// there and reaches Kafka when it is back. Nothing expires at the gateway.
+func TestFanOutDeadlinePerDestination(t *testing.T) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, table := bc.dsn(t), newTable()
+			gw := &gateway{}
+			srv := httptest.NewServer(gw)
+			defer srv.Close()
+			kafka := newRestartableKafka(t)
+			file := fanOutFile(t, srv.URL, kafka.addr()+"?produce_timeout=1s")
+			mustCLI(t, "", "migrate", "--db", dsn, "--table", table, "--config", file)
+			relay, logs := startRelay(t, "relay", "--db", dsn, "--table", table, "--config", file, "--poll-interval", "20ms",
+				"--progress", "0", "--backoff-min", "100ms", "--backoff-max", "500ms", "--sweep-interval", "200ms")
+			waitUntil(t, time.Minute, "the relay to start", func() bool { return strings.Contains(logs.String(), "relay configured") }, logs)
+			kafka.stop()
+			line := `{"aggregate_type":"payment","aggregate_id":"tx-0","event_type":"ApprovalRequested","payload":{"agg":0,"seq":0},"ttl":"3s","on_expired":{"event_type":"ApprovalExpired"}}` + "\n"
+			mustCLI(t, line, "enqueue", "--db", dsn, "--table", table)
+			waitUntil(t, time.Minute, "the approval at the gateway and its copy EXPIRED at Kafka's table", func() bool {
+				rs, _ := gw.snapshot()
+				return len(rs) == 1 && count(statusJSON(t, dsn, table+"_to_events"), "EXPIRED") == 1
+			}, logs)
+			kafka.start()
+			recs := readKafka(t, kafka.addr(), 1)
+			if len(recs) != 1 || recs[0].topic != "payment.events" {
+				t.Fatalf("Kafka got %v, want the compensating event on payment.events", recs)
+			}
+			out := mustCLI(t, "", "events", "list", "--db", dsn, "--table", table, "--config", file, "--destination", "events", "--json")
+			if !strings.Contains(out, `"event_type":"ApprovalExpired"`) || !strings.Contains(out, `"status":"EXPIRED"`) {
+				t.Fatalf("Kafka's table does not hold the EXPIRED copy and its compensating event:\n%s", out)
+			}
+			waitUntil(t, time.Minute, "the compensating event PROCESSED at Kafka's table", func() bool {
+				return count(statusJSON(t, dsn, table+"_to_events"), "PROCESSED") == 1
+			}, logs)
+			if st := statusJSON(t, dsn, table+"_to_gateway"); count(st, "PROCESSED") != 1 || count(st, "EXPIRED") != 0 {
+				t.Errorf("gateway table: %v, want the approval PROCESSED and nothing EXPIRED", st)
+			}
+			_ = relay.Process.Signal(os.Interrupt)
+			if err := relay.Wait(); err != nil {
+				t.Fatalf("relay stopped with %v\n%s", err, logs)
+			}
+		})
+	}
+}
