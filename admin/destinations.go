@@ -93,6 +93,8 @@ type destinationJSON struct {
 	DBTime time.Time `json:"db_time"`
 	// Routes are the routes whose breaker ever moved; any other is CLOSED.
 	Routes []routeJSON `json:"routes"`
+	// OpenRoutes counts the routes that are OPEN or HALF_OPEN.
+	OpenRoutes int `json:"open_routes"`
 	// Backlog counts PENDING events, InFlight PROCESSING (claimed) ones,
 	// Failed FAILED ones, of the destination's table.
 	Backlog             int64   `json:"backlog"`
@@ -157,6 +159,9 @@ func (h *Handler) readDestination(ctx context.Context, d *destination) destinati
 				rj.NextProbe, rj.ProbeBy = optTime(r.ProbeAt), r.ProbeBy
 			case r.State == store.BreakerOpen && !r.Forced:
 				rj.NextProbe = optTime(r.ProbeAt)
+			}
+			if r.State != store.BreakerClosed {
+				out.OpenRoutes++
 			}
 			out.Routes = append(out.Routes, rj)
 		}
