@@ -30,7 +30,7 @@ func TestBrowserDestinations(t *testing.T) {
 	_, ledger := pgtest.Outbox(t, "admbrld")
 	base := serve(t, admin.Config{Store: outboxStore, Destinations: []admin.Destination{
 		{Name: "gateway", Table: gw.Table(), URL: "https://gw.test/approve", Store: gw},
-		{Name: "ledger", Table: ledger.Table(), URL: "kafka://broker:9092/ledger", Store: ledger},
+		{Name: "ledger", Table: ledger.Table(), URL: "kafka://broker:9092?topic=ledger", Store: ledger},
 	}})
 	const route = "payment.events"
 	gwRoutes := `section[data-destination="gateway"] tbody`

@@ -97,7 +97,7 @@ func TestDestinationsAPI(t *testing.T) {
 	_, ledger := pgtest.Outbox(t, "admld")
 	base := serve(t, admin.Config{Store: outboxStore, Destinations: []admin.Destination{
 		{Name: "gateway", Table: gw.Table(), URL: "https://user:xxxxx@gw.test/approve", Store: gw},
-		{Name: "ledger", Table: ledger.Table(), URL: "kafka://broker:9092/ledger", Store: ledger},
+		{Name: "ledger", Table: ledger.Table(), URL: "kafka://broker:9092?topic=ledger", Store: ledger},
 	}})
 	viewer, op := client{t, base, viewerToken}, client{t, base, operatorToken}
 
