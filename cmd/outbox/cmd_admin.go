@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type AdminCmd struct {
 	Listen    string   `help:"Address of the admin API and dashboard." default:"127.0.0.1:9465" env:"OUTBOX_ADMIN_LISTEN" placeholder:"ADDR"`
 	OnFailure string   `help:"The relays' policy (block or continue): with block, events behind a FAILED one are blocked aggregates." default:"block" enum:"block,continue" env:"OUTBOX_ADMIN_ON_FAILURE"`
 	Route     []string `help:"The relays' per-aggregate-type destinations (as relay --route), for the route filter and the failure groups." env:"OUTBOX_ADMIN_ROUTE" placeholder:"TYPE=DEST"`
+	Config    string   `help:"The relays' destinations file (as relay --config): the Destinations page shows each destination's routes, breakers and figures, read from its own table." env:"OUTBOX_CONFIG" placeholder:"FILE"`
 	AdminAuth `envprefix:"OUTBOX_ADMIN_"`
 }
 
@@ -40,10 +42,14 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	var h *admin.Handler
+	var closers []func() // the stores, closed once the handler is
 	defer func() {
 		srv.close()
 		if h != nil {
 			_ = h.Close() // once no request can be in flight
+		}
+		for _, f := range slices.Backward(closers) {
+			f()
 		}
 	}()
 	policy, err := relay.ParseFailurePolicy(c.OnFailure)
@@ -58,17 +64,52 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
+	closers = append(closers, b.close)
 	if err := requireMigrated(ctx, b, g.Table); err != nil {
 		return err
 	}
-	if h, err = c.handler(g, c.Listen, b.store, policy, routes); err != nil {
+	dests, err := c.destinations(ctx, g, &closers)
+	if err != nil {
+		return err
+	}
+	if h, err = c.handler(g, c.Listen, b.store, policy, routes, dests); err != nil {
 		return err
 	}
 	srv.mountAdminAPI(h)
 	srv.serve()
 	<-ctx.Done()
 	return nil
+}
+
+// destinations opens a store on the table of each destination of the
+// --config file, for the Destinations page; none without --config. Each
+// store's close is added to closers.
+func (c *AdminCmd) destinations(ctx context.Context, g *Globals, closers *[]func()) ([]admin.Destination, error) {
+	if c.Config == "" {
+		return nil, nil
+	}
+	cfg, err := loadDestinationsFile(g, c.Config)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := cfg.Tables(g.Table)
+	if err != nil {
+		return nil, fileRefused(g, c.Config, err)
+	}
+	var out []admin.Destination
+	for _, d := range cfg.Destinations {
+		table := tables[d.Name]
+		db, err := openBackend(ctx, g.DB, table, outbox.Limits{}, g.logger)
+		if err != nil {
+			return nil, fmt.Errorf("destination %s: %w", d.Name, err)
+		}
+		*closers = append(*closers, db.close)
+		if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", c.Config)); err != nil {
+			return nil, fmt.Errorf("destination %s: %w", d.Name, err)
+		}
+		out = append(out, admin.Destination{Name: d.Name, Table: table, URL: d.RedactedURL(), Store: db.store})
+	}
+	return out, nil
 }
 
 // requireMigrated refuses an outbox whose schema is behind this binary.
@@ -91,8 +132,9 @@ func (a AdminAuth) enabled() bool {
 	return a.TokensFile != "" || a.InsecureNoAuth || os.Getenv("OUTBOX_ADMIN_TOKENS") != ""
 }
 
-// handler builds the admin handler for a listener on addr.
-func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay.FailurePolicy, routes map[string]string) (*admin.Handler, error) {
+// handler builds the admin handler for a listener on addr; dests are the
+// destinations of a fan-out (nil: the page shows st alone).
+func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay.FailurePolicy, routes map[string]string, dests []admin.Destination) (*admin.Handler, error) {
 	if a.InsecureNoAuth {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil || !loopback(host) {
@@ -114,6 +156,7 @@ func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay
 	}
 	return admin.New(admin.Config{
 		Store:          st,
+		Destinations:   dests,
 		Tokens:         tokens,
 		InsecureNoAuth: a.InsecureNoAuth,
 		RedactPayloads: a.RedactPayloads,
