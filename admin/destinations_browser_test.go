@@ -49,7 +49,6 @@ func TestBrowserDestinations(t *testing.T) {
 	if rows := text(t, ctx, gwRoutes); !strings.Contains(rows, "every route is CLOSED") {
 		t.Fatalf("gateway's routes before the outage:\n%s", rows)
 	}
-	shoot(t, ctx, "destinations-closed")
 
 	relayOpens(t, gw, route, "http sink: POST https://gw.test/approve: status 503 Service Unavailable")
 	opened := time.Now()
@@ -65,7 +64,7 @@ func TestBrowserDestinations(t *testing.T) {
 	if l := text(t, ctx, `section[data-destination="ledger"] tbody`); strings.Contains(l, "OPEN") {
 		t.Fatalf("the ledger shows the gateway's outage:\n%s", l)
 	}
-	shoot(t, ctx, "destinations-open")
+	shoot(t, ctx, "destinations") // docs/screenshots/destinations.png
 
 	// Close it from the page: a fresh load with the refresh paused, so that
 	// no reload comes between typing the reason and the click.
@@ -87,6 +86,5 @@ func TestBrowserDestinations(t *testing.T) {
 	if rows := text(t, ctx, gwRoutes); !strings.Contains(rows, "CLOSED") || strings.Contains(rows, "OPEN") {
 		t.Fatalf("gateway's routes after the close:\n%s", rows)
 	}
-	shoot(t, ctx, "destinations-closed-by-hand")
 	wantLog(t, gw, route, "operator:alice", store.BreakerOpen, store.BreakerClosed, "gateway back after the 503s")
 }
