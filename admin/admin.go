@@ -7,9 +7,10 @@
 //
 // Every request is authenticated (bearer token or the dashboard's session
 // cookie) unless Config.InsecureNoAuth. A viewer reads; an operator also
-// acts (retry, skip, purge), and every action writes an audit row per
-// event that names the operator. Every action takes dry_run=true, which
-// changes nothing and reports the blast radius.
+// acts (retry, skip, purge; open and close a route's breaker), and every
+// action writes an audit row that names the operator (per event, or in
+// the route log). Every action takes dry_run=true, which changes nothing
+// and reports the blast radius.
 //
 // The root package and the relay do not import admin; `outbox admin` and
 // `outbox relay --admin` mount it.
