@@ -7,9 +7,10 @@
 //
 // Every request is authenticated (bearer token or the dashboard's session
 // cookie) unless Config.InsecureNoAuth. A viewer reads; an operator also
-// acts (retry, skip, purge), and every action writes an audit row per
-// event that names the operator. Every action takes dry_run=true, which
-// changes nothing and reports the blast radius.
+// acts (retry, skip, purge; open and close a route's breaker), and every
+// action writes an audit row that names the operator (per event, or in
+// the route log). Every action takes dry_run=true, which changes nothing
+// and reports the blast radius.
 //
 // The root package and the relay do not import admin; `outbox admin` and
 // `outbox relay --admin` mount it.
@@ -17,6 +18,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -31,6 +33,11 @@ type Config struct {
 	// Store is the outbox: its AdminQueries answer the API, its Snapshot
 	// the overview.
 	Store store.Store
+	// Destinations are the destinations of a fan-out (`outbox relay
+	// --config`), each with the store on its own table, for the
+	// Destinations page and GET /api/v1/destinations. Empty: the page
+	// shows one destination, Store itself, named after its table.
+	Destinations []Destination
 	// Tokens are the accepted bearer tokens (see ParseTokens).
 	Tokens []Token
 	// InsecureNoAuth serves everyone as an operator named "anonymous".
@@ -83,6 +90,8 @@ type Handler struct {
 	throughput throughputCache
 	// jobs are the bulk actions running in the background.
 	jobs *jobs
+	// dests are the destinations of the Destinations page.
+	dests []*destination
 }
 
 // New checks cfg and returns the handler.
@@ -121,6 +130,10 @@ func New(cfg Config) (*Handler, error) {
 		mux: http.NewServeMux(), sessions: newSessions(cfg.SessionTTL), jobs: newJobs()}
 	h.auth = newAuthenticator(cfg.Tokens, cfg.InsecureNoAuth)
 	var err error
+	if h.dests, err = newDestinations(cfg, h.q); err != nil {
+		_ = h.q.Close()
+		return nil, err
+	}
 	if h.ui, err = newUI(); err != nil {
 		return nil, err
 	}
@@ -139,7 +152,7 @@ func (h *Handler) Close() error {
 	if h.jobs != nil {
 		h.jobs.close()
 	}
-	return h.q.Close()
+	return errors.Join(closeDestinations(h.dests), h.q.Close())
 }
 
 // ServeHTTP implements http.Handler.
@@ -168,6 +181,9 @@ func Routes() []string {
 func apiRoutes(h *Handler) []route {
 	return []route{
 		{"GET", "/api/v1/stats", Viewer, h.getStats},
+		{"GET", "/api/v1/destinations", Viewer, h.listDestinations},
+		{"POST", "/api/v1/destinations/{destination}/open", Operator, h.openRoute},
+		{"POST", "/api/v1/destinations/{destination}/close", Operator, h.closeRoute},
 		{"GET", "/api/v1/events", Viewer, h.listEvents},
 		{"GET", "/api/v1/events/{event_id}", Viewer, h.getEvent},
 		{"POST", "/api/v1/events/{event_id}/retry", Operator, h.retryOne},

@@ -30,7 +30,7 @@ type ui struct {
 	static http.Handler
 }
 
-var pageNames = []string{"login", "overview", "events", "event", "confirm", "dead_letters", "failure_groups", "blocked", "relays", "error"}
+var pageNames = []string{"login", "overview", "events", "event", "confirm", "dead_letters", "failure_groups", "blocked", "relays", "destinations", "error"}
 
 func newUI() (*ui, error) {
 	funcs := template.FuncMap{
@@ -205,6 +205,8 @@ func (h *Handler) mountUI() {
 	h.mux.Handle("GET /failure-groups", h.page(Viewer, h.failureGroupsPage))
 	h.mux.Handle("GET /blocked", h.page(Viewer, h.blockedPage))
 	h.mux.Handle("GET /relays", h.page(Viewer, h.relaysPage))
+	h.mux.Handle("GET /destinations", h.page(Viewer, h.destinationsPage))
+	h.mux.Handle("POST /destinations/{destination}/{action}", h.page(Operator, h.routeActionPage))
 }
 
 // safeNext keeps a login redirect on this site.

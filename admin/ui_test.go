@@ -77,7 +77,7 @@ func TestDashboardSessionAndCSRF(t *testing.T) {
 		t.Fatalf("session cookie %q lacks HttpOnly or SameSite", cookie)
 	}
 	for _, page := range []string{"/", "/events", "/events?status=FAILED", "/events/" + ids[0].String(), "/dead-letters",
-		"/failure-groups", "/blocked", "/relays"} {
+		"/failure-groups", "/blocked", "/relays", "/destinations"} {
 		resp, body := fetch(t, c, "GET", base+page, nil)
 		if resp.StatusCode != 200 || !strings.Contains(body, "alice (operator)") {
 			t.Fatalf("%s: %d\n%s", page, resp.StatusCode, body)

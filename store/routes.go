@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -125,3 +127,44 @@ type RouteLogEntry struct {
 // RouteTable and RouteLogTable name the breaker's tables of an outbox.
 func (t Tables) RouteTable() string    { return t.Outbox + "_routes" }
 func (t Tables) RouteLogTable() string { return t.Outbox + "_route_log" }
+
+// ChangeRouteByHand applies an operator's change to a route's breaker:
+// c.To is BreakerOpen (with c.Forced: the route stays open until an
+// operator closes it) or BreakerClosed, c.Actor is "operator:<name>" and
+// c.Reason says why; both go in the audit row. It reads the route's
+// current version and applies c to it, again if a relay moved the route
+// meanwhile. Opens grows by one when c opens a closed route; the last
+// error is kept. It returns the state the route was in, or ErrRouteBusy.
+func ChangeRouteByHand(ctx context.Context, s Store, c RouteChange) (BreakerState, error) {
+	if err := c.Validate(); err != nil {
+		return "", err
+	}
+	for range 10 {
+		snap, err := s.Routes(ctx)
+		if err != nil {
+			return "", err
+		}
+		c.Version, c.Opens = 0, 0
+		from := BreakerClosed
+		for _, r := range snap.Routes {
+			if r.Name == c.Route {
+				c.Version, c.LastError, c.Opens, from = r.Version, r.LastError, r.Opens, r.State
+			}
+		}
+		if c.To == BreakerOpen && from == BreakerClosed {
+			c.Opens++
+		}
+		ok, err := s.ChangeRoute(ctx, c)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return from, nil
+		}
+	}
+	return "", fmt.Errorf("route %s: %w", c.Route, ErrRouteBusy)
+}
+
+// ErrRouteBusy: relays kept moving the route while an operator's change
+// tried to apply; trying again later usually works.
+var ErrRouteBusy = errors.New("the route kept changing under this change (relays moving it): try again")

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,10 +41,14 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	var h *admin.Handler
+	var closers []func() // the stores, closed once the handler is
 	defer func() {
 		srv.close()
 		if h != nil {
 			_ = h.Close() // once no request can be in flight
+		}
+		for _, f := range slices.Backward(closers) {
+			f()
 		}
 	}()
 	policy, err := relay.ParseFailurePolicy(c.OnFailure)
@@ -58,17 +63,52 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
+	closers = append(closers, b.close)
 	if err := requireMigrated(ctx, b, g.Table); err != nil {
 		return err
 	}
-	if h, err = c.handler(g, c.Listen, b.store, policy, routes); err != nil {
+	dests, err := c.destinations(ctx, g, &closers)
+	if err != nil {
+		return err
+	}
+	if h, err = c.handler(g, c.Listen, b.store, policy, routes, dests); err != nil {
 		return err
 	}
 	srv.mountAdminAPI(h)
 	srv.serve()
 	<-ctx.Done()
 	return nil
+}
+
+// destinations opens a store on the table of each destination of the
+// --config file, for the Destinations page; none without --config. Each
+// store's close is added to closers.
+func (c *AdminCmd) destinations(ctx context.Context, g *Globals, closers *[]func()) ([]admin.Destination, error) {
+	if g.Config == "" {
+		return nil, nil
+	}
+	cfg, err := loadDestinationsFile(g, g.Config)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := cfg.Tables(g.Table)
+	if err != nil {
+		return nil, fileRefused(g, g.Config, err)
+	}
+	var out []admin.Destination
+	for _, d := range cfg.Destinations {
+		table := tables[d.Name]
+		db, err := openBackend(ctx, g.DB, table, outbox.Limits{}, g.logger)
+		if err != nil {
+			return nil, fmt.Errorf("destination %s: %w", d.Name, err)
+		}
+		*closers = append(*closers, db.close)
+		if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", g.Config)); err != nil {
+			return nil, fmt.Errorf("destination %s: %w", d.Name, err)
+		}
+		out = append(out, admin.Destination{Name: d.Name, Table: table, URL: d.RedactedURL(), Store: db.store})
+	}
+	return out, nil
 }
 
 // requireMigrated refuses an outbox whose schema is behind this binary.
@@ -91,8 +131,9 @@ func (a AdminAuth) enabled() bool {
 	return a.TokensFile != "" || a.InsecureNoAuth || os.Getenv("OUTBOX_ADMIN_TOKENS") != ""
 }
 
-// handler builds the admin handler for a listener on addr.
-func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay.FailurePolicy, routes map[string]string) (*admin.Handler, error) {
+// handler builds the admin handler for a listener on addr; dests are the
+// destinations of a fan-out (nil: the page shows st alone).
+func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay.FailurePolicy, routes map[string]string, dests []admin.Destination) (*admin.Handler, error) {
 	if a.InsecureNoAuth {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil || !loopback(host) {
@@ -114,6 +155,7 @@ func (a AdminAuth) handler(g *Globals, addr string, st store.Store, policy relay
 	}
 	return admin.New(admin.Config{
 		Store:          st,
+		Destinations:   dests,
 		Tokens:         tokens,
 		InsecureNoAuth: a.InsecureNoAuth,
 		RedactPayloads: a.RedactPayloads,

@@ -216,7 +216,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	observer := &inFlightObserver{}
 	if admin != nil {
 		if c.AdminAuth.enabled() {
-			h, err := c.AdminAuth.handler(g, c.Admin, b.store, policy, routes)
+			h, err := c.AdminAuth.handler(g, c.Admin, b.store, policy, routes, nil)
 			if err != nil {
 				return err
 			}

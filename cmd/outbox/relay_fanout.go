@@ -21,9 +21,16 @@ import (
 // loadDestinations reads the --config file; a file with problems prints
 // every one to stderr and ends the command with exit code 1.
 func (c *RelayCmd) loadDestinations(g *Globals) (*destconfig.Config, error) {
-	cfg, err := destconfig.Load(g.Config)
+	return loadDestinationsFile(g, g.Config)
+}
+
+// loadDestinationsFile reads a destinations file and keeps the secrets of
+// its URLs out of the logs; a file with problems prints every one to
+// stderr and ends the command with exit code 1.
+func loadDestinationsFile(g *Globals, file string) (*destconfig.Config, error) {
+	cfg, err := destconfig.Load(file)
 	if err != nil {
-		return nil, fileRefused(g, g.Config, err)
+		return nil, fileRefused(g, file, err)
 	}
 	for _, d := range cfg.Destinations {
 		g.secrets.addURL(d.URL)
