@@ -200,7 +200,7 @@ func TestFanOutUnroutedEvents(t *testing.T) {
 // TestFanOutMetricsPerDestination: with --admin, a relay with a
 // destinations file serves one set of metrics per relay, labelled with
 // its destination (empty for the router, which delivers into the
-// destinations' tables).
+// destinations' tables), and the admin API with its destinations.
 func TestFanOutMetricsPerDestination(t *testing.T) {
 	dsn, table := "sqlite://"+filepath.Join(t.TempDir(), "outbox.db"), newTable()
 	gw := &gateway{}
@@ -212,7 +212,7 @@ func TestFanOutMetricsPerDestination(t *testing.T) {
 	port := testenv.FreePorts(t, 1)[0]
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	relay, logs := startRelay(t, "relay", "--db", dsn, "--table", table, "--config", file, "--poll-interval", "10ms",
-		"--progress", "0", "--admin", addr, "--gauge-interval", "100ms")
+		"--progress", "0", "--admin", addr, "--gauge-interval", "100ms", "--admin-insecure-no-auth")
 	mustCLI(t, eventLines(10, 2, "")+merchantLines(4, 1), "enqueue", "--db", dsn, "--table", table)
 	want := []string{
 		`outbox_deliveries_total{destination="gateway",outcome="delivered",route=`,
@@ -238,6 +238,23 @@ func TestFanOutMetricsPerDestination(t *testing.T) {
 	}, logs)
 	if !strings.Contains(body, `outbox_events{destination="gateway",status="PROCESSED"}`) {
 		t.Errorf("no gauge of the gateway's table in /metrics:\n%s", grepLines(body, "outbox_events{"))
+	}
+	// The relay's admin API lists the file's destinations and their tables.
+	resp, err := http.Get("http://" + addr + "/api/v1/destinations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var listed struct {
+		Destinations []struct{ Name, Table string }
+	}
+	if err := json.Unmarshal(api, &listed); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/destinations: %d %s (%v)", resp.StatusCode, api, err)
+	}
+	got := fmt.Sprint(listed.Destinations)
+	if want := fmt.Sprintf("[{gateway %s_to_gateway} {events %s_to_events}]", table, table); got != want {
+		t.Errorf("GET /api/v1/destinations lists %s, want %s", got, want)
 	}
 	_ = relay.Process.Signal(os.Interrupt)
 	if err := relay.Wait(); err != nil {

@@ -124,7 +124,6 @@ func TestRelayConfigRefusesTheFlagsItReplaces(t *testing.T) {
 		{[]string{"--route", "merchant=audit"}, "--route cannot be used with --config: name the destination"},
 		{[]string{"--route-limit", "payment.events=rate=1/s"}, "--route-limit cannot be used with --config: give the limits in the destination's URL"},
 		{[]string{"--source", "logical"}, "--source logical cannot be used with --config"},
-		{[]string{"--admin", "127.0.0.1:0", "--admin-insecure-no-auth"}, "cannot be used with --config: a relay with a destinations file serves /metrics, /healthz and /readyz only"},
 	} {
 		args := append([]string{"relay", "--config", path, "--db", db}, tc.args...)
 		out, errOut, code := cli(t, "", args...)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/internal/destconfig"
 	"github.com/txoutbox/outbox/internal/fanout"
 	"github.com/txoutbox/outbox/relay"
@@ -68,9 +69,6 @@ func (c *RelayCmd) fanOutFlags() error {
 		return bad("--route-limit", "give the limits in the destination's URL (rate=, burst=, max_in_flight=)")
 	case c.Source != "poll":
 		return bad("--source "+c.Source, "a relay with a destinations file finds new events by polling for now")
-	case c.Admin != "" && c.AdminAuth.enabled():
-		return bad("the admin API (--admin-tokens-file, OUTBOX_ADMIN_TOKENS, --admin-insecure-no-auth)",
-			"a relay with a destinations file serves /metrics, /healthz and /readyz only for now; run `outbox admin --config FILE` beside it")
 	}
 	return nil
 }
@@ -106,12 +104,16 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	if c.RelayID == "" {
 		c.RelayID = relay.NewRelayID()
 	}
-	var admin *adminServer
+	var adminSrv *adminServer
+	closeAdminAPI := func() error { return nil }
 	if c.Admin != "" { // bound first: a busy port fails before any other work
-		if admin, err = listenAdmin(c.Admin, g.logger); err != nil {
+		if adminSrv, err = listenAdmin(c.Admin, g.logger); err != nil {
 			return err
 		}
-		defer admin.close()
+		defer func() {
+			adminSrv.close()
+			_ = closeAdminAPI() // once no request can be in flight
+		}()
 	}
 	b, err := openBackendWaiting(ctx, g.DB, g.Table, c.StartWait, g.logger)
 	if err != nil {
@@ -125,9 +127,10 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 		return fileRefused(g, g.Config, err)
 	}
 
-	legMetrics := c.newFanOutMetrics(g, admin, b.store)
+	legMetrics := c.newFanOutMetrics(g, adminSrv, b.store)
 	defer legMetrics.stop()
 	var dests []fanout.Destination
+	var adminDests []admin.Destination
 	var legs []fanOutLeg
 	for _, d := range cfg.Destinations {
 		table := tables[d.Name]
@@ -158,6 +161,7 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("destination %s: %w", d.Name, err)
 		}
 		dests = append(dests, fanout.Destination{Name: d.Name, Table: table, Store: db.store})
+		adminDests = append(adminDests, admin.Destination{Name: d.Name, Table: table, URL: d.RedactedURL(), Store: db.store})
 		legs = append(legs, fanOutLeg{name: d.Name, table: table, relay: r})
 	}
 	router, err := fanout.NewRouter(cfg, g.Table, dests)
@@ -173,6 +177,14 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	rr, err := relay.New(rc)
 	if err != nil {
 		return err
+	}
+	if adminSrv != nil && c.AdminAuth.enabled() {
+		h, err := c.AdminAuth.handler(g, c.Admin, b.store, base.OnFailure, nil, adminDests)
+		if err != nil {
+			return err
+		}
+		closeAdminAPI = h.Close
+		adminSrv.mountAdminAPI(h)
 	}
 	legMetrics.serve()
 	stopHeartbeat := heartbeat(ctx, b.store, c.RelayID, c.Heartbeat, func() int { return 0 }, g.logger)
