@@ -294,6 +294,9 @@ type attemptJSON struct {
 type eventDetail struct {
 	eventJSON
 	Attempts []attemptJSON `json:"attempts"`
+	// Destinations, with a fan-out (Config.Destinations), is the event's
+	// delivery at each destination: this row only says it was routed.
+	Destinations []eventAtDestination `json:"destinations,omitempty"`
 }
 
 func parseEventID(r *http.Request) (outbox.EventID, error) {
@@ -325,15 +328,21 @@ func (h *Handler) detail(r *http.Request, id outbox.EventID, who Identity) (even
 		d.Payload, d.Headers = rec.Payload, rec.Headers
 	}
 	for _, a := range atts {
-		actor, _ := strings.CutPrefix(a.RelayID, "operator:")
-		if actor == a.RelayID {
-			actor = ""
-		}
-		d.Attempts = append(d.Attempts, attemptJSON{Attempt: a.Attempt, Outcome: string(a.Outcome), RelayID: a.RelayID, Actor: actor,
-			StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, DurationMS: float64(a.FinishedAt.Sub(a.StartedAt).Microseconds()) / 1000,
-			Error: a.Error, TraceID: a.TraceID})
+		d.Attempts = append(d.Attempts, attemptFromStore(a))
 	}
+	d.Destinations = h.atDestinations(r.Context(), id)
 	return d, nil
+}
+
+// attemptFromStore is an attempt row as the API shows it.
+func attemptFromStore(a store.Attempt) attemptJSON {
+	actor, _ := strings.CutPrefix(a.RelayID, "operator:")
+	if actor == a.RelayID {
+		actor = ""
+	}
+	return attemptJSON{Attempt: a.Attempt, Outcome: string(a.Outcome), RelayID: a.RelayID, Actor: actor,
+		StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, DurationMS: float64(a.FinishedAt.Sub(a.StartedAt).Microseconds()) / 1000,
+		Error: a.Error, TraceID: a.TraceID}
 }
 
 func (h *Handler) getEvent(w http.ResponseWriter, r *http.Request, who Identity) error {

@@ -71,9 +71,9 @@ func destTables(cfg *destconfig.Config, tables map[string]string) []string {
 }
 
 // destinationTables reads --config for the commands that report every
-// destination: the destinations in the file's order with their tables,
-// or nil without --config.
-func (g *Globals) destinationTables() ([]destconfig.Destination, map[string]string, error) {
+// destination: the file and each destination's table, or nil without
+// --config.
+func (g *Globals) destinationTables() (*destconfig.Config, map[string]string, error) {
 	if g.Config == "" {
 		return nil, nil, nil
 	}
@@ -85,7 +85,7 @@ func (g *Globals) destinationTables() ([]destconfig.Destination, map[string]stri
 	if err != nil {
 		return nil, nil, err
 	}
-	return cfg.Destinations, tables, nil
+	return cfg, tables, nil
 }
 
 // destinationStatus is one destination's figures for `outbox status`.
@@ -97,12 +97,12 @@ type destinationStatus struct {
 
 // readDestinationStatus reads the figures of each destination of --config.
 func (g *Globals) readDestinationStatus(ctx context.Context, failedBlocks bool) ([]destinationStatus, error) {
-	dests, tables, err := g.destinationTables()
-	if err != nil || dests == nil {
+	cfg, tables, err := g.destinationTables()
+	if err != nil || cfg == nil {
 		return nil, err
 	}
-	out := make([]destinationStatus, 0, len(dests))
-	for _, d := range dests {
+	out := make([]destinationStatus, 0, len(cfg.Destinations))
+	for _, d := range cfg.Destinations {
 		b, err := openBackend(ctx, g.DB, tables[d.Name], outbox.Limits{}, g.logger)
 		if err != nil {
 			return nil, err
@@ -151,7 +151,7 @@ func (d destinationStatus) line() string {
 // destination's table (the same event id) and its attempts, or that it
 // is not there.
 func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outboxStore store.Store, id outbox.EventID) error {
-	dests, tables, err := g.destinationTables()
+	cfg, tables, err := g.destinationTables()
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outb
 		atts        []store.Attempt
 	}
 	var at []atDestination
-	for _, d := range dests {
+	for _, d := range cfg.Destinations {
 		b, err := openBackend(ctx, g.DB, tables[d.Name], outbox.Limits{}, g.logger)
 		if err != nil {
 			return err
@@ -188,8 +188,18 @@ func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outb
 		}
 		at = append(at, one)
 	}
+	route, routed := cfg.Resolve(r.EventType, r.AggregateType)
+	delivered := 0
+	for _, d := range at {
+		if d.r != nil && d.r.Status == outbox.StatusProcessed && slices.Contains(route, d.name) {
+			delivered++
+		}
+	}
+	everywhere := routed && r.Status == outbox.StatusProcessed && delivered == len(route)
 	if c.JSON {
 		m := eventJSON(r, atts)
+		m["route"] = route
+		m["delivered_everywhere"] = everywhere
 		byName := map[string]any{}
 		for _, d := range at {
 			if d.r == nil {
@@ -205,6 +215,14 @@ func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outb
 	}
 	if err := printEvent(g.stdout, r, atts); err != nil {
 		return err
+	}
+	switch {
+	case !routed:
+		fmt.Fprintf(g.stdout, "\nno route of %s matches this event's types: it goes nowhere (FAILED once a relay with the file claims it)\n", g.Config)
+	case everywhere:
+		fmt.Fprintf(g.stdout, "\ndelivered at every destination of its route (%s)\n", strings.Join(route, ", "))
+	default:
+		fmt.Fprintf(g.stdout, "\ndelivered at %d of the %d destinations of its route (%s)\n", delivered, len(route), strings.Join(route, ", "))
 	}
 	for _, d := range at {
 		fmt.Fprintf(g.stdout, "\nat destination %s (table %s):\n", d.name, d.table)

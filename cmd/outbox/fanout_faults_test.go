@@ -244,13 +244,15 @@ func TestFanOutPoisonEventAtOneDestination(t *testing.T) {
 			}
 			show := mustCLI(t, "", "events", "show", ev.EventID, "--db", dsn, "--table", table, "--config", file, "--json")
 			var shown struct {
-				Status       string
-				Destinations map[string]struct{ Status *string }
+				Status              string
+				Route               []string
+				DeliveredEverywhere bool `json:"delivered_everywhere"`
+				Destinations        map[string]struct{ Status *string }
 			}
 			if err := json.Unmarshal([]byte(show), &shown); err != nil {
 				t.Fatal(err)
 			}
-			if shown.Status != "PROCESSED" || shown.Destinations["gateway"].Status == nil || *shown.Destinations["gateway"].Status != "FAILED" ||
+			if shown.Status != "PROCESSED" || shown.DeliveredEverywhere || fmt.Sprint(shown.Route) != "[gateway events]" || shown.Destinations["gateway"].Status == nil || *shown.Destinations["gateway"].Status != "FAILED" ||
 				shown.Destinations["events"].Status == nil || *shown.Destinations["events"].Status != "PROCESSED" {
 				t.Fatalf("events show --config: want routed, FAILED at the gateway and PROCESSED at events:\n%s", show)
 			}
@@ -263,6 +265,9 @@ func TestFanOutPoisonEventAtOneDestination(t *testing.T) {
 			rs, _ = gw.snapshot()
 			if dups := checkDelivered(t, rs, total, aggs); dups != 0 {
 				t.Errorf("the gateway got %d repeats", dups)
+			}
+			if out := mustCLI(t, "", "events", "show", ev.EventID, "--db", dsn, "--table", table, "--config", file); !strings.Contains(out, "delivered at every destination of its route (gateway, events)") {
+				t.Errorf("events show --config after the retry:\n%s", out)
 			}
 			if st := statusJSON(t, dsn, table+"_to_events"); count(st, "PROCESSED") != total {
 				t.Errorf("events table after the retry: %v", st)
