@@ -144,7 +144,7 @@ func checkMigrated(ctx context.Context, st store.Store, table, fix string) error
 // Run runs the relay until SIGINT/SIGTERM (or, with --drain, until done).
 func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Check {
-		return c.destinationsFile(g)
+		return c.destinationsFile(ctx, g)
 	}
 	if g.Config != "" {
 		return c.runFanOut(ctx, g)

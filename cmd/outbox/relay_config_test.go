@@ -47,8 +47,8 @@ routes:
   - match: {}
     to: [events]
 `)
-	// The database is never opened: an unreachable one changes nothing.
-	out, errOut, code := cli(t, "", "relay", "--config", path, "--check", "--db", "postgres://app:db-pass-word@127.0.0.1:1/pay")
+	// Without --db, no database is opened.
+	out, errOut, code := cli(t, "", "relay", "--config", path, "--check")
 	if code != 0 {
 		t.Fatalf("relay --config --check: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -66,10 +66,47 @@ routes:
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
+	// With a database that cannot be reached, the check fails, and shows
+	// no secret either.
+	out2, errOut2, code := cli(t, "", "relay", "--config", path, "--check", "--db", "postgres://app:db-pass-word@127.0.0.1:1/pay")
+	if code != 1 || out2 == "" && errOut2 == "" {
+		t.Errorf("relay --config --check --db UNREACHABLE: exit %d, want 1\nstdout: %s\nstderr: %s", code, out2, errOut2)
+	}
 	for _, secret := range []string{gatewaySigningSecret, "rabbit-pass-word", "db-pass-word"} {
-		if strings.Contains(out+errOut, secret) {
-			t.Errorf("the output shows the secret %q:\nstdout: %s\nstderr: %s", secret, out, errOut)
+		if strings.Contains(out+errOut+out2+errOut2, secret) {
+			t.Errorf("the output shows the secret %q:\nstdout: %s\nstderr: %s", secret, out+out2, errOut+errOut2)
 		}
+	}
+}
+
+// TestRelayConfigCheckReadsTheTableTypes: --check with --db says where the
+// event types of the table's unfinished events go, and refuses those no
+// route matches, naming them and the line of routes:.
+func TestRelayConfigCheckReadsTheTableTypes(t *testing.T) {
+	path := writeDestinationsFile(t, `destinations:
+  gateway: { url: "https://gateway.example/approve" }
+routes:
+  - match: { event_type: ApprovalRequested }
+    to: [gateway]
+`)
+	db, table := "sqlite://"+filepath.Join(t.TempDir(), "x.db"), newTable()
+	mustCLI(t, "", "migrate", "--db", db, "--table", table)
+	mustCLI(t, eventLines(3, 1, ""), "enqueue", "--db", db, "--table", table)
+	out := mustCLI(t, "", "relay", "--config", path, "--check", "--db", db, "--table", table)
+	for _, want := range []string{
+		`event_type "ApprovalRequested", aggregate_type "payment" -> gateway  (route 1)`,
+		"the file is valid, and routes every event type of the unfinished events of table " + table,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	refund := `{"aggregate_type":"refund","aggregate_id":"r-1","event_type":"RefundIssued","payload":{}}` + "\n"
+	mustCLI(t, refund, "enqueue", "--db", db, "--table", table)
+	out, errOut, code := cli(t, "", "relay", "--config", path, "--check", "--db", db, "--table", table)
+	if code != 1 || !strings.Contains(out, `event_type "RefundIssued", aggregate_type "refund" -> NO ROUTE`) ||
+		!strings.Contains(errOut, path+":3: no route matches 1 type pair(s)") {
+		t.Errorf("--check with an unrouted type in the table: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
 
