@@ -40,8 +40,13 @@ type destination struct {
 // recentWindow is the window of the deliveries per minute.
 const recentWindow = 5 * time.Minute
 
-// p99Unavailable says why p99_publish_ms is null.
-const p99Unavailable = "not measured: the store keeps no query of publish durations yet"
+// p99Limit bounds the publish times the p99 is computed over: the newest
+// of the window.
+const p99Limit = 10_000
+
+// p99NoDelivery says why p99_publish_ms is null: no sink call finished in
+// the window.
+const p99NoDelivery = "no delivery in the last 5 minutes"
 
 // newDestinations checks cfg.Destinations and opens their queries; with
 // none, the handler's own store is the one destination.
@@ -105,8 +110,11 @@ type destinationJSON struct {
 	// DeliveredPerMinute is its deliveries divided by 5.
 	Recent             recentJSON `json:"last_5m"`
 	DeliveredPerMinute float64    `json:"delivered_per_minute"`
-	// P99PublishMS is null until the store can report publish durations;
-	// P99PublishNote says so.
+	// P99PublishMS is the 99th percentile (nearest rank) of the publish
+	// times, per event, of the sink calls that finished in the last 5
+	// minutes (store.AdminQueries.PublishDurations; the newest p99Limit of
+	// them), in milliseconds; null when there was none, P99PublishNote then
+	// saying so. The note also says when the limit cut the window.
 	P99PublishMS   *float64 `json:"p99_publish_ms"`
 	P99PublishNote string   `json:"p99_publish_note,omitempty"`
 	// Error is set, and the figures are empty, when they could not be read.
@@ -139,7 +147,7 @@ type routeJSON struct {
 // readDestination reads one destination's figures; a failed read is
 // logged and reported in the destination's Error.
 func (h *Handler) readDestination(ctx context.Context, d *destination) destinationJSON {
-	out := destinationJSON{Name: d.Name, Table: d.Table, URL: d.URL, Routes: []routeJSON{}, P99PublishNote: p99Unavailable}
+	out := destinationJSON{Name: d.Name, Table: d.Table, URL: d.URL, Routes: []routeJSON{}}
 	err := func() error {
 		snap, err := d.Store.Snapshot(ctx, store.SnapshotRequest{})
 		if err != nil {
@@ -180,6 +188,11 @@ func (h *Handler) readDestination(ctx context.Context, d *destination) destinati
 			}
 		}
 		out.DeliveredPerMinute = float64(out.Recent.Delivered) / recentWindow.Minutes()
+		durations, err := d.q.PublishDurations(ctx, recentWindow, p99Limit)
+		if err != nil {
+			return err
+		}
+		out.P99PublishMS, out.P99PublishNote = p99(durations)
 		return nil
 	}()
 	if err != nil {
@@ -187,6 +200,32 @@ func (h *Handler) readDestination(ctx context.Context, d *destination) destinati
 		out.Error = "its figures could not be read: see the server log"
 	}
 	return out
+}
+
+// p99 is the 99th percentile of ds by nearest rank (the smallest value
+// at least 99% of ds are at most), in milliseconds, with a note: why it is
+// null (ds is empty), or that it covers the newest p99Limit publishes only.
+func p99(ds []time.Duration) (*float64, string) {
+	if len(ds) == 0 {
+		return nil, p99NoDelivery
+	}
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	rank := (99*len(sorted) + 99) / 100 // ceil(0.99 n)
+	ms := float64(sorted[rank-1].Microseconds()) / 1000
+	note := ""
+	if len(ds) >= p99Limit {
+		note = fmt.Sprintf("over the newest %d publishes of the last 5 minutes", p99Limit)
+	}
+	return &ms, note
+}
+
+// P99Text is the p99 publish time as the page shows it.
+func (d destinationJSON) P99Text() string {
+	if d.P99PublishMS == nil {
+		return "n/a"
+	}
+	return strconv.FormatFloat(*d.P99PublishMS, 'f', 1, 64) + " ms"
 }
 
 func (h *Handler) destinationList(ctx context.Context) []destinationJSON {

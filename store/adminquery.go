@@ -31,6 +31,23 @@ type AdminQueries interface {
 	// Throughput counts the attempts of the last `since` per minute and
 	// outcome, from the attempts table's finished_at index.
 	Throughput(ctx context.Context, since time.Duration) ([]ThroughputBucket, error)
+	// PublishDurations returns the publish times (the sink call's start to
+	// its finish, as the relay recorded them) of the deliveries and of the
+	// attempts that called the sink (DELIVERED, RETRY and FAILED attempt
+	// rows) finished in the last `since` of the database clock, newest
+	// first, at most limit of them.
+	//
+	// The figure is per event: a batch delivered in one sink call (a row of
+	// PostgreSQL's deliveries table) counts its publish time once for each
+	// of its n events, so that a percentile over the list is one over the
+	// events, as a percentile of the attempt rows (one per event) is; the
+	// limit counts events, so the oldest batch in the list may be cut.
+	// PostgreSQL's batches are in the window by their completed_at (the
+	// completion's commit, which its index keeps); its event rows'
+	// delivered_* columns (deliveries from before migration 10) are not
+	// read: no index on them survives that migration. Each part is read
+	// newest first through its index and bounded by limit.
+	PublishDurations(ctx context.Context, since time.Duration, limit int) ([]time.Duration, error)
 	// Relays returns the relays whose heartbeat is younger than within.
 	Relays(ctx context.Context, within time.Duration) ([]RelayHeartbeat, error)
 	// Heartbeat upserts one relay's heartbeat row (heartbeat_at = the

@@ -90,6 +90,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
+	t.Run("AdminQueries", func(t *testing.T) { RunAdminQueries(t, newHarness) })
 }
 
 var tableSeq atomic.Int64

@@ -318,6 +318,36 @@ func (q *Queries) Throughput(ctx context.Context, since time.Duration) ([]store.
 	return out, rows.Err()
 }
 
+// PublishDurations implements store.AdminQueries.
+func (q *Queries) PublishDurations(ctx context.Context, since time.Duration, limit int) ([]time.Duration, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	args := []any{since.Microseconds(), limit}
+	if q.s.DeliveredOnRow || q.s.Deliveries != "" {
+		args = append(args, since.Microseconds(), limit, limit)
+	}
+	rows, err := q.db.QueryContext(ctx, q.sql.publishDurations, args...)
+	if err != nil {
+		return nil, fmt.Errorf("publish durations: %w", err)
+	}
+	defer rows.Close()
+	out := make([]time.Duration, 0, min(limit, 1024))
+	for rows.Next() {
+		var started, finished timeValue
+		var n int64
+		if err := rows.Scan(&started, &finished, &n); err != nil {
+			return nil, fmt.Errorf("publish durations: %w", err)
+		}
+		d := max(finished.t.Sub(started.t), 0)
+		// A batch's publish time counts once per event of the batch.
+		for ; n > 0 && len(out) < limit; n-- {
+			out = append(out, d)
+		}
+	}
+	return out, rows.Err()
+}
+
 // Relays implements store.AdminQueries.
 func (q *Queries) Relays(ctx context.Context, within time.Duration) ([]store.RelayHeartbeat, error) {
 	rows, err := q.db.QueryContext(ctx, q.sql.relays, within.Microseconds())

@@ -72,8 +72,8 @@ func (n names) Prefixed(alias string) names {
 
 // rendered are the statements rendered once for a store's tables.
 type rendered struct {
-	events, match, failed, chainHeads, chainCount, chainEvents string
-	throughput, relays, heartbeat, removeRelay                 string
+	events, match, failed, chainHeads, chainCount, chainEvents   string
+	throughput, publishDurations, relays, heartbeat, removeRelay string
 }
 
 func render(n names) rendered {
@@ -81,6 +81,6 @@ func render(n names) rendered {
 	return rendered{
 		events: r("events"), match: r("match"), failed: r("failed"),
 		chainHeads: r("chain_heads"), chainCount: r("chain_count"), chainEvents: r("chain_events"),
-		throughput: r("throughput"), relays: r("relays"), heartbeat: r("heartbeat"), removeRelay: r("remove_relay"),
+		throughput: r("throughput"), publishDurations: r("publish_durations"), relays: r("relays"), heartbeat: r("heartbeat"), removeRelay: r("remove_relay"),
 	}
 }

@@ -53,6 +53,30 @@ SELECT {{.Minute "finished_at"}}, outcome, count(*) FROM {{.Q}}{{.Attempts}}{{.Q
 		WHERE finished_at > {{.Ago 1}} GROUP BY {{.Minute "finished_at"}}, outcome ORDER BY 1
 {{- end}}{{end}}
 
+-- The publish durations of the last minutes, newest first: the attempts
+-- that called the sink (finished_at index, read backwards), and the
+-- deliveries, per batch (PostgreSQL's deliveries table, by its completed_at
+-- index; n is the batch's event count) or on the event rows (MySQL and
+-- SQLite, by their delivered_finished_at index). Each part and the whole
+-- are bounded by the limit.
+{{define "statements.publish_attempts"}}SELECT * FROM (SELECT started_at AS s, finished_at AS f, 1 AS n FROM {{.Q}}{{.Attempts}}{{.Q}}
+		WHERE finished_at > {{.Ago 1}} AND outcome IN ('DELIVERED', 'RETRY', 'FAILED')
+		ORDER BY finished_at DESC LIMIT {{.P 2}}) a{{end}}
+
+{{define "statements.publish_durations"}}
+{{- if .Deliveries -}}
+SELECT s, f, n FROM ({{template "statements.publish_attempts" .}}
+		UNION ALL SELECT * FROM (SELECT started_at AS s, finished_at AS f, delivered AS n FROM {{.Q}}{{.Deliveries}}{{.Q}}
+		WHERE completed_at > {{.Ago 3}} ORDER BY completed_at DESC LIMIT {{.P 4}}) d) x ORDER BY f DESC LIMIT {{.P 5}}
+{{- else if .DeliveredOnRow -}}
+SELECT s, f, n FROM ({{template "statements.publish_attempts" .}}
+		UNION ALL SELECT * FROM (SELECT delivered_started_at AS s, delivered_finished_at AS f, 1 AS n FROM {{.Q}}{{.Outbox}}{{.Q}}
+		WHERE delivered_finished_at > {{.Ago 3}} AND delivered_started_at IS NOT NULL
+		ORDER BY delivered_finished_at DESC LIMIT {{.P 4}}) d) x ORDER BY f DESC LIMIT {{.P 5}}
+{{- else -}}
+SELECT s, f, n FROM {{template "statements.publish_attempts" .}}
+{{- end}}{{end}}
+
 {{define "statements.relays"}}SELECT relay_id, host, started_at, heartbeat_at, in_flight FROM {{.Q}}{{.Relays}}{{.Q}}
 		WHERE heartbeat_at > {{.Ago 1}} ORDER BY relay_id{{end}}
 
