@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/outbox/admin"
 	"github.com/txoutbox/outbox/internal/testenv/pgtest"
@@ -36,7 +37,7 @@ func TestEventAtEachDestination(t *testing.T) {
 	if _, err := gw.CopyEvents(context.Background(), outboxStore.Table(), []int64{recs[0].ID}); err != nil {
 		t.Fatal(err)
 	}
-	deliverOne(t, gw)
+	deliverOne(t, gw, 10*time.Millisecond)
 
 	var got struct {
 		Status       string
