@@ -79,6 +79,9 @@ type actionParams struct {
 	dryRun bool
 	reason string
 	ttl    time.Duration
+	// destination, for an action on one event: act on its copy in that
+	// destination's table (Config.Destinations) instead of the outbox's.
+	destination string
 }
 
 func parseActionParams(v url.Values, change store.OperatorChange) (actionParams, error) {
@@ -109,6 +112,9 @@ func parseActionParams(v url.Values, change store.OperatorChange) (actionParams,
 
 var actionParamNames = []string{"dry_run", "reason", "ttl"}
 
+// oneActionParamNames are the parameters of an action on one event.
+var oneActionParamNames = append(slices.Clip(actionParamNames), "destination")
+
 func actionName(c store.OperatorChange) string {
 	if c.Kind == store.Requeued {
 		return "retry"
@@ -117,10 +123,42 @@ func actionName(c store.OperatorChange) string {
 }
 
 func (h *Handler) apply(ctx context.Context, c store.OperatorChange, a store.OperatorAction) error {
+	return applyTo(ctx, h.st, c, a)
+}
+
+func applyTo(ctx context.Context, st store.Store, c store.OperatorChange, a store.OperatorAction) error {
 	if c.Kind == store.Requeued {
-		return h.st.Requeue(ctx, a)
+		return st.Requeue(ctx, a)
 	}
-	return h.st.Skip(ctx, a)
+	return st.Skip(ctx, a)
+}
+
+// actionTable is the table an action on one event changes: the outbox's,
+// or a destination's.
+type actionTable struct {
+	st    store.Store
+	q     store.AdminQueries
+	close func()
+}
+
+// tableOf returns the table of the named destination, or the outbox's
+// for "".
+func (h *Handler) tableOf(destination string) (actionTable, error) {
+	if destination == "" {
+		return actionTable{st: h.st, q: h.q, close: func() {}}, nil
+	}
+	names := make([]string, 0, len(h.cfg.Destinations))
+	for _, d := range h.cfg.Destinations {
+		if d.Name == destination {
+			q := d.Store.AdminQueries()
+			return actionTable{st: d.Store, q: q, close: func() { _ = q.Close() }}, nil
+		}
+		names = append(names, d.Name)
+	}
+	if len(names) == 0 {
+		return actionTable{}, badRequest("destination %q: this admin has no destinations (outbox admin --config FILE gives them)", destination)
+	}
+	return actionTable{}, &apiError{http.StatusNotFound, fmt.Sprintf("no destination %q: the destinations are %s", destination, strings.Join(names, ", "))}
 }
 
 func (h *Handler) retryOne(w http.ResponseWriter, r *http.Request, who Identity) error {
@@ -141,14 +179,15 @@ func (h *Handler) actOne(w http.ResponseWriter, r *http.Request, who Identity, c
 	}
 	v := r.URL.Query()
 	for k := range v {
-		if !slices.Contains(actionParamNames, k) {
-			return badRequest("unknown parameter %q: %s takes %s", k, actionName(c), strings.Join(actionParamNames, ", "))
+		if !slices.Contains(oneActionParamNames, k) {
+			return badRequest("unknown parameter %q: %s takes %s", k, actionName(c), strings.Join(oneActionParamNames, ", "))
 		}
 	}
 	p, err := parseActionParams(v, c)
 	if err != nil {
 		return err
 	}
+	p.destination = v.Get("destination")
 	res, err := h.actOneCore(r.Context(), who, c, id, p)
 	if err != nil {
 		return err
@@ -160,7 +199,12 @@ func (h *Handler) actOne(w http.ResponseWriter, r *http.Request, who Identity, c
 // actOneCore checks and (unless a dry run) applies c to one event.
 func (h *Handler) actOneCore(ctx context.Context, who Identity, c store.OperatorChange, id outbox.EventID, p actionParams) (actionResult, error) {
 	res := actionResult{Action: actionName(c), DryRun: p.dryRun, Actor: who.Name, ByStatus: map[outbox.Status]int64{}}
-	rec, err := h.st.GetEvent(ctx, id)
+	t, err := h.tableOf(p.destination)
+	if err != nil {
+		return res, err
+	}
+	defer t.close()
+	rec, err := t.st.GetEvent(ctx, id)
 	if err != nil {
 		return res, err
 	}
@@ -169,15 +213,15 @@ func (h *Handler) actOneCore(ctx context.Context, who Identity, c store.Operator
 		return res, err
 	}
 	res.Matched, res.ByStatus[rec.Status] = 1, 1
-	if err := h.blastRadius(ctx, &res, []store.MatchedEvent{{ID: rec.ID, EventID: rec.EventID, Status: rec.Status}}); err != nil {
+	if err := blastRadius(ctx, t.q, &res, []store.MatchedEvent{{ID: rec.ID, EventID: rec.EventID, Status: rec.Status}}); err != nil {
 		return res, err
 	}
 	if !p.dryRun {
-		if err := h.apply(ctx, c, action); err != nil {
+		if err := applyTo(ctx, t.st, c, action); err != nil {
 			return res, err
 		}
 		res.Applied = 1
-		h.log.Info("admin action", "action", res.Action, "actor", who.Name, "event_id", id.String(), "reason", p.reason)
+		h.log.Info("admin action", "action", res.Action, "actor", who.Name, "event_id", id.String(), "reason", p.reason, "destination", p.destination)
 	}
 	res.summarize()
 	return res, nil
@@ -185,6 +229,10 @@ func (h *Handler) actOneCore(ctx context.Context, who Identity, c store.Operator
 
 // blastRadius adds what changing the matched events releases.
 func (h *Handler) blastRadius(ctx context.Context, res *actionResult, ms []store.MatchedEvent) error {
+	return blastRadius(ctx, h.q, res, ms)
+}
+
+func blastRadius(ctx context.Context, q store.AdminQueries, res *actionResult, ms []store.MatchedEvent) error {
 	var failed []int64
 	for _, m := range ms {
 		if m.Status == outbox.StatusFailed {
@@ -194,7 +242,7 @@ func (h *Handler) blastRadius(ctx context.Context, res *actionResult, ms []store
 			res.ExpiredRevived++
 		}
 	}
-	blocked, past, err := h.q.CountBlockedBehind(ctx, failed)
+	blocked, past, err := q.CountBlockedBehind(ctx, failed)
 	res.BlockedReleased += blocked
 	res.PastDeadline += past
 	return err

@@ -22,6 +22,14 @@ type eventAtDestination struct {
 	Attempts []attemptJSON `json:"attempts,omitempty"`
 }
 
+// StatusText is the copy's status, or "" without a copy (for the page).
+func (e eventAtDestination) StatusText() string {
+	if e.Status == nil {
+		return ""
+	}
+	return string(*e.Status)
+}
+
 // atDestinations reads an event's copy at each configured destination.
 // A destination whose table cannot be read says so in its LastError
 // rather than failing the whole answer.

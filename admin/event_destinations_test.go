@@ -68,4 +68,46 @@ func TestEventAtEachDestination(t *testing.T) {
 			t.Errorf("the event page lacks %q:\n%s", want, page)
 		}
 	}
+
+	// The ledger refuses its copy for good; an operator retries it there
+	// only, through the API and through the page.
+	if _, err := ledger.CopyEvents(context.Background(), outboxStore.Table(), []int64{recs[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	failHeads(t, ledger, "status 422")
+	op := client{t, base, operatorToken}
+	op.post("/api/v1/events/"+id.String()+"/retry?destination=nowhere&reason=x").want(t, 404)
+	op.post("/api/v1/events/"+id.String()+"/retry?destination=ledger&reason=ledger+fixed").want(t, 200)
+	rec, err := ledger.GetEvent(context.Background(), id)
+	if err != nil || rec.Status != "PENDING" {
+		t.Fatalf("ledger copy after the retry: %v %v, want PENDING", rec.Status, err)
+	}
+	if rec, err := outboxStore.GetEvent(context.Background(), id); err != nil || rec.Status != "PENDING" {
+		t.Fatalf("the outbox row: %v %v, want it untouched (PENDING)", rec.Status, err)
+	}
+	atts, err := ledger.Attempts(context.Background(), id)
+	if err != nil || len(atts) == 0 || atts[len(atts)-1].RelayID != "operator:alice" {
+		t.Fatalf("ledger attempts %+v (%v): want the operator's retry audited there", atts, err)
+	}
+	failHeads(t, ledger, "status 422")
+	oc := browserless(t)
+	if resp, _ := fetch(t, oc, "POST", base+"/login", url.Values{"token": {operatorToken}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	_, page = fetch(t, oc, "GET", base+"/events/"+id.String(), nil)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, "Retry here") {
+		t.Fatalf("no per-destination retry on the event page:\n%s", page)
+	}
+	_, confirm := fetch(t, oc, "POST", base+"/events/"+id.String()+"/retry", url.Values{"csrf_token": {m[1]}, "destination": {"ledger"}})
+	if !strings.Contains(confirm, `At destination <strong id="destination">ledger</strong> only`) {
+		t.Fatalf("the confirmation does not name the destination:\n%s", confirm)
+	}
+	resp, _ := fetch(t, oc, "POST", base+"/events/"+id.String()+"/retry", url.Values{"csrf_token": {m[1]}, "destination": {"ledger"}, "confirm": {"yes"}, "reason": {"again"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("confirmed retry: %d", resp.StatusCode)
+	}
+	if rec, err := ledger.GetEvent(context.Background(), id); err != nil || rec.Status != "PENDING" {
+		t.Fatalf("ledger copy after the page's retry: %v %v, want PENDING", rec.Status, err)
+	}
 }

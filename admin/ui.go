@@ -385,6 +385,9 @@ type confirmData struct {
 	Target template.URL // where the confirmed form posts
 	Back   template.URL
 	Reason string
+	// Destination is the destination whose copy of the event the action
+	// changes ("": the outbox's row).
+	Destination string
 }
 
 func changeFor(action string) (store.OperatorChange, error) {
@@ -408,7 +411,7 @@ func (h *Handler) eventActionPage(w http.ResponseWriter, r *http.Request, v *vie
 	if err != nil {
 		return "", err
 	}
-	p := actionParams{dryRun: r.PostFormValue("confirm") != "yes", reason: r.PostFormValue("reason")}
+	p := actionParams{dryRun: r.PostFormValue("confirm") != "yes", reason: r.PostFormValue("reason"), destination: r.PostFormValue("destination")}
 	if len(p.reason) > 500 {
 		return "", badRequest("reason: longer than 500 characters")
 	}
@@ -421,7 +424,8 @@ func (h *Handler) eventActionPage(w http.ResponseWriter, r *http.Request, v *vie
 		return "", nil
 	}
 	v.Title, v.Nav = "Confirm "+res.Action, "events"
-	v.Data = confirmData{Action: res.Action, Result: res, Target: template.URL(r.URL.Path), Back: template.URL("/events/" + id.String()), Reason: p.reason}
+	v.Data = confirmData{Action: res.Action, Result: res, Target: template.URL(r.URL.Path), Back: template.URL("/events/" + id.String()), Reason: p.reason,
+		Destination: p.destination}
 	return "confirm", nil
 }
 
