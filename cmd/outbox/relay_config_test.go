@@ -184,3 +184,29 @@ func TestRelayCheckWithoutConfigIsRefused(t *testing.T) {
 		t.Errorf("relay --check: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestRelayConfigBadFileRefusedAtStart: the relay itself (not only
+// --check) refuses a file with an unknown key or a route to a destination
+// that is not defined, naming each line to fix, before it opens the
+// database.
+func TestRelayConfigBadFileRefusedAtStart(t *testing.T) {
+	path := writeDestinationsFile(t, `destinations:
+  gateway: { url: "https://gateway.example/approve", retries: 3 }
+routes:
+  - match: { event_type: ApprovalRequested }
+    to: [gateway, ledger]
+`)
+	dir := t.TempDir()
+	out, errOut, code := cli(t, "", "relay", "--config", path, "--db", "sqlite://"+filepath.Join(dir, "x.db"))
+	if code != 1 || out != "" {
+		t.Fatalf("relay with a bad file: exit %d, stdout %q; want 1 and nothing", code, out)
+	}
+	for _, want := range []string{path + `:2: destination "gateway": unknown key "retries"`, path + `:5: route 1: to: "ledger" is not a destination`} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.db")); err == nil {
+		t.Errorf("the refused relay created the database")
+	}
+}
