@@ -303,3 +303,39 @@ func TestDestinationFlagRefusals(t *testing.T) {
 		t.Errorf("status --destination events does not report its table:\n%s", out)
 	}
 }
+
+// TestFanOutFromTheWAL: the router reads the outbox table from
+// PostgreSQL's logical replication (--source logical), and the fan-out
+// delivers as it does when polling.
+func TestFanOutFromTheWAL(t *testing.T) {
+	dsn, table := postgresDSN(t), newTable()
+	gw := &gateway{}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	kafka := newKafka(t)
+	file := fanOutFile(t, srv.URL, kafka.ListenAddrs()[0])
+	mustCLI(t, "", "migrate", "--db", dsn, "--table", table, "--config", file)
+	// The slot outlives the test's schema: migrate --down drops it.
+	t.Cleanup(func() { cli(t, "", "migrate", "--db", dsn, "--table", table, "--down", "--yes") })
+	relay, logs := startRelay(t, "relay", "--db", dsn, "--table", table, "--config", file, "--source", "logical",
+		"--poll-interval", "10ms", "--progress", "0")
+	waitUntil(t, time.Minute, "the relay to start", func() bool { return strings.Contains(logs.String(), "relay configured") }, logs)
+	const payments, aggs = 50, 5
+	mustCLI(t, eventLines(payments, aggs, "")+merchantLines(10, 2), "enqueue", "--db", dsn, "--table", table)
+	waitUntil(t, time.Minute, "every approval at the gateway", func() bool {
+		rs, _ := gw.snapshot()
+		return len(rs) >= payments
+	}, logs)
+	rs, _ := gw.snapshot()
+	if dups := checkDelivered(t, rs, payments, aggs); dups != 0 {
+		t.Errorf("%d repeats at the gateway", dups)
+	}
+	checkKafka(t, readKafka(t, kafka.ListenAddrs()[0], payments+10))
+	_ = relay.Process.Signal(os.Interrupt)
+	if err := relay.Wait(); err != nil {
+		t.Fatalf("relay stopped with %v\n%s", err, logs)
+	}
+	if !strings.Contains(logs.String(), "source=logical") {
+		t.Errorf("the relay did not say it reads the WAL:\n%s", logs)
+	}
+}

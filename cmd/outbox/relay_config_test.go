@@ -160,7 +160,6 @@ func TestRelayConfigRefusesTheFlagsItReplaces(t *testing.T) {
 		{[]string{"--sink", "discard://"}, "--sink cannot be used with --config: the destinations file says where events go"},
 		{[]string{"--route", "merchant=audit"}, "--route cannot be used with --config: name the destination"},
 		{[]string{"--route-limit", "payment.events=rate=1/s"}, "--route-limit cannot be used with --config: give the limits in the destination's URL"},
-		{[]string{"--source", "logical"}, "--source logical cannot be used with --config"},
 	} {
 		args := append([]string{"relay", "--config", path, "--db", db}, tc.args...)
 		out, errOut, code := cli(t, "", args...)

@@ -67,8 +67,6 @@ func (c *RelayCmd) fanOutFlags() error {
 		return bad("--route", "name the destination (topic, subject, stream, queue) in the destination's URL")
 	case len(c.RouteLimit) > 0:
 		return bad("--route-limit", "give the limits in the destination's URL (rate=, burst=, max_in_flight=)")
-	case c.Source != "poll":
-		return bad("--source "+c.Source, "a relay with a destinations file finds new events by polling for now")
 	}
 	return nil
 }
@@ -168,8 +166,29 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// The router reads the outbox table as a single-sink relay would: by
+	// polling, or from the WAL or the binary log. The destination tables
+	// are polled (and woken by their copies).
+	routerStore := b.store
+	switch c.Source {
+	case "logical":
+		src, err := c.openLogicalSource(ctx, g, b)
+		if err != nil {
+			return err
+		}
+		routerStore = src
+		legMetrics.collect(slotLagGauge(src), slotRecreationsCounter(src))
+	case "binlog":
+		src, err := c.openBinlogSource(ctx, g, b)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		routerStore = src
+		legMetrics.collect(binlogCollectors(src)...)
+	}
 	rc := base
-	rc.Store, rc.Sink, rc.RelayID = b.store, router, c.RelayID
+	rc.Store, rc.Sink, rc.RelayID = routerStore, router, c.RelayID
 	rc.Logger = g.logger.With("stage", "router", "table", g.Table)
 	if rc.Observer, err = legMetrics.add(ctx, "", b.store); err != nil {
 		return err
@@ -194,7 +213,7 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	for _, l := range legs {
 		names = append(names, l.name+" ("+l.table+", "+redactURL(destURL(cfg, l.name))+")")
 	}
-	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "config", g.Config, "destinations", strings.Join(names, "; "))
+	g.logger.Info("relay configured", "table", g.Table, "backend", b.kind, "source", c.Source, "config", g.Config, "destinations", strings.Join(names, "; "))
 	all := append([]fanOutLeg{{table: g.Table, relay: rr}}, legs...)
 	stopProgress := c.reportFanOutProgress(ctx, g.logger, all)
 	defer stopProgress()

@@ -65,6 +65,14 @@ func (m *fanOutMetrics) add(ctx context.Context, destination string, st store.St
 	return met, nil
 }
 
+// collect registers collectors of the process as they are, without the
+// destination label (the CDC source's).
+func (m *fanOutMetrics) collect(cs ...prometheus.Collector) {
+	if m.reg != nil {
+		m.reg.MustRegister(cs...)
+	}
+}
+
 // serve mounts /metrics, /healthz and /readyz (the outbox table's) and
 // starts serving.
 func (m *fanOutMetrics) serve() {
