@@ -22,6 +22,10 @@ type kafkaOutageResult struct {
 	// the restart.
 	events, delivered, expired, moving, received int
 	caughtUp                                     time.Duration
+	// merchant counts the delivered merchant events (no deadline);
+	// expiredDelivered the approvals EXPIRED at Kafka that the gateway
+	// had in time (PROCESSED in its table).
+	merchant, expiredDelivered int
 	// gatewayRepeats are the repeated gateway requests from the stop to
 	// the catch-up (Idempotency-Key duplicates): Kafka's outage must cause
 	// none.
@@ -84,8 +88,18 @@ func (d *demoRun) incidentKafkaDown(ctx context.Context) error {
 	// The consumer reads what Kafka's relay delivered.
 	var delivered []string
 	for _, id := range ids {
-		if r, err := d.kStore().GetEvent(ctx, id); err == nil && r.Status == outbox.StatusProcessed {
+		r, err := d.kStore().GetEvent(ctx, id)
+		switch {
+		case err != nil:
+		case r.Status == outbox.StatusProcessed:
 			delivered = append(delivered, id.String())
+			if r.AggregateType == "merchant" {
+				res.merchant++
+			}
+		case r.Status == outbox.StatusExpired && d.routedTo(destGateway, r.EventType, r.AggregateType):
+			if g, err := d.gwStore().GetEvent(ctx, id); err == nil && g.Status == outbox.StatusProcessed {
+				res.expiredDelivered++
+			}
 		}
 	}
 	for end := time.Now().Add(10*time.Second + finalSlack); len(d.kafka.Missing(delivered)) > 0 && time.Now().Before(end); {
@@ -98,8 +112,12 @@ func (d *demoRun) incidentKafkaDown(ctx context.Context) error {
 	_, dupsAfter := d.gw.Counts()
 	res.gatewayRepeats = dupsAfter - dupsBefore
 	d.kafkaDown = res
-	d.con.Printf("INCIDENT 7", "over %s later Kafka caught up: of those %d, %d delivered and read back by the consumer (%d)%s",
-		res.caughtUp.Round(100*time.Millisecond), res.events, res.delivered, res.received, others(final, outbox.StatusProcessed, res.moving))
+	d.con.Printf("INCIDENT 7", "over %s later Kafka caught up: of those %d, %d delivered (%d merchant events) and read back by the consumer (%d)%s",
+		res.caughtUp.Round(100*time.Millisecond), res.events, res.delivered, res.merchant, res.received, others(final, outbox.StatusProcessed, res.moving))
+	if res.expired > 0 {
+		d.con.Printf("", "   the EXPIRED ran out of their QR lifetime (%s) before Kafka's relay got through again: at Kafka only; %d of them are approvals the gateway had in time",
+			p.ttl, res.expiredDelivered)
+	}
 	d.con.Printf("", "   the gateway repeated %s because of it: Kafka's outage held nothing back at the gateway",
 		plural(res.gatewayRepeats, "request", "requests"))
 	d.setIncident("normal traffic")

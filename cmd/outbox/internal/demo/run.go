@@ -114,9 +114,9 @@ type demoPlan struct {
 
 func (c *Options) plan() (demoPlan, error) {
 	p := demoPlan{
-		scale: 10, rate: 25, warmup: 4 * time.Second, outage: 2500 * time.Millisecond, pause: 1500 * time.Millisecond,
+		scale: 10, rate: 25, warmup: 3 * time.Second, outage: 2500 * time.Millisecond, pause: 1500 * time.Millisecond,
 		edfBacklog: 600, edfApprovals: 40, edfLatency: 100 * time.Millisecond,
-		tail: time.Second, poison: 3, merchantEvery: time.Second, holdWait: 15 * time.Second, kafkaOutage: 3 * time.Second,
+		tail: time.Second, poison: 3, merchantEvery: time.Second, holdWait: 15 * time.Second, kafkaOutage: 2 * time.Second,
 		relay: relayTimings{batch: 100, poll: 100 * time.Millisecond, lease: 10 * time.Second, crashLease: 2 * time.Second,
 			backoffMin: 300 * time.Millisecond, backoffMax: 2 * time.Second, sweep: 250 * time.Millisecond,
 			stopTimeout: 2 * time.Second, maxRetries: relay.DefaultMaxRetries, httpTimeout: 5 * time.Second, kafkaTimeout: time.Second,
@@ -126,7 +126,7 @@ func (c *Options) plan() (demoPlan, error) {
 	if c.Short {
 		p.scale, p.rate, p.warmup, p.outage, p.pause, p.tail, p.poison, p.merchantEvery =
 			22, 25, 800*time.Millisecond, 600*time.Millisecond, 300*time.Millisecond, 500*time.Millisecond, 2, 300*time.Millisecond
-		p.edfBacklog, p.edfApprovals, p.kafkaOutage = 300, 20, 1500*time.Millisecond
+		p.edfBacklog, p.edfApprovals, p.kafkaOutage = 300, 20, time.Second
 		p.relay.poll, p.relay.crashLease, p.relay.backoffMin, p.relay.backoffMax, p.relay.sweep, p.relay.stopTimeout =
 			50*time.Millisecond, time.Second, 100*time.Millisecond, 600*time.Millisecond, 250*time.Millisecond, time.Second
 		p.relay.breaker.Window, p.relay.breaker.FailingFor, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax, p.relay.breaker.Refresh =
