@@ -266,9 +266,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("duplicates", s.Duplicates, "repeats the gateway dropped by Idempotency-Key (only after a crash)")
 	row("retried", s.Retried, fmt.Sprintf("retried with backoff after a failed attempt; %d of them then delivered (%d failed attempts in all)", s.RetriedDelivered, s.RetryAttempts))
 	row("FAILED", s.Failed, fmt.Sprintf("dead letters: %d, alarms raised: %d", s.DeadLetters, s.Alarms))
-	note := "outlived their QR code: never sent"
+	note := "outlived their QR code before they were routed, or at a destination: never sent there after it"
 	if s.ExpiredSeen > 0 {
-		note = fmt.Sprintf("outlived their QR code (%d had reached the gateway before a crash lost the answer)", s.ExpiredSeen)
+		note = fmt.Sprintf("outlived their QR code before they were routed, or at a destination (%d had reached the gateway before a crash lost the answer)", s.ExpiredSeen)
 	}
 	row("EXPIRED", s.Expired, note)
 	if s.Blocked > 0 {
