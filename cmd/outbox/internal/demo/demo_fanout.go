@@ -12,7 +12,6 @@ import (
 	"github.com/txoutbox/outbox/internal/destconfig"
 	"github.com/txoutbox/outbox/internal/fanout"
 	"github.com/txoutbox/outbox/relay"
-	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -193,8 +192,8 @@ func (d *demoRun) cleanupFanOut(ctx context.Context, drop bool) {
 	}
 }
 
-// printDestinations shows the destinations file and where each kind of
-// event goes.
+// destinationsHeader is the header's lines on Kafka and the
+// destinations file.
 func (d *demoRun) destinationsHeader() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  kafka     in-process Kafka-protocol broker at %s: topics %s (the kafka sink's {aggregate_type}.events)\n",
@@ -210,5 +209,3 @@ func (d *demoRun) destinationsHeader() string {
 
 // notInOutbox reports whether err says the event is not in the table.
 func notInOutbox(err error) bool { return errors.Is(err, outbox.ErrNotFound) }
-
-var _ sink.Sink = (*fanout.Router)(nil)
