@@ -284,11 +284,18 @@ func checkDemoLegs(t *testing.T, out string, sum map[string]any) {
 	if !ok {
 		t.Fatalf("summary lacks kafka_outage: %v", sum)
 	}
-	if num(k, "gateway_during") == 0 {
-		t.Errorf("incident 7: the gateway accepted nothing while Kafka was down\n%s", out)
-	}
 	if num(k, "gateway_repeats") != 0 {
 		t.Errorf("incident 7: %d gateway requests repeated during Kafka's outage; want 0", num(k, "gateway_repeats"))
+	}
+	// On a machine too loaded, the service may write nothing for Kafka
+	// (or the gateway accept nothing) while Kafka is down, however long
+	// the demo keeps it down: the demo says so.
+	if slow := tooSlow(sum, "incident 7"); slow != (num(k, "gateway_during") == 0 || num(k, "events") == 0) {
+		t.Errorf("incident 7: the gateway accepted %d, %d events for Kafka were written, and the demo says too slow: %v\n%s",
+			num(k, "gateway_during"), num(k, "events"), slow, out)
+	} else if slow {
+		t.Logf("the machine was too slow to show incident 7 (the gateway accepted %d, %d events for Kafka): checked that the demo said so", num(k, "gateway_during"), num(k, "events"))
+		return
 	}
 	if num(k, "events") == 0 || num(k, "delivered")+num(k, "expired")+num(k, "moving") != num(k, "events") || num(k, "received") != num(k, "delivered") {
 		t.Errorf("incident 7: %d events for Kafka, %d delivered (%d read back), %d EXPIRED, %d moving: want each delivered and read back, expired or moving",

@@ -50,10 +50,12 @@ func (d *demoRun) incidentKafkaDown(ctx context.Context) error {
 	d.kafka.Stop()
 	downAt := time.Now()
 	err := sleep(ctx, p.kafkaOutage)
-	// On a very busy machine the gateway may have accepted nothing yet:
-	// stay down until it has (bounded).
-	for end := time.Now().Add(4*p.kafkaOutage + 2*time.Second); err == nil && time.Now().Before(end); {
-		if n, _ := d.gw.Counts(); n > gwBefore {
+	// On a very busy machine the service may have written nothing for
+	// Kafka yet, or the gateway accepted nothing: stay down until both
+	// happened (bounded).
+	for end := time.Now().Add(4*p.kafkaOutage + 5*time.Second); err == nil && time.Now().Before(end); {
+		n, _ := d.gw.Counts()
+		if n > gwBefore && d.wroteFor(destKafka, mark) {
 			break
 		}
 		err = sleep(ctx, 50*time.Millisecond)
@@ -77,6 +79,10 @@ func (d *demoRun) incidentKafkaDown(ctx context.Context) error {
 		}
 	}
 	res.events = len(ids)
+	if res.events == 0 || res.gatewayDuring == 0 {
+		d.noteTooSlow(fmt.Sprintf("incident 7: in the %s Kafka was down, the service wrote %s for Kafka and the gateway accepted %d",
+			res.down.Round(100*time.Millisecond), plural(res.events, "event", "events"), res.gatewayDuring))
+	}
 	d.setIncident("incident 7: Kafka back; its relay catches up")
 	d.con.Printf("INCIDENT 7", "Kafka is back on %s with its data after %s: meanwhile the gateway accepted %d events; %s for Kafka were written",
 		d.kafka.Addr(), res.down.Round(100*time.Millisecond), res.gatewayDuring, plural(len(ids), "event", "events"))
@@ -122,4 +128,16 @@ func (d *demoRun) incidentKafkaDown(ctx context.Context) error {
 		plural(res.gatewayRepeats, "request", "requests"))
 	d.setIncident("normal traffic")
 	return nil
+}
+
+// wroteFor reports whether the service committed an event routed to dest
+// since mark.
+func (d *demoRun) wroteFor(dest string, mark int) bool {
+	written, _ := d.svc.committedSince(mark)
+	for _, e := range written {
+		if d.routedTo(dest, e.EventType, e.AggregateType) {
+			return true
+		}
+	}
+	return false
 }
