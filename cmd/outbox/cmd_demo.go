@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/txoutbox/outbox"
@@ -13,8 +14,9 @@ import (
 )
 
 // DemoCmd runs the QR-payment scenario end to end: a payment service, a
-// mock payment gateway, two relays and six scripted incidents, then a
-// summary that checks the guarantees. The scenario is package demo; this
+// mock payment gateway and an in-process Kafka broker fed from one outbox
+// table through a destinations file, two relays and seven scripted
+// incidents, then a summary that checks the guarantees. The scenario is package demo; this
 // command gives it the CLI's stores, sinks and secret scrubbing.
 type DemoCmd struct {
 	Short     bool          `help:"A short run for CI: a few seconds (QR lifetime compressed 22x unless --time-scale is given)." env:"OUTBOX_DEMO_SHORT"`
@@ -42,8 +44,8 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 			}
 			return &demo.Backend{Store: b.store, Kind: b.kind, Close: b.close}, nil
 		},
-		OpenSink: func(ctx context.Context, url string) (sink.Sink, error) {
-			return openSink(ctx, url, sinkOptions{})
+		OpenSink: func(ctx context.Context, url string, log *slog.Logger) (sink.Sink, error) {
+			return openSink(ctx, url, sinkOptions{Logger: log})
 		},
 		ShowEvent: func(ctx context.Context, w io.Writer, s store.Store, id outbox.EventID) error {
 			return ShowEvent(ctx, w, s, id, false)

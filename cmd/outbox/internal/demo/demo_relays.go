@@ -22,17 +22,18 @@ import (
 // relayTimings are the relay settings the demo uses, shortened so that the
 // scenario fits in a minute.
 type relayTimings struct {
-	batch       int
-	poll        time.Duration
-	lease       time.Duration // relay-1's (it is never killed)
-	crashLease  time.Duration // relay-2's, the one that is killed
-	backoffMin  time.Duration
-	backoffMax  time.Duration
-	sweep       time.Duration
-	stopTimeout time.Duration
-	maxRetries  int
-	httpTimeout time.Duration
-	breaker     relay.BreakerConfig // both relays'; scaled to the demo's timings
+	batch        int
+	poll         time.Duration
+	lease        time.Duration // relay-1's (it is never killed)
+	crashLease   time.Duration // relay-2's, the one that is killed
+	backoffMin   time.Duration
+	backoffMax   time.Duration
+	sweep        time.Duration
+	stopTimeout  time.Duration
+	maxRetries   int
+	httpTimeout  time.Duration
+	kafkaTimeout time.Duration       // the kafka sink's produce_timeout
+	breaker      relay.BreakerConfig // both relays'; scaled to the demo's timings
 }
 
 // breakerEnv is b as `outbox relay` environment variables.
@@ -46,35 +47,52 @@ func breakerEnv(b relay.BreakerConfig, env map[string]string) {
 	env["OUTBOX_BREAKER_REFRESH"] = b.Refresh.String()
 }
 
-// inProcRelay is relay-1: a relay.Relay in this process.
+// inProcRelay is relay-1: in this process, the router relay on the
+// outbox table and one relay per destination table.
 type inProcRelay struct {
-	r      *relay.Relay
-	sink   sink.Sink
+	r      *relay.Relay // the router: Notify wakes it after a commit
+	sinks  []sink.Sink
 	cancel context.CancelFunc
 	done   chan error
+	n      int
 }
 
-// startInProcRelay runs a relay on cfg (whose Sink it takes over) until stop.
-func startInProcRelay(ctx context.Context, cfg relay.Config) (*inProcRelay, error) {
-	r, err := relay.New(cfg)
-	if err != nil {
-		return nil, err
+// startInProcRelay runs a relay on each of cfgs (whose sinks it takes
+// over; cfgs[0] is the router) until stop.
+func startInProcRelay(ctx context.Context, cfgs ...relay.Config) (*inProcRelay, error) {
+	var rs []*relay.Relay
+	for _, cfg := range cfgs {
+		r, err := relay.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &inProcRelay{r: r, sink: cfg.Sink, cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- r.Run(ctx) }()
+	p := &inProcRelay{r: rs[0], cancel: cancel, done: make(chan error, len(rs)), n: len(rs)}
+	for i, r := range rs {
+		p.sinks = append(p.sinks, cfgs[i].Sink)
+		go func() { p.done <- r.Run(ctx) }()
+	}
 	return p, nil
 }
 
-// stop stops the relay cleanly (it finishes its batch and marks it) and
-// closes its sink.
+// stop stops the relays cleanly (each finishes its batch and marks it)
+// and closes their sinks.
 func (p *inProcRelay) stop() error {
 	p.cancel()
-	err := <-p.done
+	var err error
+	for range p.n {
+		if e := <-p.done; err == nil {
+			err = e
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if cerr := p.sink.Close(ctx); err == nil {
-		err = cerr
+	for _, sk := range p.sinks {
+		if cerr := sk.Close(ctx); err == nil {
+			err = cerr
+		}
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -31,18 +32,72 @@ func allEvents(ctx context.Context, s store.Store) (map[outbox.EventID]store.Rec
 	}
 }
 
+// tableRecs are a table's rows and the first FAILED event of each
+// aggregate there (later events of the aggregate wait behind it).
+type tableRecs struct {
+	recs     map[outbox.EventID]store.Record
+	failedAt map[string]int64
+}
+
+func readTable(ctx context.Context, s store.Store) (tableRecs, error) {
+	recs, err := allEvents(ctx, s)
+	if err != nil {
+		return tableRecs{}, err
+	}
+	t := tableRecs{recs: recs, failedAt: map[string]int64{}}
+	for _, r := range recs {
+		if r.Status == outbox.StatusFailed {
+			k := r.AggregateType + "\x00" + r.AggregateID
+			if id, ok := t.failedAt[k]; !ok || r.ID < id {
+				t.failedAt[k] = r.ID
+			}
+		}
+	}
+	return t, nil
+}
+
+// behindDeadLetter reports whether r waits BLOCKED behind a FAILED event
+// of its aggregate in its table.
+func (t tableRecs) behindDeadLetter(r store.Record) bool {
+	id, ok := t.failedAt[r.AggregateType+"\x00"+r.AggregateID]
+	return ok && id < r.ID && r.Status == outbox.StatusBlocked
+}
+
 // account compares what the service committed and rolled back, what the
-// outbox holds and what the gateway accepted.
+// outbox table and each destination's table hold, and what the gateway
+// accepted and the Kafka consumer read.
 func (d *demoRun) account(ctx context.Context) (*Summary, error) {
-	recs, err := allEvents(ctx, d.b.Store)
+	out, err := readTable(ctx, d.b.Store)
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox: %w", err)
+	}
+	tables := map[string]tableRecs{}
+	deadLetters := 0
+	for _, t := range d.dests {
+		if tables[t.name], err = readTable(ctx, t.b.Store); err != nil {
+			return nil, fmt.Errorf("read the table %s of destination %s: %w", t.table, t.name, err)
+		}
+		st, err := t.b.Store.Stats(ctx, true)
+		if err != nil {
+			return nil, err
+		}
+		deadLetters += int(st.DeadLetters)
 	}
 	st, err := d.b.Store.Stats(ctx, true)
 	if err != nil {
 		return nil, err
 	}
+	deadLetters += int(st.DeadLetters)
 	rep := d.gw.Report()
+	krep := d.kafka.Report()
+	received := func(dest, id string) bool {
+		if dest == destGateway {
+			_, ok := rep.Accepted[id]
+			return ok
+		}
+		_, ok := krep.Received[id]
+		return ok
+	}
 	d.svc.mu.Lock()
 	committed := append([]sentEvent(nil), d.svc.committed...)
 	rolledBack := append([]outbox.EventID(nil), d.svc.rolledBack...)
@@ -50,7 +105,7 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 	requests := d.svc.requests
 	d.svc.mu.Unlock()
 	for _, e := range ambiguous {
-		if _, ok := recs[e.ID]; ok {
+		if _, ok := out.recs[e.ID]; ok {
 			committed = append(committed, e) // the commit did happen
 		}
 	}
@@ -59,92 +114,152 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 		Backend: d.b.Kind, Table: d.table, ElapsedMS: d.con.Elapsed().Milliseconds(),
 		TimeScale: d.plan.scale, QRTTLMS: d.plan.ttl.Milliseconds(), Seed: d.seed,
 		Payments: requests, Committed: len(committed), RolledBack: len(rolledBack),
-		Delivered: len(rep.Accepted), Duplicates: rep.Duplicates, OrderViolations: len(rep.Violations),
-		DeadLetters: int(st.DeadLetters), Alarms: int(d.alarms.Load()),
-		GatewayRequests: rep.Requests, DeliveredBy: rep.ByRelay, Routes: rep.ByRoute,
+		Duplicates: rep.Duplicates, OrderViolations: len(rep.Violations) + len(krep.Violations),
+		DeadLetters: deadLetters, Alarms: int(d.alarms.Load()),
+		GatewayRequests: rep.Requests, DeliveredBy: rep.ByRelay,
 		TooSlow: d.tooSlow,
-	}
-	// The first FAILED event of each aggregate: later events wait behind it.
-	failedAt := map[string]int64{}
-	for _, r := range recs {
-		if r.Status == outbox.StatusFailed {
-			k := r.AggregateType + "\x00" + r.AggregateID
-			if id, ok := failedAt[k]; !ok || r.ID < id {
-				failedAt[k] = r.ID
-			}
-		}
 	}
 	known := make(map[string]bool, len(committed)+len(rolledBack))
 	for _, e := range committed {
 		id := e.ID.String()
 		known[id] = true
-		_, seen := rep.Accepted[id]
-		r, inOutbox := recs[e.ID]
-		switch {
-		case !inOutbox:
+		seen := received(destGateway, id) || received(destKafka, id)
+		r0, inOutbox := out.recs[e.ID]
+		if !inOutbox {
 			if !seen {
 				s.Lost++
 			}
 			continue
-		case r.Status == outbox.StatusProcessed:
+		}
+		recs := []store.Record{r0}
+		status := r0.Status // the event's outcome over its destinations
+		if r0.Status == outbox.StatusProcessed {
+			s.Routed++
+			to, _ := d.cfg.Resolve(r0.EventType, r0.AggregateType)
+			var worst []outbox.Status
+			for _, name := range to {
+				r, ok := tables[name].recs[e.ID]
+				if !ok {
+					s.Lost++ // routed, yet missing from its destination's table
+					continue
+				}
+				recs = append(recs, r)
+				if tables[name].behindDeadLetter(r) {
+					worst = append(worst, outbox.StatusSkipped) // marks "blocked behind a dead letter"
+				} else {
+					worst = append(worst, r.Status)
+				}
+			}
+			status = combine(worst)
+		}
+		retries, retried := 0, false
+		for _, r := range recs {
+			retries += r.RetryCount
+			// went back to PENDING for a retry at least once
+			retried = retried || r.RetryCount > 1 || (r.RetryCount == 1 && r.Status != outbox.StatusFailed)
+		}
+		s.RetryAttempts += retries
+		switch status {
+		case outbox.StatusProcessed:
 			s.Processed++
-			if r.RetryCount > 0 {
+			if retries > 0 {
 				s.RetriedDelivered++
 			}
-		case r.Status == outbox.StatusFailed:
+		case outbox.StatusFailed:
 			s.Failed++
-		case r.Status == outbox.StatusExpired:
+		case outbox.StatusExpired:
 			s.Expired++
-			if seen {
+			if r, ok := tables[destGateway].recs[e.ID]; ok && r.Status == outbox.StatusExpired && received(destGateway, id) {
 				s.ExpiredSeen++
 			}
-		case r.Status == outbox.StatusBlocked:
-			if id, ok := failedAt[r.AggregateType+"\x00"+r.AggregateID]; ok && id < r.ID {
-				// Held behind a dead letter, with an alarm raised: an
-				// operator's retry or skip moves it. Not dropped.
-				s.Blocked++
-				s.RetryAttempts += r.RetryCount
-				continue
-			}
-		}
-		s.RetryAttempts += r.RetryCount
-		if r.RetryCount > 1 || (r.RetryCount == 1 && r.Status != outbox.StatusFailed) {
-			s.Retried++ // went back to PENDING for a retry at least once
-		}
-		unsettled, lost := unaccounted(r.Status, seen)
-		if unsettled {
+		case outbox.StatusSkipped:
+			s.Blocked++ // held behind a dead letter, with an alarm raised: an operator's retry or skip moves it
+		default:
 			s.Unsettled++
 		}
-		if lost {
-			s.Lost++
+		if retried {
+			s.Retried++
 		}
 	}
 	for _, id := range rolledBack {
 		known[id.String()] = true
-		if _, ok := rep.Accepted[id.String()]; ok {
+		if received(destGateway, id.String()) || received(destKafka, id.String()) {
 			s.RolledBackDelivered++
 		}
-		if _, ok := recs[id]; ok {
+		if _, ok := out.recs[id]; ok {
 			s.RolledBackVisible++
 		}
 	}
-	// Compensating events: written by the store when an event with
-	// on_expired ended EXPIRED, naming it in a header.
-	for _, r := range recs {
-		if exp := r.Headers[outbox.HeaderCompensates]; exp != "" {
-			if eid, err := outbox.ParseEventID(exp); err == nil && recs[eid].Status == outbox.StatusExpired && known[eid.String()] {
+	// Compensating events: written by the store in the table where an
+	// event with on_expired ended EXPIRED, naming it in a header. Those
+	// of the outbox table are routed on to Kafka's table.
+	for _, name := range []string{"", destGateway, destKafka} {
+		t := out
+		if name != "" {
+			t = tables[name]
+		}
+		for _, r := range t.recs {
+			exp := r.Headers[outbox.HeaderCompensates]
+			eid, err := outbox.ParseEventID(exp)
+			if exp == "" || err != nil || !known[eid.String()] {
+				continue
+			}
+			known[r.EventID.String()] = true
+			switch {
+			case name == "" && r.Status == outbox.StatusProcessed:
+				continue // routed: counted at its destination
+			case name == "":
+			case r.Status == outbox.StatusProcessed && received(name, r.EventID.String()):
+				s.CompensationsDelivered++
+			case t.behindDeadLetter(r):
+				s.CompensationsBlocked++ // behind its payment's dead letter
 				s.Compensations++
-				known[r.EventID.String()] = true
-				if id, ok := failedAt[r.AggregateType+"\x00"+r.AggregateID]; ok && id < r.ID && r.Status == outbox.StatusBlocked {
-					s.CompensationsBlocked++ // behind its payment's dead letter
-				} else if !r.Status.Final() {
-					s.CompensationsUnsettled++
-				}
+				continue
+			}
+			s.Compensations++
+			if !r.Status.Final() && !t.behindDeadLetter(r) {
+				s.CompensationsUnsettled++
 			}
 		}
 	}
-	s.CompensationsDelivered = rep.Compensations["ApprovalExpired"]
+	for _, t := range d.dests {
+		ds := DestinationSummary{Name: t.name, Table: t.table}
+		tr := tables[t.name]
+		for _, r := range tr.recs {
+			ds.Events++
+			switch {
+			case r.Status == outbox.StatusProcessed:
+				ds.Processed++
+				if !received(t.name, r.EventID.String()) {
+					ds.Lost++
+				}
+			case r.Status == outbox.StatusFailed:
+				ds.Failed++
+			case r.Status == outbox.StatusExpired:
+				ds.Expired++
+			case r.Status == outbox.StatusBlocked:
+				ds.Blocked++
+			case !r.Status.Final():
+				ds.Open++
+			}
+		}
+		if t.name == destGateway {
+			ds.Received, ds.Repeats, ds.OrderViolations = len(rep.Accepted), rep.Duplicates, len(rep.Violations)
+		} else {
+			ds.Received, ds.Repeats, ds.OrderViolations, ds.ByTopic = len(krep.Received), krep.Repeats, len(krep.Violations), krep.ByTopic
+		}
+		s.Lost += ds.Lost
+		s.Destinations = append(s.Destinations, ds)
+	}
+	delivered := map[string]bool{}
 	for id := range rep.Accepted {
+		delivered[id] = true
+	}
+	for id := range krep.Received {
+		delivered[id] = true
+	}
+	s.Delivered = len(delivered)
+	for id := range delivered {
 		if !known[id] {
 			s.UnknownDelivered++
 		}
@@ -157,9 +272,10 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 			s.TooSlow = nil
 		}
 	}
+	gwRecs := tables[destGateway].recs
 	for _, id := range d.gw.PoisonRefused() {
 		s.PoisonRefused++
-		if eid, err := outbox.ParseEventID(id); err == nil && recs[eid].Status == outbox.StatusExpired {
+		if eid, err := outbox.ParseEventID(id); err == nil && gwRecs[eid].Status == outbox.StatusExpired {
 			s.PoisonRefusedExpired++
 		}
 	}
@@ -174,8 +290,13 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 			Approvals: e.edf.approvals, Met: e.edf.met, Missed: e.edf.missed,
 			FIFOApprovals: e.fifo.approvals, FIFOMet: e.fifo.met, FIFOMissed: e.fifo.missed}
 	}
+	if k := d.kafkaDown; k.ran {
+		s.KafkaOutage = &KafkaOutageSummary{DownMS: k.down.Milliseconds(), GatewayDuring: k.gatewayDuring, GatewayRepeats: k.gatewayRepeats,
+			Events: k.events, Delivered: k.delivered, Expired: k.expired, Moving: k.moving, Received: k.received,
+			CaughtUpMS: k.caughtUp.Milliseconds(), KafkaDuring: k.kafkaDuring}
+	}
 	for _, id := range d.crashIDs {
-		atts, err := d.b.Store.Attempts(ctx, id)
+		atts, err := d.gwStore().Attempts(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -187,6 +308,33 @@ func (d *demoRun) account(ctx context.Context) (*Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// combine is the outcome of an event over its destinations' statuses
+// (StatusSkipped standing for BLOCKED behind a dead letter): FAILED if it
+// failed at one, then blocked behind a dead letter, then not final, then
+// EXPIRED; PROCESSED when delivered at every one.
+func combine(sts []outbox.Status) outbox.Status {
+	out := outbox.StatusProcessed
+	rank := func(st outbox.Status) int {
+		switch st {
+		case outbox.StatusFailed:
+			return 4
+		case outbox.StatusSkipped:
+			return 3
+		case outbox.StatusExpired:
+			return 1
+		case outbox.StatusProcessed:
+			return 0
+		}
+		return 2 // PENDING, PROCESSING, BLOCKED not behind a dead letter
+	}
+	for _, st := range sts {
+		if rank(st) > rank(out) {
+			out = st
+		}
+	}
+	return out
 }
 
 // unaccounted classifies a committed event found in the outbox with
@@ -206,27 +354,33 @@ func unaccounted(st outbox.Status, seen bool) (unsettled, lost bool) {
 // report prints the audit trails, the summary table and, with --json, the
 // summary as the last line.
 func (d *demoRun) report(ctx context.Context, s *Summary) error {
-	failed := d.firstWithStatus(ctx, outbox.StatusFailed, "ApprovalRequested")
-	expired := d.expiredSample
+	failed := d.firstWithStatus(ctx, d.gwStore(), outbox.StatusFailed, "ApprovalRequested")
+	expired, expiredAt := d.expiredSample, d.b.Store
 	if expired.IsZero() {
-		expired = d.firstWithStatus(ctx, outbox.StatusExpired, "ApprovalRequested")
+		expired, expiredAt = d.firstWithStatus(ctx, d.gwStore(), outbox.StatusExpired, "ApprovalRequested"), d.gwStore()
 	}
 	var buf bytes.Buffer
 	buf.WriteString("\n")
+	gwTable := d.dest(destGateway).table
 	for _, a := range []struct {
-		what string
-		id   outbox.EventID
+		what  string
+		id    outbox.EventID
+		s     store.Store
+		table string
 	}{
-		{"a FAILED event (the poison merchant: dead letter + alarm)", failed},
-		{"an EXPIRED event (written while the relays were down: never sent)", expired},
-		{"the event held when relay-2 was killed (reaped after the lease, then redelivered)", d.heldID},
-		{"an event EXPIRED during the maintenance (held back by the open breaker, then compensated)", d.maint.sample},
+		{"a FAILED event (the poison merchant: dead letter + alarm)", failed, d.gwStore(), gwTable},
+		{"an EXPIRED event (written while the relays were down: never routed, never sent)", expired, expiredAt, d.table},
+		{"the event held when relay-2 was killed (reaped after the lease, then redelivered)", d.heldID, d.gwStore(), gwTable},
+		{"an event EXPIRED during the maintenance (held back by the open breaker, then compensated)", d.maint.sample, d.gwStore(), gwTable},
 	} {
 		if a.id.IsZero() {
 			continue
 		}
-		fmt.Fprintf(&buf, "audit trail of %s, as `outbox events show %s` prints it:\n", a.what, a.id)
-		if err := d.env.ShowEvent(ctx, &buf, d.b.Store, a.id); err != nil {
+		if a.s != d.b.Store {
+			a.table = gwTable
+		}
+		fmt.Fprintf(&buf, "audit trail of %s, as `outbox events show %s --table %s` prints it:\n", a.what, a.id, a.table)
+		if err := d.env.ShowEvent(ctx, &buf, a.s, a.id); err != nil {
 			fmt.Fprintf(&buf, "  (cannot show it: %v)\n", err)
 		}
 		buf.WriteString("\n")
@@ -237,6 +391,8 @@ func (d *demoRun) report(ctx context.Context, s *Summary) error {
 	if d.c.Keep {
 		flags := fmt.Sprintf("--db %s --table %s", d.shownDSN(), d.table)
 		fmt.Fprintf(&buf, "\nkept the database: try `outbox status %s` or `outbox events list --status failed %s`\n", flags, flags)
+		fmt.Fprintf(&buf, "  each destination's own table: `outbox status --db %s --table %s` (and %s); the destinations file: %s\n",
+			d.shownDSN(), d.dest(destGateway).table, d.dest(destKafka).table, filepath.Join(d.confDir, "destinations-relay-1.yaml"))
 	}
 	if d.c.JSON {
 		j, err := s.JSON()
@@ -253,8 +409,8 @@ func (d *demoRun) report(ctx context.Context, s *Summary) error {
 
 // firstWithStatus returns the oldest event of eventType in status, or the
 // zero id.
-func (d *demoRun) firstWithStatus(ctx context.Context, status outbox.Status, eventType string) outbox.EventID {
-	recs, err := d.b.Store.ListEvents(ctx, store.ListFilter{Status: status, Limit: 1000})
+func (d *demoRun) firstWithStatus(ctx context.Context, s store.Store, status outbox.Status, eventType string) outbox.EventID {
+	recs, err := s.ListEvents(ctx, store.ListFilter{Status: status, Limit: 1000})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return outbox.EventID{}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 )
 
-// scenario runs the traffic and the six incidents, then lets every event
+// scenario runs the traffic and the seven incidents, then lets every event
 // settle and stops the relays.
 func (d *demoRun) scenario(ctx context.Context) error {
 	d.setIncident("normal traffic")
@@ -30,6 +30,8 @@ func (d *demoRun) scenario(ctx context.Context) error {
 		d.incidentMaintenance,
 		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
 		d.incidentEDF,
+		func(ctx context.Context) error { return sleep(ctx, d.plan.pause) },
+		d.incidentKafkaDown,
 		func(ctx context.Context) error { return sleep(ctx, d.plan.tail) },
 	}
 	for _, step := range steps {
@@ -59,15 +61,12 @@ func (d *demoRun) startRelays(ctx context.Context) error {
 
 func (d *demoRun) startRelay1(ctx context.Context) error { return d.startRelay1With(ctx, false) }
 
-// startRelay1With starts relay-1, claiming strictly FIFO if strictFIFO.
+// startRelay1With starts relay-1, claiming strictly FIFO if strictFIFO:
+// the router and a relay per destination table (see fanOutConfigs).
 func (d *demoRun) startRelay1With(ctx context.Context, strictFIFO bool) error {
 	t := d.plan.relay
-	sk, err := d.env.OpenSink(ctx, d.gw.EventsURL("relay-1")+"&timeout="+t.httpTimeout.String())
-	if err != nil {
-		return err
-	}
-	r, err := startInProcRelay(ctx, relay.Config{
-		Store: d.b.Store, Sink: sk, RelayID: "relay-1",
+	cfgs, err := d.fanOutConfigs(ctx, relay.Config{
+		RelayID:   "relay-1",
 		BatchSize: t.batch, PollInterval: t.poll, Lease: t.lease, MaxRetries: t.maxRetries,
 		BackoffMin: t.backoffMin, BackoffMax: t.backoffMax, SweepInterval: t.sweep,
 		OnFailure: relay.BlockAggregate, StopTimeout: t.stopTimeout, Breaker: t.breaker, StrictFIFO: strictFIFO,
@@ -75,7 +74,11 @@ func (d *demoRun) startRelay1With(ctx context.Context, strictFIFO bool) error {
 		OnFailed: d.onFailed,
 	})
 	if err != nil {
-		_ = sk.Close(ctx)
+		return err
+	}
+	r, err := startInProcRelay(ctx, cfgs...)
+	if err != nil {
+		closeSinks(ctx, cfgs)
 		return err
 	}
 	d.mu.Lock()
@@ -84,12 +87,14 @@ func (d *demoRun) startRelay1With(ctx context.Context, strictFIFO bool) error {
 	return nil
 }
 
+// startRelay2 starts relay-2: `outbox relay --config FILE`, with relay-2's
+// destinations file.
 func (d *demoRun) startRelay2() error {
 	t := d.plan.relay
 	settings := map[string]string{
 		"OUTBOX_DB":             d.dsn,
 		"OUTBOX_TABLE":          d.table,
-		"OUTBOX_SINK":           d.gw.EventsURL("relay-2") + "&timeout=" + t.httpTimeout.String(),
+		"OUTBOX_CONFIG":         d.cfg2File,
 		"OUTBOX_RELAY_ID":       "relay-2",
 		"OUTBOX_BATCH":          fmt.Sprint(t.batch),
 		"OUTBOX_POLL_INTERVAL":  t.poll.String(),
@@ -180,18 +185,25 @@ func (d *demoRun) onFailed(_ context.Context, fe relay.FailedEvent) {
 // when the events are final sooner.
 const finalSlack = 50 * time.Second
 
-// waitFinal polls until every event in ids is in a final status, or
-// timeout (how long that takes on a quiet machine) plus finalSlack. It
-// returns the count per status of those that are final and the ids that
-// are not.
-func (d *demoRun) waitFinal(ctx context.Context, ids []outbox.EventID, timeout time.Duration) (map[outbox.Status]int, []outbox.EventID, error) {
+// waitFinal polls until every event in ids is in a final status in the
+// table of s, or timeout (how long that takes on a quiet machine) plus
+// finalSlack. An event missing from a destination table that ended
+// EXPIRED or FAILED in the outbox table (never routed) counts with that
+// status. It returns the count per status of those that are final and
+// the ids that are not.
+func (d *demoRun) waitFinal(ctx context.Context, s store.Store, ids []outbox.EventID, timeout time.Duration) (map[outbox.Status]int, []outbox.EventID, error) {
 	final := map[outbox.Status]int{}
 	left := append([]outbox.EventID(nil), ids...)
 	deadline := time.Now().Add(timeout + finalSlack)
 	for {
 		var still []outbox.EventID
 		for _, id := range left {
-			r, err := d.b.Store.GetEvent(ctx, id)
+			r, err := s.GetEvent(ctx, id)
+			if notInOutbox(err) && s != d.b.Store {
+				if r0, err0 := d.b.Store.GetEvent(ctx, id); err0 == nil && r0.Status.Final() && r0.Status != outbox.StatusProcessed {
+					r, err = r0, nil
+				}
+			}
 			switch {
 			case err == nil && r.Status.Final():
 				final[r.Status]++
@@ -272,7 +284,7 @@ func (d *demoRun) incidentOutage(ctx context.Context) error {
 	d.con.Printf("INCIDENT 1", "the gateway is back; %s got a 503 during the outage and wait for their next retry",
 		plural(len(hits), "event", "events"))
 	start := time.Now()
-	final, left, err := d.waitFinal(ctx, hits, p.ttl+10*time.Second)
+	final, left, err := d.waitFinal(ctx, d.gwStore(), hits, p.ttl+10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -319,7 +331,7 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 	d.setIncident("incident 2: poison merchant " + poisonMerchant)
 	d.con.Printf("INCIDENT 2", "merchant %s takes %d payments, but its registration is invalid: the gateway answers 400 Bad Request",
 		poisonMerchant, p.poison)
-	d.con.Printf("", "   400 is permanent: no retry; FAILED -> dead letter -> alarm. Its payments' later events wait BLOCKED; other payments flow")
+	d.con.Printf("", "   400 is permanent: no retry; FAILED at the gateway -> dead letter -> alarm. Kafka still gets its payments' events; other payments flow")
 	before, _ := d.gw.Counts()
 	// On a machine too slow for the compressed QR lifetime, the approvals
 	// can all run out before a relay sends one: then no 400 was seen, and
@@ -334,7 +346,7 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if final, left, err = d.waitFinal(ctx, approvals, 10*time.Second); err != nil {
+		if final, left, err = d.waitFinal(ctx, d.gwStore(), approvals, 10*time.Second); err != nil {
 			return err
 		}
 		if final[outbox.StatusFailed] > 0 || final[outbox.StatusExpired] < len(approvals) || round == poisonRounds {
@@ -343,30 +355,12 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 		d.con.Printf("", "   all %d approvals ran out before the gateway refused one (this machine is slow for a %s QR lifetime): %d more payments of %s",
 			len(approvals), p.ttl, p.poison, poisonMerchant)
 	}
-	// The cancels: BLOCKED behind the FAILED approval (or EXPIRED, if their
-	// QR code ran out first).
-	blocked := 0
-	for end := time.Now().Add(p.ttl + 5*time.Second); ; {
-		blocked = 0
-		settled := 0
-		for _, id := range cancels {
-			r, err := d.b.Store.GetEvent(ctx, id)
-			if err != nil {
-				continue
-			}
-			if r.Status == outbox.StatusBlocked {
-				blocked++
-			}
-			if r.Status == outbox.StatusBlocked || r.Status.Final() {
-				settled++
-			}
-		}
-		if settled == len(cancels) || time.Now().After(end) {
-			break
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
+	// The cancels go to Kafka only: a refusal at the gateway holds
+	// nothing back there. They are delivered (or EXPIRED, if their QR
+	// code ran out first).
+	cfinal, cleft, err := d.waitFinal(ctx, d.kStore(), cancels, p.ttl+5*time.Second)
+	if err != nil {
+		return err
 	}
 	// A refused event whose relay lost its lease before recording the
 	// answer (at a busy time) is claimed again and, its QR code run
@@ -377,9 +371,10 @@ func (d *demoRun) incidentPoison(ctx context.Context) error {
 			poisonMerchant, plural(round, "round", "rounds"), refused))
 	}
 	after, _ := d.gw.Counts()
-	d.con.Printf("INCIDENT 2", "%d of %d approvals FAILED and were dead-lettered%s; %d CancelRequested wait BLOCKED behind them",
-		final[outbox.StatusFailed], len(approvals), others(final, outbox.StatusFailed, len(left)), blocked)
-	d.con.Printf("", "   only their own aggregates wait: the gateway accepted %d other events meanwhile. The BLOCKED ones end EXPIRED with their QR code", after-before)
+	d.con.Printf("INCIDENT 2", "%d of %d approvals FAILED at the gateway and were dead-lettered%s; Kafka got %d of their %d CancelRequested%s",
+		final[outbox.StatusFailed], len(approvals), others(final, outbox.StatusFailed, len(left)),
+		cfinal[outbox.StatusProcessed], len(cancels), others(cfinal, outbox.StatusProcessed, len(cleft)))
+	d.con.Printf("", "   a refusal holds that payment back at the gateway only: the gateway accepted %d other events meanwhile", after-before)
 	d.setIncident("normal traffic")
 	return nil
 }
@@ -433,13 +428,13 @@ func (d *demoRun) incidentCrash(ctx context.Context) error {
 	d.heldID = id
 	d.con.Printf("INCIDENT 3", "SIGKILL relay-2 while the gateway held %s/%s %s: approved, but relay-2 never got the answer",
 		h.AggregateType, h.AggregateID, h.EventType)
-	rec, err := d.b.Store.GetEvent(ctx, id)
+	rec, err := d.gwStore().GetEvent(ctx, id)
 	if err != nil {
 		return err
 	}
 	var batch []outbox.EventID
 	if rec.Status == outbox.StatusProcessing && rec.LockToken != "" {
-		procs, err := d.b.Store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusProcessing, Limit: 1000})
+		procs, err := d.gwStore().ListEvents(ctx, store.ListFilter{Status: outbox.StatusProcessing, Limit: 1000})
 		if err != nil {
 			return err
 		}
@@ -457,7 +452,7 @@ func (d *demoRun) incidentCrash(ctx context.Context) error {
 	d.crashIDs = batch
 	_, dupsBefore := d.gw.Counts()
 	start := time.Now()
-	final, left, err := d.waitFinal(ctx, batch, p.relay.crashLease+p.ttl+10*time.Second)
+	final, left, err := d.waitFinal(ctx, d.gwStore(), batch, p.relay.crashLease+p.ttl+10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -494,7 +489,7 @@ func (d *demoRun) incidentRestart(ctx context.Context) error {
 	for i, e := range written {
 		ids[i] = e.ID
 	}
-	final, left, err := d.waitFinal(ctx, ids, p.ttl+10*time.Second)
+	final, left, err := d.waitFinal(ctx, d.b.Store, ids, p.ttl+10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -502,12 +497,12 @@ func (d *demoRun) incidentRestart(ctx context.Context) error {
 		if e.EventType != "ApprovalRequested" {
 			continue
 		}
-		if r, err := d.b.Store.GetEvent(ctx, e.ID); err == nil && r.Status == outbox.StatusExpired {
+		if r, err := d.b.Store.GetEvent(ctx, e.ID); err == nil && r.Status == outbox.StatusExpired { // never routed
 			d.expiredSample = e.ID
 			break
 		}
 	}
-	d.con.Printf("INCIDENT 4", "over: %d outlived their QR code and ended EXPIRED, never sent; %d were still in time and were delivered%s",
+	d.con.Printf("INCIDENT 4", "over: %d outlived their QR code and ended EXPIRED in the outbox table, never routed nor sent; %d were still in time and were routed to their destinations%s",
 		final[outbox.StatusExpired], final[outbox.StatusProcessed], others(final, outbox.StatusExpired, len(left)))
 	d.con.Printf("", "   the outbox kept every intent and its audit trail, but no replay can revive an expired QR code:")
 	d.con.Printf("", "   it buys consistency and an audit trail, not a higher success rate")
@@ -515,42 +510,46 @@ func (d *demoRun) incidentRestart(ctx context.Context) error {
 	return nil
 }
 
-// settle waits until no event is PENDING, PROCESSING or BLOCKED. It
-// gives up when no event has reached a final status for settleIdle (the
-// QR lifetime plus 20 s, at least a minute), or after settleMax in all:
-// on a loaded machine the relays can fall far behind, and an event still
-// in the outbox is not lost (the summary counts it as unsettled).
+// settle waits until no event is PENDING, PROCESSING or BLOCKED in the
+// outbox table and the destination tables. It gives up when no event has
+// reached a final status for settleIdle (the QR lifetime plus 20 s, at
+// least a minute), or after settleMax in all: on a loaded machine the
+// relays can fall far behind, and an event still in a table is not lost
+// (the summary counts it as unsettled).
 func (d *demoRun) settle(ctx context.Context) error {
 	d.setIncident("settling: waiting for every event to reach a final status")
 	idle := max(d.plan.ttl+20*time.Second, settleIdle)
 	start := time.Now()
 	lastFinal, moved := int64(-1), start
 	for {
-		st, err := d.b.Store.Stats(ctx, true)
-		if err != nil {
-			return err
+		var open, final int64
+		for _, s := range d.allStores() {
+			st, err := s.Stats(ctx, true)
+			if err != nil {
+				return err
+			}
+			open += st.Counts[outbox.StatusPending] + st.Counts[outbox.StatusProcessing] + st.Counts[outbox.StatusBlocked]
+			final += st.Counts[outbox.StatusProcessed] + st.Counts[outbox.StatusFailed] + st.Counts[outbox.StatusExpired] + st.Counts[outbox.StatusSkipped]
 		}
-		open := st.Counts[outbox.StatusPending] + st.Counts[outbox.StatusProcessing] + st.Counts[outbox.StatusBlocked]
 		if open == 0 {
-			d.con.Printf("settled", "every committed event is PROCESSED, FAILED or EXPIRED")
+			d.con.Printf("settled", "every committed event is PROCESSED, FAILED or EXPIRED in the outbox table and at each destination")
 			return nil
 		}
 		if waiting, blocked, err := d.onlyWaitingForOperator(ctx); err != nil {
 			return err
 		} else if waiting && blocked == 0 {
-			d.con.Printf("settled", "every committed event is PROCESSED, FAILED or EXPIRED")
+			d.con.Printf("settled", "every committed event is PROCESSED, FAILED or EXPIRED in the outbox table and at each destination")
 			return nil
 		} else if waiting {
 			d.con.Printf("settled", "every committed event is final, except %d BLOCKED behind a dead letter: they wait for an operator (outbox events retry|skip)", blocked)
 			return nil
 		}
 		now := time.Now()
-		final := st.Counts[outbox.StatusProcessed] + st.Counts[outbox.StatusFailed] + st.Counts[outbox.StatusExpired] + st.Counts[outbox.StatusSkipped]
 		if final > lastFinal {
 			lastFinal, moved = final, now
 		}
 		if now.Sub(moved) > idle || now.Sub(start) > settleMax {
-			d.con.Printf("settled", "gave up waiting after %s (%s without an event reaching a final status): %d events are still PENDING, PROCESSING or BLOCKED; they stay in the outbox",
+			d.con.Printf("settled", "gave up waiting after %s (%s without an event reaching a final status): %d events are still PENDING, PROCESSING or BLOCKED; they stay in their tables",
 				now.Sub(start).Round(100*time.Millisecond), now.Sub(moved).Round(100*time.Millisecond), open)
 			return nil
 		}
@@ -567,23 +566,27 @@ const (
 )
 
 // onlyWaitingForOperator reports whether nothing can move without an
-// operator any more: no relay can move an event, and no BLOCKED event has a
-// deadline ahead (at which the reaper would expire it). It also returns the
-// number of BLOCKED events.
+// operator any more, in any table: no relay can move an event, and no
+// BLOCKED event has a deadline ahead (at which the reaper would expire
+// it). It also returns the number of BLOCKED events.
 func (d *demoRun) onlyWaitingForOperator(ctx context.Context) (bool, int, error) {
-	n, err := d.b.Store.CountMovable(ctx, true)
-	if err != nil || n > 0 {
-		return false, 0, err
-	}
-	blocked, err := d.b.Store.ListEvents(ctx, store.ListFilter{Status: outbox.StatusBlocked, Limit: 1000})
-	if err != nil {
-		return false, 0, err
-	}
+	waiting, total := true, 0
 	now := time.Now()
-	for _, r := range blocked {
-		if !r.ExpiresAt.IsZero() && r.ExpiresAt.After(now.Add(-time.Second)) {
-			return false, len(blocked), nil
+	for _, s := range d.allStores() {
+		n, err := s.CountMovable(ctx, true)
+		if err != nil || n > 0 {
+			return false, 0, err
+		}
+		blocked, err := s.ListEvents(ctx, store.ListFilter{Status: outbox.StatusBlocked, Limit: 1000})
+		if err != nil {
+			return false, 0, err
+		}
+		total += len(blocked)
+		for _, r := range blocked {
+			if !r.ExpiresAt.IsZero() && r.ExpiresAt.After(now.Add(-time.Second)) {
+				waiting = false
+			}
 		}
 	}
-	return true, len(blocked), nil
+	return waiting, total, nil
 }

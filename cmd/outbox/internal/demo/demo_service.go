@@ -305,7 +305,7 @@ func (s *paymentService) sendDueCancels(ctx context.Context) {
 
 // maybeSettle now and then writes a merchant event (SettlementRequested
 // with the merchant's running totals, read in the same transaction): the
-// aggregate type "merchant" routes to merchant.events.
+// destinations file routes it to Kafka, topic merchant.events.
 func (s *paymentService) maybeSettle(ctx context.Context) {
 	now := time.Now()
 	s.mu.Lock()
@@ -333,8 +333,7 @@ func (s *paymentService) maybeSettle(ctx context.Context) {
 		s.routesShown = true
 		s.mu.Unlock()
 		if first {
-			s.log("routing", "merchant/%s SettlementRequested -> merchant.events; payment/* events -> payment.events", merchant)
-			s.log("", "   (the topic a broker sink would use, {aggregate_type}.events; the HTTP sink posts both to the gateway with Outbox-Aggregate-Type)")
+			s.log("routing", "merchant/%s SettlementRequested -> kafka (merchant.events); payment ApprovalRequested -> gateway and kafka (payment.events); other payment events -> kafka", merchant)
 		}
 	}
 	s.record(id, committed, err, sentEvent{AggregateType: "merchant", AggregateID: merchant, EventType: ev.EventType, At: now})

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/sink"
 )
 
 // GatewayPath is where the gateway takes events: every relay POSTs there.
@@ -45,18 +44,11 @@ type Delivery struct {
 	Seq           int
 	// Relay is the ?relay= query parameter of the request: which relay sent it.
 	Relay string
-	// Route is the destination a broker sink would publish the event to
-	// ({aggregate_type}.events).
-	Route string
 	// Compensates is the id of the expired event a compensating event
 	// stands for; empty for other events.
 	Compensates string
 	At          time.Time
 }
-
-// CompensationRoute is where the gateway files compensating events (those
-// whose payload names an expired_event_id): the merchant's feed.
-const CompensationRoute = "merchant.events"
 
 // Aggregate returns "type/id".
 func (d Delivery) Aggregate() string { return d.AggregateType + "/" + d.AggregateID }
@@ -91,7 +83,6 @@ type Gateway struct {
 	cfg    GatewayConfig
 	srv    *http.Server
 	url    string
-	router *sink.Router
 	served chan struct{}
 
 	closeOnce sync.Once
@@ -112,7 +103,6 @@ type Gateway struct {
 	outageBy   map[string]int  // 503s of the last outage, by relay
 	refused    map[string]bool // events of the poison merchant refused (400)
 	byRelay    map[string]int
-	byRoute    map[string]int
 	latency    time.Duration
 	compByType map[string]int // first acceptances of compensating events, by event type
 	hold       *hold          // armed by HoldNext, not yet used
@@ -133,10 +123,6 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.Latency < 0 {
 		return nil, fmt.Errorf("%w: gateway latency %s is negative", outbox.ErrInvalidConfig, cfg.Latency)
 	}
-	router, err := sink.NewRouter("", nil)
-	if err != nil {
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("gateway: listen on 127.0.0.1: %w", err)
@@ -144,7 +130,6 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{
 		cfg:        cfg,
 		url:        "http://" + ln.Addr().String(),
-		router:     router,
 		served:     make(chan struct{}),
 		closing:    make(chan struct{}),
 		rnd:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
@@ -156,7 +141,6 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		outageBy:   map[string]int{},
 		refused:    map[string]bool{},
 		byRelay:    map[string]int{},
-		byRoute:    map[string]int{},
 		latency:    cfg.Latency,
 		compByType: map[string]int{},
 	}
@@ -314,14 +298,11 @@ func (g *Gateway) serveEvent(w http.ResponseWriter, r *http.Request) {
 		Relay:         r.URL.Query().Get("relay"),
 		At:            time.Now(),
 	}
-	d.Route = g.router.Route(&outbox.Message{AggregateType: d.AggregateType, AggregateID: d.AggregateID, EventType: d.EventType})
 	var p payload
 	jsonErr := json.Unmarshal(body, &p)
-	if d.Compensates = p.ExpiredEventID; d.Compensates != "" {
-		// A compensating event (an approval that expired) is news for
-		// the merchant, not a payment step.
-		d.Route = CompensationRoute
-	}
+	// A compensating event (an approval that expired in the gateway's
+	// table) is outside the payment's sequence.
+	d.Compensates = p.ExpiredEventID
 
 	status, msg, h := g.decide(key, d, p, jsonErr)
 	if h != nil {
@@ -389,7 +370,6 @@ func (g *Gateway) decideLocked(key string, d Delivery, p payload, jsonErr error)
 	g.accepted[key] = d
 	g.order = append(g.order, key)
 	g.byRelay[d.Relay]++
-	g.byRoute[d.Route]++
 	var h *hold
 	if g.hold != nil && g.hold.relay == d.Relay {
 		h = g.hold
@@ -430,9 +410,8 @@ type GatewayReport struct {
 	DupByEvent map[string]int
 	Violations []Violation
 	ByRelay    map[string]int // first acceptances by relay
-	ByRoute    map[string]int // first acceptances by route
 	// Compensations counts first acceptances of compensating events by
-	// event type (e.g. ApprovalExpired), all on CompensationRoute.
+	// event type (e.g. ApprovalExpired).
 	Compensations map[string]int
 }
 
@@ -449,7 +428,6 @@ func (g *Gateway) Report() GatewayReport {
 		DupByEvent:    make(map[string]int, len(g.dupByEvent)),
 		Violations:    append([]Violation(nil), g.violations...),
 		ByRelay:       make(map[string]int, len(g.byRelay)),
-		ByRoute:       make(map[string]int, len(g.byRoute)),
 		Compensations: make(map[string]int, len(g.compByType)),
 	}
 	for k, v := range g.compByType {
@@ -466,9 +444,6 @@ func (g *Gateway) Report() GatewayReport {
 	}
 	for k, v := range g.byRelay {
 		r.ByRelay[k] = v
-	}
-	for k, v := range g.byRoute {
-		r.ByRoute[k] = v
 	}
 	return r
 }

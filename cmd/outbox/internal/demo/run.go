@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/internal/destconfig"
 	"github.com/txoutbox/outbox/relay"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
@@ -71,8 +72,9 @@ type Env struct {
 	DB string
 	// OpenBackend opens the store on table of the database at dsn.
 	OpenBackend func(ctx context.Context, dsn, table string) (*Backend, error)
-	// OpenSink opens a sink from its URL (relay-1's, an HTTP endpoint).
-	OpenSink func(ctx context.Context, url string) (sink.Sink, error)
+	// OpenSink opens a sink from its URL (relay-1's destinations: an HTTP
+	// endpoint, a Kafka broker), logging to log.
+	OpenSink func(ctx context.Context, url string, log *slog.Logger) (sink.Sink, error)
 	// ShowEvent writes an event's audit trail as `outbox events show` does.
 	ShowEvent func(ctx context.Context, w io.Writer, s store.Store, id outbox.EventID) error
 	// Redact removes secrets from text the demo prints (log lines, URLs).
@@ -106,24 +108,25 @@ type demoPlan struct {
 	poison        int           // payments of the poison merchant
 	merchantEvery time.Duration
 	holdWait      time.Duration // incident 3: how long to wait for relay-2's request
+	kafkaOutage   time.Duration // incident 7: how long Kafka is down
 	relay         relayTimings
 }
 
 func (c *Options) plan() (demoPlan, error) {
 	p := demoPlan{
-		scale: 10, rate: 25, warmup: 4 * time.Second, outage: 2500 * time.Millisecond, pause: 1500 * time.Millisecond,
+		scale: 10, rate: 25, warmup: 3 * time.Second, outage: 2500 * time.Millisecond, pause: 1500 * time.Millisecond,
 		edfBacklog: 600, edfApprovals: 40, edfLatency: 100 * time.Millisecond,
-		tail: 2 * time.Second, poison: 3, merchantEvery: time.Second, holdWait: 15 * time.Second,
+		tail: time.Second, poison: 3, merchantEvery: time.Second, holdWait: 15 * time.Second, kafkaOutage: 2 * time.Second,
 		relay: relayTimings{batch: 100, poll: 100 * time.Millisecond, lease: 10 * time.Second, crashLease: 2 * time.Second,
 			backoffMin: 300 * time.Millisecond, backoffMax: 2 * time.Second, sweep: 250 * time.Millisecond,
-			stopTimeout: 2 * time.Second, maxRetries: relay.DefaultMaxRetries, httpTimeout: 5 * time.Second,
+			stopTimeout: 2 * time.Second, maxRetries: relay.DefaultMaxRetries, httpTimeout: 5 * time.Second, kafkaTimeout: time.Second,
 			breaker: relay.BreakerConfig{Window: 2 * time.Second, MinAttempts: 10, FailureRatio: 0.5, FailingFor: time.Second,
 				OpenMin: time.Second, OpenMax: 2 * time.Second, Refresh: 200 * time.Millisecond}},
 	}
 	if c.Short {
 		p.scale, p.rate, p.warmup, p.outage, p.pause, p.tail, p.poison, p.merchantEvery =
 			22, 25, 800*time.Millisecond, 600*time.Millisecond, 300*time.Millisecond, 500*time.Millisecond, 2, 300*time.Millisecond
-		p.edfBacklog, p.edfApprovals = 300, 20
+		p.edfBacklog, p.edfApprovals, p.kafkaOutage = 300, 20, time.Second
 		p.relay.poll, p.relay.crashLease, p.relay.backoffMin, p.relay.backoffMax, p.relay.sweep, p.relay.stopTimeout =
 			50*time.Millisecond, time.Second, 100*time.Millisecond, 600*time.Millisecond, 250*time.Millisecond, time.Second
 		p.relay.breaker.Window, p.relay.breaker.FailingFor, p.relay.breaker.OpenMin, p.relay.breaker.OpenMax, p.relay.breaker.Refresh =
@@ -177,6 +180,11 @@ type demoRun struct {
 	bdb                  *demoDB
 	tablesMade           bool
 	gw                   *Gateway
+	kafka                *Kafka
+	confDir              string             // the destinations files
+	cfg                  *destconfig.Config // relay-1's destinations file
+	cfgText, cfg2File    string             // relay-1's file's text; relay-2's file
+	dests                []destTable
 	svc                  *paymentService
 	stopProgress         func()
 
@@ -193,6 +201,7 @@ type demoRun struct {
 	expiredSample outbox.EventID
 	maint         maintenanceResult
 	edf           edfResult
+	kafkaDown     kafkaOutageResult
 	// tooSlow says which incidents this machine was too slow to show at
 	// this time scale (see noteTooSlow).
 	tooSlow []string
@@ -305,12 +314,16 @@ func (d *demoRun) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := d.setupFanOut(ctx); err != nil {
+		return err
+	}
 	d.printHeader()
 	if err := d.startRelays(ctx); err != nil {
 		return err
 	}
-	d.con.Printf("relays", "relay-1 runs in this process; relay-2 is a separate `outbox relay` process (pid %d, --lease %s)",
+	d.con.Printf("relays", "relay-1 runs in this process; relay-2 is a separate `outbox relay --config` process (pid %d, --lease %s);",
 		d.currentR2().pid(), d.plan.relay.crashLease)
+	d.con.Printf("", "   each runs the router (outbox table -> the destination tables) and one relay per destination table")
 	d.svc = &paymentService{
 		db: d.bdb, payments: d.payments, ttl: d.plan.ttl, rate: d.plan.rate, merchantEvery: d.plan.merchantEvery,
 		nudge: d.nudge, log: d.con.Printf, rnd: mrand.New(mrand.NewPCG(d.seed, d.seed+1)),
@@ -333,9 +346,10 @@ func (d *demoRun) printHeader() {
 	fmt.Fprintf(&b, "            outbox table %s, business table %s: same database, same transactions\n", d.table, d.payments)
 	fmt.Fprintf(&b, "  gateway   mock payment gateway at %s%s: latency ~%s, %g%% random 503s;\n", d.gw.URL(), GatewayPath, d.c.Latency, d.c.FailRate*100)
 	fmt.Fprintf(&b, "            merchant %s is invalid (400); Idempotency-Key checked; order checked per aggregate\n", poisonMerchant)
+	b.WriteString(d.destinationsHeader())
 	fmt.Fprintf(&b, "  time      the QR code lives 66s; this run is compressed %gx (--time-scale %g): every QR code lives %s\n", p.scale, p.scale, p.ttl)
 	fmt.Fprintf(&b, "  service   each QR confirmation is ONE transaction: INSERT INTO %s + Enqueue ApprovalRequested (TTL %s)\n", d.payments, p.ttl)
-	fmt.Fprintf(&b, "  relays    batch %d, max %d retries, backoff %s..%s with jitter, failed events block their aggregate\n",
+	fmt.Fprintf(&b, "  relays    per table: batch %d, max %d retries, backoff %s..%s with jitter, failed events block their aggregate\n",
 		p.relay.batch, p.relay.maxRetries, p.relay.backoffMin, p.relay.backoffMax)
 	fmt.Fprintf(&b, "  seed      %d (--seed %d replays the same traffic)\n\n", d.seed, d.seed)
 	_, _ = d.con.Write([]byte(b.String()))
@@ -360,6 +374,7 @@ func (d *demoRun) cleanup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	d.cleanupFanOut(ctx, d.tablesMade && !d.c.Keep && d.tempDir == "")
 	if d.tablesMade && !d.c.Keep && d.tempDir == "" {
 		if d.bdb != nil {
 			if err := d.bdb.dropTable(ctx, d.payments); err != nil {
@@ -429,7 +444,11 @@ func (d *demoRun) startProgress(ctx context.Context) func() {
 				return
 			case now = <-t.C:
 			}
-			st, err := d.b.Store.Stats(ctx, true)
+			st, err := d.gwStore().Stats(ctx, true)
+			var kst store.Stats
+			if err == nil {
+				kst, err = d.kStore().Stats(ctx, true)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -446,17 +465,21 @@ func (d *demoRun) startProgress(ctx context.Context) func() {
 			if first := window[0]; len(window) > 1 {
 				rate = float64(n[outbox.StatusProcessed]-first.processed) / now.Sub(first.at).Seconds()
 			}
-			gw := "up"
+			gw, kafka := "up", "up"
 			if d.gw.IsDown() {
 				gw = "DOWN"
 			}
+			if d.kafka.IsDown() {
+				kafka = "DOWN"
+			}
 			_, committed, rolledBack := d.svc.counts()
 			d.con.Status(
-				fmt.Sprintf("PENDING %d  PROCESSING %d  PROCESSED %d  FAILED %d  EXPIRED %d  BLOCKED %d",
+				fmt.Sprintf("gateway table: PENDING %d  PROCESSING %d  PROCESSED %d  FAILED %d  EXPIRED %d  BLOCKED %d",
 					n[outbox.StatusPending], n[outbox.StatusProcessing], n[outbox.StatusProcessed],
 					n[outbox.StatusFailed], n[outbox.StatusExpired], n[outbox.StatusBlocked]),
-				fmt.Sprintf("%.0f delivered/s  oldest pending %s  gateway %s  committed %d  rolled back %d",
-					rate, st.OldestPendingAge.Round(100*time.Millisecond), gw, committed, rolledBack),
+				fmt.Sprintf("%.0f delivered/s  oldest pending %s  gateway %s  |  kafka table: PENDING %d  PROCESSED %d  kafka %s  |  committed %d  rolled back %d",
+					rate, st.OldestPendingAge.Round(100*time.Millisecond), gw,
+					kst.Counts[outbox.StatusPending]+kst.Counts[outbox.StatusProcessing], kst.Counts[outbox.StatusProcessed], kafka, committed, rolledBack),
 				"now: "+d.currentIncident(),
 			)
 		}

@@ -28,8 +28,15 @@ type Summary struct {
 	// RolledBack counts events written in a transaction that rolled back.
 	RolledBack int `json:"rolled_back"`
 
-	// Delivered counts distinct events the gateway accepted.
+	// Delivered counts distinct events a destination received: the
+	// gateway accepted them or the Kafka consumer read them.
 	Delivered int `json:"delivered"`
+	// Routed counts committed events the router copied into their
+	// destinations' tables (PROCESSED in the outbox table).
+	Routed int `json:"routed"`
+	// Destinations are the counts of each destination: from its table,
+	// and what its receiver (the gateway, the Kafka consumer) got.
+	Destinations []DestinationSummary `json:"destinations"`
 	// Duplicates counts repeated deliveries the gateway recognised by
 	// Idempotency-Key.
 	Duplicates int `json:"duplicates"`
@@ -39,7 +46,10 @@ type Summary struct {
 	Retried          int `json:"retried"`
 	RetriedDelivered int `json:"retried_delivered"`
 	RetryAttempts    int `json:"retry_attempts"`
-	// Processed, Failed and Expired count the final statuses in the outbox.
+	// Processed counts committed events delivered at every destination
+	// of their route; Failed those FAILED somewhere (dead-lettered);
+	// Expired those that outlived their deadline in the outbox table
+	// (never routed) or at a destination.
 	Processed   int `json:"processed"`
 	Failed      int `json:"failed"`
 	DeadLetters int `json:"dead_letters"`
@@ -79,8 +89,8 @@ type Summary struct {
 	UnknownDelivered int `json:"unknown_delivered"`
 
 	// Compensations counts the compensating events (ApprovalExpired) the
-	// store enqueued for expired approvals; CompensationsDelivered those
-	// the gateway accepted (under merchant.events), and
+	// store enqueued for expired approvals, in the table where each
+	// expired; CompensationsDelivered those delivered from there, and
 	// CompensationsBlocked those that wait BLOCKED behind a dead letter of
 	// their payment (for an operator, as any event there).
 	Compensations          int `json:"compensations"`
@@ -90,9 +100,11 @@ type Summary struct {
 	// stopped waiting (see Unsettled).
 	CompensationsUnsettled int `json:"compensations_unsettled,omitempty"`
 
-	// Maintenance is incident 5's outcome, EDF incident 6's.
+	// Maintenance is incident 5's outcome, EDF incident 6's, KafkaOutage
+	// incident 7's.
 	Maintenance *MaintenanceSummary `json:"maintenance,omitempty"`
 	EDF         *EDFSummary         `json:"edf,omitempty"`
+	KafkaOutage *KafkaOutageSummary `json:"kafka_outage,omitempty"`
 
 	// PoisonRefused counts the poison merchant's events the gateway
 	// refused (400); PoisonRefusedExpired those of them that ended
@@ -107,8 +119,7 @@ type Summary struct {
 	TooSlow []string `json:"too_slow,omitempty"`
 
 	GatewayRequests int            `json:"gateway_requests"`
-	DeliveredBy     map[string]int `json:"delivered_by"`
-	Routes          map[string]int `json:"routes"`
+	DeliveredBy     map[string]int `json:"delivered_by"` // at the gateway, by relay
 
 	OK bool `json:"ok"`
 }
@@ -153,6 +164,53 @@ type EDFSummary struct {
 	FIFOApprovals int   `json:"fifo_approvals"`
 	FIFOMet       int   `json:"fifo_met"`
 	FIFOMissed    int   `json:"fifo_missed"`
+}
+
+// DestinationSummary is one destination's outcome: its table's final
+// statuses, and what its receiver got.
+type DestinationSummary struct {
+	Name  string `json:"name"`
+	Table string `json:"table"`
+	// Events counts the rows of its table (the routed events and the
+	// compensations written there); the statuses count them.
+	Events    int `json:"events"`
+	Processed int `json:"processed"`
+	Failed    int `json:"failed"`
+	Expired   int `json:"expired"`
+	Blocked   int `json:"blocked"`
+	Open      int `json:"open"` // PENDING or PROCESSING when the demo stopped waiting
+	// Received counts the distinct events the receiver got; Repeats the
+	// repeated ones (gateway: by Idempotency-Key; Kafka: by event id).
+	Received int `json:"received"`
+	Repeats  int `json:"repeats"`
+	// Lost counts events PROCESSED in the table that the receiver never
+	// got; OrderViolations events received after a later one of their
+	// aggregate. Both must be 0.
+	Lost            int `json:"lost"`
+	OrderViolations int `json:"order_violations"`
+	// ByTopic counts Kafka's distinct events by topic.
+	ByTopic map[string]int `json:"by_topic,omitempty"`
+}
+
+// KafkaOutageSummary is the outcome of incident 7: Kafka down, the
+// gateway up.
+type KafkaOutageSummary struct {
+	DownMS int64 `json:"down_ms"`
+	// GatewayDuring counts the events the gateway accepted while Kafka
+	// was down; GatewayRepeats the gateway requests repeated from the
+	// stop to the catch-up (must be 0: Kafka's outage holds nothing back
+	// at the gateway).
+	GatewayDuring  int `json:"gateway_during"`
+	GatewayRepeats int `json:"gateway_repeats"`
+	// Events were written during the outage and routed to Kafka; their
+	// outcomes at Kafka; Received those the consumer read back.
+	Events      int   `json:"events"`
+	Delivered   int   `json:"delivered"`
+	Expired     int   `json:"expired"`
+	Moving      int   `json:"moving"`
+	Received    int   `json:"received"`
+	CaughtUpMS  int64 `json:"caught_up_ms"`
+	KafkaDuring int   `json:"kafka_during"`
 }
 
 // Problems lists what broke a guarantee; empty means the run passed.
@@ -200,13 +258,17 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("QR confirmations", s.Payments, "requests to the payment service")
 	row("committed", s.Committed, "events whose business transaction committed")
 	row("rolled back", s.RolledBack, fmt.Sprintf("events of transactions a business rule rolled back; delivered: %d, in the outbox: %d", s.RolledBackDelivered, s.RolledBackVisible))
-	row("delivered (unique)", s.Delivered, "distinct events the gateway accepted"+byList(" by ", s.DeliveredBy)+byList("; routes ", s.Routes))
+	row("routed", s.Routed, "committed events the router copied into their destinations' tables (one outbox table)")
+	row("delivered (unique)", s.Delivered, "distinct events a destination received: the gateway accepted or the Kafka consumer read")
+	for _, d := range s.Destinations {
+		row("-> "+d.Name, d.Received, d.note(s.DeliveredBy))
+	}
 	row("duplicates", s.Duplicates, "repeats the gateway dropped by Idempotency-Key (only after a crash)")
 	row("retried", s.Retried, fmt.Sprintf("retried with backoff after a failed attempt; %d of them then delivered (%d failed attempts in all)", s.RetriedDelivered, s.RetryAttempts))
 	row("FAILED", s.Failed, fmt.Sprintf("dead letters: %d, alarms raised: %d", s.DeadLetters, s.Alarms))
-	note := "outlived their QR code: never sent"
+	note := "outlived their QR code before they were routed, or at a destination: never sent there after it"
 	if s.ExpiredSeen > 0 {
-		note = fmt.Sprintf("outlived their QR code (%d had reached the gateway before a crash lost the answer)", s.ExpiredSeen)
+		note = fmt.Sprintf("outlived their QR code before they were routed, or at a destination (%d had reached the gateway before a crash lost the answer)", s.ExpiredSeen)
 	}
 	row("EXPIRED", s.Expired, note)
 	if s.Blocked > 0 {
@@ -219,7 +281,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	if s.CompensationsUnsettled > 0 {
 		blockedComp += fmt.Sprintf(", %d still moving when the demo stopped waiting", s.CompensationsUnsettled)
 	}
-	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired); %d reached the gateway under merchant.events%s", s.CompensationsDelivered, blockedComp))
+	row("compensations", s.Compensations, fmt.Sprintf("ApprovalExpired enqueued for expired approvals (on_expired), in the table where each expired; %d reached that destination%s", s.CompensationsDelivered, blockedComp))
 	if m := s.Maintenance; m != nil {
 		late := ""
 		if m.BreakerClosedLate {
@@ -232,12 +294,17 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		row("EDF met deadline", e.Met, fmt.Sprintf("incident 6: of %d approvals (%s deadline, behind %d receipts); strict FIFO baseline: %d of %d",
 			e.Approvals, time.Duration(e.DeadlineMS)*time.Millisecond, e.Backlog, e.FIFOMet, e.FIFOApprovals))
 	}
+	if k := s.KafkaOutage; k != nil {
+		row("gateway, Kafka down", k.GatewayDuring, fmt.Sprintf("incident 7: events the gateway accepted while Kafka was down (%s), %d repeated; of %d events for Kafka meanwhile %d delivered, %d EXPIRED, read back %d, caught up %s after",
+			(time.Duration(k.DownMS)*time.Millisecond).Round(100*time.Millisecond), k.GatewayRepeats, k.Events, k.Delivered, k.Expired, k.Received,
+			(time.Duration(k.CaughtUpMS)*time.Millisecond).Round(100*time.Millisecond)))
+	}
 	row("reaped", s.Reaped, "returned to PENDING after a dead relay's lease")
 	if s.Unsettled > 0 {
 		row("unsettled", s.Unsettled, "still PENDING or PROCESSING when the demo stopped waiting: in the outbox, not lost (the relays fell behind on this machine)")
 	}
-	row("lost", s.Lost, must0(s.Lost)+": committed, yet missing from the outbox or PROCESSED without the gateway having it")
-	row("order violations", s.OrderViolations, must0(s.OrderViolations)+": per aggregate, as the gateway saw them")
+	row("lost", s.Lost, must0(s.Lost)+": committed, yet missing from the outbox, or PROCESSED at a destination that never got it")
+	row("order violations", s.OrderViolations, must0(s.OrderViolations)+": per aggregate, as the gateway and the Kafka consumer saw them")
 	if len(s.TooSlow) > 0 {
 		fmt.Fprintf(&b, "too slow: this machine could not show every incident with a %s QR lifetime (the guarantees above are checked all the same); try --time-scale %g:\n",
 			time.Duration(s.QRTTLMS)*time.Millisecond, max(1, math.Floor(s.TimeScale/4)))
@@ -254,6 +321,24 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// note is a destination's row in the summary table.
+func (d DestinationSummary) note(byRelay map[string]int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: of %d events %d delivered, %d FAILED, %d EXPIRED", d.Table, d.Events, d.Processed, d.Failed, d.Expired)
+	if d.Blocked > 0 {
+		fmt.Fprintf(&b, ", %d BLOCKED", d.Blocked)
+	}
+	if d.Open > 0 {
+		fmt.Fprintf(&b, ", %d still moving", d.Open)
+	}
+	if len(d.ByTopic) > 0 {
+		fmt.Fprintf(&b, "; the consumer read %d%s (%d repeats)", d.Received, byList(": ", d.ByTopic), d.Repeats)
+	} else {
+		fmt.Fprintf(&b, "; the gateway accepted %d%s", d.Received, byList(" by ", byRelay))
+	}
+	return b.String()
 }
 
 // byList renders "relay-1 10, relay-2 5" after prefix, or "" when empty.

@@ -112,7 +112,7 @@ func TestSummaryBlockedCompensations(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	if !strings.Contains(out, "1 reached the gateway under merchant.events, 1 wait BLOCKED behind their payment's dead letter") || !strings.Contains(out, "result: ok") {
+	if !strings.Contains(out, "1 reached that destination, 1 wait BLOCKED behind their payment's dead letter") || !strings.Contains(out, "result: ok") {
 		t.Errorf("the table does not name the blocked compensation, or calls the run broken:\n%s", out)
 	}
 	b, err := s.JSON()
@@ -136,7 +136,7 @@ func TestSummaryUnsettled(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{"  unsettled                  2   still PENDING or PROCESSING when the demo stopped waiting: in the outbox, not lost",
-		"1 reached the gateway under merchant.events, 1 still moving when the demo stopped waiting",
+		"1 reached that destination, 1 still moving when the demo stopped waiting",
 		"result: ok, not settled: 2 committed events were still moving"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -218,5 +218,64 @@ func TestSummaryBreakerClosedLate(t *testing.T) {
 	}
 	if b, _ := s.JSON(); bytes.Contains(b, []byte(`breaker_closed_late`)) {
 		t.Errorf("JSON of a breaker closed in time has breaker_closed_late: %s", b)
+	}
+}
+
+// TestSummaryDestinations: each destination has a row with its table's
+// counts and what its receiver got (the gateway by relay, Kafka by
+// topic), and incident 7 a row of its own.
+func TestSummaryDestinations(t *testing.T) {
+	t.Parallel()
+	s := Summary{Committed: 10, Routed: 10, Delivered: 10, Processed: 10, DeliveredBy: map[string]int{"relay-1": 5, "relay-2": 1},
+		Destinations: []DestinationSummary{
+			{Name: "gateway", Table: "t_to_gateway", Events: 7, Processed: 6, Failed: 1, Received: 6},
+			{Name: "kafka", Table: "t_to_kafka", Events: 9, Processed: 8, Expired: 1, Received: 8, Repeats: 2,
+				ByTopic: map[string]int{"payment.events": 6, "merchant.events": 2}},
+		},
+		KafkaOutage: &KafkaOutageSummary{DownMS: 1500, GatewayDuring: 30, Events: 40, Delivered: 39, Expired: 1, Received: 39, CaughtUpMS: 2000}}
+	var buf bytes.Buffer
+	if err := s.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"  -> gateway                 6   t_to_gateway: of 7 events 6 delivered, 1 FAILED, 0 EXPIRED; the gateway accepted 6 by relay-1 5, relay-2 1",
+		"  -> kafka                   8   t_to_kafka: of 9 events 8 delivered, 0 FAILED, 1 EXPIRED; the consumer read 8: merchant.events 2, payment.events 6 (2 repeats)",
+		"  gateway, Kafka down       30   incident 7: events the gateway accepted while Kafka was down (1.5s), 0 repeated; of 40 events for Kafka meanwhile 39 delivered, 1 EXPIRED, read back 39, caught up 2s after",
+		"result: ok",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := s.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"destinations":[{"name":"gateway"`, `"by_topic":{"merchant.events":2,"payment.events":6}`, `"kafka_outage":{"down_ms":1500,"gateway_during":30,"gateway_repeats":0`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("JSON lacks %s: %s", want, b)
+		}
+	}
+	s.Destinations[1].OrderViolations, s.OrderViolations = 1, 1
+	if p := s.Problems(); len(p) != 1 || !strings.Contains(p[0], "out of order") {
+		t.Errorf("an order violation at Kafka: Problems() = %v", p)
+	}
+}
+
+// TestCombine: an event's outcome over its destinations.
+func TestCombine(t *testing.T) {
+	t.Parallel()
+	P, F, E, B, X := outbox.StatusProcessed, outbox.StatusFailed, outbox.StatusExpired, outbox.StatusPending, outbox.StatusSkipped
+	for _, c := range []struct {
+		in   []outbox.Status
+		want outbox.Status
+	}{
+		{[]outbox.Status{P, P}, P}, {[]outbox.Status{P, E}, E}, {[]outbox.Status{E, B}, B},
+		{[]outbox.Status{B, X}, X}, {[]outbox.Status{X, F, P}, F}, {nil, P},
+	} {
+		if got := combine(c.in); got != c.want {
+			t.Errorf("combine(%v) = %s, want %s", c.in, got, c.want)
+		}
 	}
 }
