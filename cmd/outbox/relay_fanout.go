@@ -49,13 +49,12 @@ func fileRefused(g *Globals, file string, err error) error {
 	}
 	var ue *destconfig.UnmatchedError
 	if errors.As(err, &ue) {
-		return &exitError{code: 1, err: fmt.Errorf("destinations file %s refused: events already in table have no route, listed above", file)}
+		return &exitError{code: 1, err: fmt.Errorf("destinations file %s refused: events already in the table have no route, listed above", file)}
 	}
 	return &exitError{code: 1, err: fmt.Errorf("destinations file %s could not be read", file)}
 }
 
-// fanOutFlags refuses the flags that have no meaning, or no support yet,
-// with a destinations file.
+// fanOutFlags refuses the flags that a destinations file replaces.
 func (c *RelayCmd) fanOutFlags() error {
 	bad := func(flag, why string) error {
 		return fmt.Errorf("%w: %s cannot be used with --config: %s", outbox.ErrInvalidConfig, flag, why)
