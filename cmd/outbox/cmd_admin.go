@@ -64,7 +64,7 @@ func (c *AdminCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	closers = append(closers, b.close)
-	if err := requireMigrated(ctx, b, g.Table); err != nil {
+	if err := checkMigrated(ctx, b.store, g.Table, "run `outbox migrate` first"); err != nil {
 		return err
 	}
 	dests, err := c.destinations(ctx, g, &closers)
@@ -98,32 +98,14 @@ func (c *AdminCmd) destinations(ctx context.Context, g *Globals, closers *[]func
 	var out []admin.Destination
 	for _, d := range cfg.Destinations {
 		table := tables[d.Name]
-		db, err := openBackend(ctx, g.DB, table, outbox.Limits{}, g.logger)
+		db, err := openDestinationTable(ctx, g, d.Name, table)
 		if err != nil {
-			return nil, fmt.Errorf("destination %s: %w", d.Name, err)
+			return nil, err
 		}
 		*closers = append(*closers, db.close)
-		if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", g.Config)); err != nil {
-			return nil, fmt.Errorf("destination %s: %w", d.Name, err)
-		}
 		out = append(out, admin.Destination{Name: d.Name, Table: table, URL: d.RedactedURL(), Store: db.store})
 	}
 	return out, nil
-}
-
-// requireMigrated refuses an outbox whose schema is behind this binary.
-func requireMigrated(ctx context.Context, b *backend, table string) error {
-	if _, err := b.store.CountMovable(ctx, true); err != nil {
-		return err
-	}
-	cur, latest, err := b.store.MigrationVersion(ctx)
-	if err != nil {
-		return err
-	}
-	if cur < latest {
-		return fmt.Errorf("table %s is at schema version %d of %d: run `outbox migrate` first", table, cur, latest)
-	}
-	return nil
 }
 
 // enabled reports whether the flags ask for the admin handler at all.

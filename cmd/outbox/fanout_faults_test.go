@@ -306,11 +306,7 @@ func TestFanOutFleetOfThree(t *testing.T) {
 			checkDelivered(t, rs, payments, paymentAggs)
 			recs := readKafka(t, kafka.ListenAddrs()[0], payments+merchants)
 			checkKafka(t, recs)
-			for tb, want := range map[string]int{table: payments + merchants, table + "_to_gateway": payments, table + "_to_events": payments + merchants} {
-				if st := statusJSON(t, dsn, tb); count(st, "PROCESSED") != want {
-					t.Errorf("%s after the fleet's drain: %v, want %d PROCESSED", tb, st, want)
-				}
-			}
+			wantRoutedAndDelivered(t, dsn, table, payments, merchants)
 		})
 	}
 }

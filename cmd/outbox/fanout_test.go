@@ -143,11 +143,7 @@ func TestFanOutGatewayAndKafkaFromOneTable(t *testing.T) {
 			if perTopic["payment.events"] != payments || perTopic["merchant.events"] != merchants {
 				t.Fatalf("Kafka got %v, want %d payment and %d merchant events", perTopic, payments, merchants)
 			}
-			for tb, want := range map[string]int{table: payments + merchants, table + "_to_gateway": payments, table + "_to_events": payments + merchants} {
-				if st := statusJSON(t, dsn, tb); count(st, "PROCESSED") != want {
-					t.Errorf("%s after the drain: %v, want %d PROCESSED", tb, st, want)
-				}
-			}
+			wantRoutedAndDelivered(t, dsn, table, payments, merchants)
 		})
 	}
 }
@@ -337,5 +333,17 @@ func TestFanOutFromTheWAL(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "source=logical") {
 		t.Errorf("the relay did not say it reads the WAL:\n%s", logs)
+	}
+}
+
+// wantRoutedAndDelivered checks the three tables of fanOutFile's fan-out
+// once it drained: every event PROCESSED in the outbox table (routed), the
+// approvals at the gateway's table, every event at the events' table.
+func wantRoutedAndDelivered(t *testing.T, dsn, table string, payments, merchants int) {
+	t.Helper()
+	for tb, want := range map[string]int{table: payments + merchants, table + "_to_gateway": payments, table + "_to_events": payments + merchants} {
+		if st := statusJSON(t, dsn, tb); count(st, "PROCESSED") != want {
+			t.Errorf("%s after the drain: %v, want %d PROCESSED", tb, st, want)
+		}
 	}
 }

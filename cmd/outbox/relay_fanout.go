@@ -131,14 +131,11 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	var legs []fanOutLeg
 	for _, d := range cfg.Destinations {
 		table := tables[d.Name]
-		db, err := openBackend(ctx, g.DB, table, outbox.Limits{}, g.logger)
+		db, err := openDestinationTable(ctx, g, d.Name, table)
 		if err != nil {
 			return err
 		}
 		defer db.close()
-		if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", g.Config)); err != nil {
-			return fmt.Errorf("destination %s: %w", d.Name, err)
-		}
 		sk, err := openSinkLimited(ctx, d.URL, nil, sinkOptions{Logger: g.logger, Table: table})
 		if err != nil {
 			return fmt.Errorf("destination %s: %w", d.Name, err)
@@ -237,6 +234,20 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("drain interrupted before it finished")
 	}
 	return err
+}
+
+// openDestinationTable opens the store of a destination's table and
+// refuses a table that is missing or behind, saying how to create it.
+func openDestinationTable(ctx context.Context, g *Globals, name, table string) (*backend, error) {
+	db, err := openBackend(ctx, g.DB, table, outbox.Limits{}, g.logger)
+	if err != nil {
+		return nil, fmt.Errorf("destination %s: %w", name, err)
+	}
+	if err := checkMigrated(ctx, db.store, table, fmt.Sprintf("create it with `outbox migrate --config %s`", g.Config)); err != nil {
+		db.close()
+		return nil, fmt.Errorf("destination %s: %w", name, err)
+	}
+	return db, nil
 }
 
 // checkEventTypes refuses a file that routes none of the event types of
