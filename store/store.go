@@ -141,6 +141,16 @@ type Store interface {
 	// Requeue does (a.EventID is ignored; the audit row's reason names the
 	// filter), and returns how many it requeued.
 	RequeueMatching(ctx context.Context, f RequeueFilter, a OperatorAction) (int64, error)
+	// Replay returns the delivered (PROCESSED) events that match the
+	// request's filter to PENDING, due now, so that they are delivered
+	// again with the same event ids, each with an audit row (REPLAYED,
+	// the operator and the reason); the earlier delivery stays in the
+	// trail and the next one is a new attempt. An aggregate's events are
+	// replayed in one transaction, in their original order, ahead of its
+	// newer events still waiting; an aggregate with an event PROCESSING,
+	// FAILED or BLOCKED is left alone and reported in ReplayResult.Held.
+	// A dry run counts the same and changes nothing.
+	Replay(ctx context.Context, req ReplayRequest) (ReplayResult, error)
 	// Skip moves a FAILED event to SKIPPED so that its aggregate moves on,
 	// releases the events it held back, and writes an audit row.
 	Skip(ctx context.Context, a OperatorAction) error

@@ -213,100 +213,114 @@ func (e errAction) Error() string { return e.err.Error() }
 // operatorChange runs one audited operator action in one transaction.
 func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch store.OperatorChange) error {
 	err := s.inTx(ctx, "operator "+ch.Verb(), func(tx *sql.Tx) error {
-		var (
-			status         string
-			rowID          int64
-			retries        int
-			aggType, aggID string
-			now            nullTime
-		)
-		err := tx.QueryRowContext(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &now)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errAction{backend.EventNotFound(a.EventID)}
-		}
-		if err != nil {
-			return err
-		}
-		if status == string(outbox.StatusPending) {
-			// A PENDING row a claim holds is PROCESSING; the claim's
-			// commit, which reads its rows under a share lock, has ended.
-			var busy bool
-			if err := tx.QueryRowContext(ctx, s.q.rowBusy, rowID).Scan(&busy); err != nil {
-				return err
-			}
-			if busy {
-				status = string(outbox.StatusProcessing)
-			}
-		}
-		if err := ch.Check(a, status); err != nil {
-			return errAction{err}
-		}
-		// A delivery recorded on the row moves to the attempts table
-		// before the row can be delivered again.
-		if _, err := tx.ExecContext(ctx, s.q.moveDelivery, rowID); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, s.q.clearDelivery, rowID); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		nowText := formatTime(now.Time)
-		switch ch.To {
-		case outbox.StatusPending:
-			// A requeued event gets a fresh chance now. An EXPIRED event's
-			// deadline has passed, so the requeue removes it (or sets a new one).
-			var ttl any
-			if a.NewTTL > 0 {
-				ttl = micros(a.NewTTL)
-			}
-			_, err = tx.ExecContext(ctx, s.q.operatorRequeue, nowText, ttl, nowText, ttl, nowText, rowID)
-			if err == nil {
-				_, err = tx.ExecContext(ctx, s.q.operatorRequeueDead, nowText, rowID)
-			}
-		default:
-			_, err = tx.ExecContext(ctx, s.q.operatorSetStatus, string(ch.To), rowID)
-		}
-		if err != nil {
-			return err
-		}
-		relay, reason := backend.OperatorAudit(ch, a, status)
-		if _, err := tx.ExecContext(ctx, s.q.operatorAudit,
-			a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, runes.Truncate(relay, 200),
-			nowText, nowText, reason); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		// Release the events this one held back, unless another FAILED
-		// event of the aggregate still holds them: those before the
-		// aggregate's first FAILED event.
-		var firstFailed sql.NullInt64
-		if err := tx.QueryRowContext(ctx, s.q.operatorFirstFailed, aggType, aggID).Scan(&firstFailed); err != nil {
-			return fmt.Errorf("unblock: %w", err)
-		}
-		// Read without locks (a producer's uncommitted rows are not waited
-		// for), then changed by primary key.
-		q, args := s.q.operatorBlocked, []any{aggType, aggID}
-		if firstFailed.Valid {
-			q, args = s.q.operatorBlockedBefore, append(args, firstFailed.Int64)
-		}
-		ids, err := queryIDs(ctx, tx, q, args...)
-		if err != nil {
-			return fmt.Errorf("unblock: %w", err)
-		}
-		if len(ids) > 0 {
-			unblock, err := s.q.byIDs("admin.operator_unblock", ids)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, unblock); err != nil {
-				return fmt.Errorf("unblock: %w", err)
-			}
-		}
-		return nil
+		return s.operatorChangeTx(ctx, tx, a, ch)
 	})
 	var ae errAction
 	if errors.As(err, &ae) {
 		return ae.err
 	}
 	return s.wrap("operator action", err)
+}
+
+// operatorChangeTx runs one audited operator action in transaction tx; an
+// error the caller must see as it is comes as an errAction.
+func (s *Store) operatorChangeTx(ctx context.Context, tx *sql.Tx, a store.OperatorAction, ch store.OperatorChange) error {
+	var (
+		status         string
+		rowID          int64
+		retries        int
+		aggType, aggID string
+		now            nullTime
+	)
+	err := tx.QueryRowContext(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errAction{backend.EventNotFound(a.EventID)}
+	}
+	if err != nil {
+		return err
+	}
+	if status == string(outbox.StatusPending) {
+		// A PENDING row a claim holds is PROCESSING; the claim's
+		// commit, which reads its rows under a share lock, has ended.
+		var busy bool
+		if err := tx.QueryRowContext(ctx, s.q.rowBusy, rowID).Scan(&busy); err != nil {
+			return err
+		}
+		if busy {
+			status = string(outbox.StatusProcessing)
+		}
+	}
+	if err := ch.Check(a, status); err != nil {
+		return errAction{err}
+	}
+	// A delivery recorded on the row moves to the attempts table
+	// before the row can be delivered again.
+	if _, err := tx.ExecContext(ctx, s.q.moveDelivery, rowID); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.clearDelivery, rowID); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if ch.Kind == store.Replayed {
+		// The delivery counts as an attempt: the next one is
+		// numbered after it.
+		if _, err := tx.ExecContext(ctx, s.q.countAttempt, rowID); err != nil {
+			return err
+		}
+		retries++
+	}
+	nowText := formatTime(now.Time)
+	switch ch.To {
+	case outbox.StatusPending:
+		// A requeued event gets a fresh chance now. An EXPIRED event's
+		// deadline has passed, so the requeue removes it (or sets a new one).
+		var ttl any
+		if a.NewTTL > 0 {
+			ttl = micros(a.NewTTL)
+		}
+		_, err = tx.ExecContext(ctx, s.q.operatorRequeue, nowText, ttl, nowText, ttl, nowText, rowID)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, s.q.operatorRequeueDead, nowText, rowID)
+		}
+	default:
+		_, err = tx.ExecContext(ctx, s.q.operatorSetStatus, string(ch.To), rowID)
+	}
+	if err != nil {
+		return err
+	}
+	relay, reason := backend.OperatorAudit(ch, a, status)
+	if _, err := tx.ExecContext(ctx, s.q.operatorAudit,
+		a.EventID.String(), uuid.NewString(), string(ch.Kind), rowID, retries, runes.Truncate(relay, 200),
+		nowText, nowText, reason); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	// Release the events this one held back, unless another FAILED
+	// event of the aggregate still holds them: those before the
+	// aggregate's first FAILED event.
+	var firstFailed sql.NullInt64
+	if err := tx.QueryRowContext(ctx, s.q.operatorFirstFailed, aggType, aggID).Scan(&firstFailed); err != nil {
+		return fmt.Errorf("unblock: %w", err)
+	}
+	// Read without locks (a producer's uncommitted rows are not waited
+	// for), then changed by primary key.
+	q, args := s.q.operatorBlocked, []any{aggType, aggID}
+	if firstFailed.Valid {
+		q, args = s.q.operatorBlockedBefore, append(args, firstFailed.Int64)
+	}
+	ids, err := queryIDs(ctx, tx, q, args...)
+	if err != nil {
+		return fmt.Errorf("unblock: %w", err)
+	}
+	if len(ids) > 0 {
+		unblock, err := s.q.byIDs("admin.operator_unblock", ids)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, unblock); err != nil {
+			return fmt.Errorf("unblock: %w", err)
+		}
+	}
+	return nil
 }
 
 // Requeue implements store.Store.

@@ -56,6 +56,8 @@ type queries struct {
 	operatorAudit, operatorFirstFailed        string
 	operatorBlocked, operatorBlockedBefore    string
 	moveDelivery, clearDelivery               string
+	countAttempt, replayAggregates            string
+	replayRows, replayHeld                    string
 
 	// The fixed heads of the producer's multi-row inserts (enqueue.go),
 	// whose VALUES lists are written per call from placeholders.
@@ -141,6 +143,10 @@ func buildQueries(t store.Tables) queries {
 		listEvents:            render("admin.list_events"),
 		countMatching:         render("admin.count_matching"),
 		selectMatching:        render("admin.select_matching"),
+		countAttempt:          render("admin.count_attempt"),
+		replayAggregates:      render("admin.replay_aggregates"),
+		replayRows:            render("admin.replay_rows"),
+		replayHeld:            render("admin.replay_held"),
 		attempts:              render("admin.attempts"),
 		deadLetters:           render("admin.dead_letters"),
 		operatorLock:          render("admin.operator_lock"),

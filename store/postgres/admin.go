@@ -215,6 +215,14 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 		return s.wrap(c.Verb(), err)
 	}
 	defer tx.Rollback(ctx)
+	if err := s.operatorChangeTx(ctx, tx, a, c); err != nil {
+		return err
+	}
+	return s.wrap("operator action: commit", tx.Commit(ctx))
+}
+
+// operatorChangeTx runs one audited operator action in transaction tx.
+func (s *Store) operatorChangeTx(ctx context.Context, tx pgx.Tx, a store.OperatorAction, c store.OperatorChange) error {
 	var (
 		id, status string
 		rowID      int64
@@ -222,7 +230,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 		aggType    string
 		aggID      string
 	)
-	err = tx.QueryRow(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
+	err := tx.QueryRow(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return backend.EventNotFound(a.EventID)
 	}
@@ -236,6 +244,19 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 	// the row can be delivered again.
 	if _, err := tx.Exec(ctx, s.q.moveDelivery, rowID); err != nil {
 		return s.wrap("operator action: audit", err)
+	}
+	if c.Kind == store.Replayed {
+		// A delivery recorded per batch (migration 10) is found by the
+		// row's processed_at, which the replay clears: it moves to the
+		// attempts table, and the delivery counts as an attempt, so the
+		// next one is numbered after it.
+		if _, err := tx.Exec(ctx, s.q.moveBatchDelivery, rowID); err != nil {
+			return s.wrap("operator action: audit", err)
+		}
+		if _, err := tx.Exec(ctx, s.q.countAttempt, rowID); err != nil {
+			return s.wrap("operator action", err)
+		}
+		retries++
 	}
 	switch c.To {
 	case outbox.StatusPending:
@@ -266,7 +287,7 @@ func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, c st
 		aggType, aggID); err != nil {
 		return s.wrap("operator action: unblock", err)
 	}
-	return s.wrap("operator action: commit", tx.Commit(ctx))
+	return nil
 }
 
 // Requeue implements store.Store.

@@ -103,6 +103,9 @@ type queries struct {
 	operatorRequeueDead, operatorSetStatus string
 	operatorAudit, operatorUnblock         string
 	countMatching, selectMatching          string
+	moveBatchDelivery, countAttempt        string
+	replayAggregates, replayRows           string
+	replayHeld                             string
 
 	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
 	// whose VALUES list is written per call from placeholders and casts.
@@ -161,6 +164,11 @@ func buildQueries(t store.Tables) queries {
 		operatorUnblock:     stmt("admin.operator_unblock"),
 		countMatching:       stmt("admin.count_matching"),
 		selectMatching:      stmt("admin.select_matching"),
+		moveBatchDelivery:   stmt("admin.move_batch_delivery"),
+		countAttempt:        stmt("admin.count_attempt"),
+		replayAggregates:    stmt("admin.replay_aggregates"),
+		replayRows:          stmt("admin.replay_rows"),
+		replayHeld:          stmt("admin.replay_held"),
 
 		enqueueHead:         stmt("enqueue.head"),
 		enqueueTail:         stmt("enqueue.tail"),

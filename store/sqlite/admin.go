@@ -270,65 +270,80 @@ func (e errAction) Error() string { return e.err.Error() }
 // operatorChange runs one audited operator action in one write transaction.
 func (s *Store) operatorChange(ctx context.Context, a store.OperatorAction, ch store.OperatorChange) error {
 	err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
-		var (
-			status, eventID string
-			rowID, retries  int64
-			aggType, aggID  string
-		)
-		err := c.QueryRowContext(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errAction{backend.EventNotFound(a.EventID)}
-		}
-		if err != nil {
-			return err
-		}
-		if err := ch.Check(a, status); err != nil {
-			return errAction{err}
-		}
-		// A delivery recorded on the row moves to the attempts table
-		// before the row can be delivered again.
-		if _, err := c.ExecContext(ctx, s.q.moveDelivery, rowID); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		if _, err := c.ExecContext(ctx, s.q.clearDelivery, rowID); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		switch ch.To {
-		case outbox.StatusPending:
-			// A requeued event gets a fresh chance now. An EXPIRED event's
-			// deadline has passed, so the requeue removes it (or sets a new one).
-			var ttl any
-			if a.NewTTL > 0 {
-				ttl = modifier(a.NewTTL)
-			}
-			_, err = c.ExecContext(ctx, s.q.operatorRequeue, rowID, now, ttl)
-			if err == nil {
-				_, err = c.ExecContext(ctx, s.q.operatorRequeueDead, now, rowID)
-			}
-		default:
-			_, err = c.ExecContext(ctx, s.q.operatorSetStatus, string(ch.To), rowID)
-		}
-		if err != nil {
-			return err
-		}
-		relay, reason := backend.OperatorAudit(ch, a, status)
-		if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(ch.Kind), rowID, retries,
-			relay, now, reason); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		// Release the events this one held back, unless another FAILED event
-		// of the aggregate still holds them.
-		if _, err := c.ExecContext(ctx, s.q.operatorUnblock,
-			aggType, aggID); err != nil {
-			return fmt.Errorf("unblock: %w", err)
-		}
-		return nil
+		return s.operatorChangeTx(ctx, c, now, a, ch)
 	})
 	var ae errAction
 	if errors.As(err, &ae) {
 		return ae.err
 	}
 	return s.wrap("operator action", err)
+}
+
+// operatorChangeTx runs one audited operator action in the write
+// transaction of c; an error the caller must see as it is comes as an
+// errAction.
+func (s *Store) operatorChangeTx(ctx context.Context, c *sql.Conn, now string, a store.OperatorAction, ch store.OperatorChange) error {
+	var (
+		status, eventID string
+		rowID, retries  int64
+		aggType, aggID  string
+	)
+	err := c.QueryRowContext(ctx, s.q.operatorLock, a.EventID.String()).Scan(&rowID, &status, &retries, &aggType, &aggID, &eventID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errAction{backend.EventNotFound(a.EventID)}
+	}
+	if err != nil {
+		return err
+	}
+	if err := ch.Check(a, status); err != nil {
+		return errAction{err}
+	}
+	// A delivery recorded on the row moves to the attempts table
+	// before the row can be delivered again.
+	if _, err := c.ExecContext(ctx, s.q.moveDelivery, rowID); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if _, err := c.ExecContext(ctx, s.q.clearDelivery, rowID); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if ch.Kind == store.Replayed {
+		// The delivery counts as an attempt: the next one is
+		// numbered after it.
+		if _, err := c.ExecContext(ctx, s.q.countAttempt, rowID); err != nil {
+			return err
+		}
+		retries++
+	}
+	switch ch.To {
+	case outbox.StatusPending:
+		// A requeued event gets a fresh chance now. An EXPIRED event's
+		// deadline has passed, so the requeue removes it (or sets a new one).
+		var ttl any
+		if a.NewTTL > 0 {
+			ttl = modifier(a.NewTTL)
+		}
+		_, err = c.ExecContext(ctx, s.q.operatorRequeue, rowID, now, ttl)
+		if err == nil {
+			_, err = c.ExecContext(ctx, s.q.operatorRequeueDead, now, rowID)
+		}
+	default:
+		_, err = c.ExecContext(ctx, s.q.operatorSetStatus, string(ch.To), rowID)
+	}
+	if err != nil {
+		return err
+	}
+	relay, reason := backend.OperatorAudit(ch, a, status)
+	if _, err := c.ExecContext(ctx, s.q.audit, eventID, uuid.NewString(), string(ch.Kind), rowID, retries,
+		relay, now, reason); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	// Release the events this one held back, unless another FAILED event
+	// of the aggregate still holds them.
+	if _, err := c.ExecContext(ctx, s.q.operatorUnblock,
+		aggType, aggID); err != nil {
+		return fmt.Errorf("unblock: %w", err)
+	}
+	return nil
 }
 
 // Requeue implements store.Store.

@@ -48,6 +48,8 @@ type queries struct {
 	operatorUnblock                             string
 	moveDelivery, clearDelivery                 string
 	countMatching, selectMatching               string
+	countAttempt, replayAggregates              string
+	replayRows, replayHeld                      string
 	purgePage, purgeCutoff                      string
 	purgeAttempts, purgeDeadLetters             string
 	purgeEvents                                 string
@@ -143,6 +145,10 @@ func buildQueries(t store.Tables) queries {
 		moveDelivery:        stmt("admin.move_delivery"),
 		clearDelivery:       stmt("admin.clear_delivery"),
 		countMatching:       stmt("admin.count_matching"),
+		countAttempt:        stmt("admin.count_attempt"),
+		replayAggregates:    stmt("admin.replay_aggregates"),
+		replayRows:          stmt("admin.replay_rows"),
+		replayHeld:          stmt("admin.replay_held"),
 		selectMatching:      stmt("admin.select_matching"),
 		purgePage:           stmt("admin.purge_page"),
 		purgeCutoff:         stmt("admin.purge_cutoff"),

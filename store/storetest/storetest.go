@@ -85,6 +85,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newHarness) })
 	t.Run("Snapshot", func(t *testing.T) { RunSnapshot(t, newHarness) })
 	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
+	t.Run("Replay", func(t *testing.T) { RunReplay(t, newHarness) })
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })

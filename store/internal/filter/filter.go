@@ -93,3 +93,45 @@ func Requeue(f store.RequeueFilter, d SQL, after int64) (string, []any) {
 	}
 	return strings.Join(where, " AND "), args
 }
+
+// Replay renders the conditions of a replay: the delivered (PROCESSED)
+// events that match f, of the aggregate (aggType, aggID) when aggType is
+// set, as "a AND b ...", with their arguments in order.
+func Replay(f store.ReplayFilter, d SQL, aggType, aggID string) (string, []any) {
+	var where []string
+	var args []any
+	mark := func(v any) string {
+		args = append(args, v)
+		if d.Mark == nil {
+			return "?"
+		}
+		return d.Mark(len(args))
+	}
+	at := func(t time.Time) any {
+		if d.Time == nil {
+			return t
+		}
+		return d.Time(t)
+	}
+	if aggType != "" {
+		where = append(where, "aggregate_type = "+mark(aggType), "aggregate_id = "+mark(aggID))
+	} else {
+		if f.AggregateType != "" {
+			where = append(where, "aggregate_type = "+mark(f.AggregateType))
+		}
+		if f.AggregateID != "" {
+			where = append(where, "aggregate_id = "+mark(f.AggregateID))
+		}
+	}
+	where = append(where, "status = 'PROCESSED'")
+	if f.EventType != "" {
+		where = append(where, "event_type = "+mark(f.EventType))
+	}
+	if !f.Since.IsZero() {
+		where = append(where, "processed_at >= "+mark(at(f.Since)))
+	}
+	if !f.Until.IsZero() {
+		where = append(where, "processed_at < "+mark(at(f.Until)))
+	}
+	return strings.Join(where, " AND "), args
+}

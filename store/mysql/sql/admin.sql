@@ -152,3 +152,23 @@ AND processed_at <= CAST(? AS DATETIME(6)){{.Cond}} ORDER BY id FOR UPDATE SKIP 
 -- PROCESSING). No table of the subquery has a column "id", which would
 -- capture an unqualified %[1]s.
 {{define "admin.claimed"}}EXISTS (SELECT 1 FROM `{{.Outbox}}_claims` bc, JSON_TABLE(bc.ids, '$[*]' COLUMNS (cid BIGINT PATH '$')) AS j WHERE j.cid = %[1]s){{end}}
+
+-- admin.count_attempt counts the delivery of row ? as an attempt, before a
+-- replay: the next delivery is numbered after it.
+{{define "admin.count_attempt"}}UPDATE `{{.Outbox}}` SET retry_count = retry_count + 1 WHERE id = ?{{end}}
+
+-- admin.replay_aggregates is the head of the statement that pages through the
+-- aggregates that have events a replay matches (its WHERE follows).
+{{define "admin.replay_aggregates"}}SELECT DISTINCT aggregate_type, aggregate_id FROM `{{.Outbox}}` WHERE {{end}}
+
+-- admin.replay_rows is the head of the statement that locks the events of
+-- one aggregate a replay matches (its WHERE follows).
+{{define "admin.replay_rows"}}SELECT id, event_id FROM `{{.Outbox}}` WHERE {{end}}
+
+-- admin.replay_held returns the first event of aggregate (?, ?) that holds a
+-- replay back: PROCESSING (a PENDING row a claim holds, or a row under a
+-- lease of the schema before lanes), FAILED or BLOCKED.
+{{define "admin.replay_held"}}SELECT event_id, CASE WHEN status = 'PENDING' THEN 'PROCESSING' ELSE status END
+FROM `{{.Outbox}}` WHERE aggregate_type = ? AND aggregate_id = ?
+    AND (status IN ('PROCESSING', 'FAILED', 'BLOCKED') OR (status = 'PENDING' AND id IN ({{template "queries.busy" .}})))
+ORDER BY id LIMIT 1{{end}}

@@ -169,3 +169,37 @@ FROM r WHERE o.id = r.id{{end}}
 {{define "admin.claimed"}}EXISTS (SELECT 1 FROM "{{.Outbox}}_claims" c WHERE %[1]s = ANY(c.ids)){{end}}
 
 {{define "admin.held"}}hold = 2 AND {{end}}
+
+-- admin.move_batch_delivery copies the delivery of row $1 recorded per batch
+-- in the deliveries table (found by the row's processed_at) into the
+-- attempts table, before a replay clears processed_at; a step run again
+-- writes nothing twice.
+{{define "admin.move_batch_delivery"}}
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+SELECT o.event_id, d.token, 'DELIVERED', o.id, o.retry_count + 1, d.relay_id, d.started_at, d.finished_at,
+    NULLIF(d.trace_ids[array_position(d.ids, o.id)], '')
+FROM "{{.Outbox}}" o JOIN "{{.Outbox}}_deliveries" d ON d.completed_at = o.processed_at AND o.lane = ANY(d.lanes)
+    AND (d.ids IS NULL OR o.id = ANY(d.ids))
+WHERE o.id = $1 AND o.status = 'PROCESSED'
+ON CONFLICT DO NOTHING{{end}}
+
+-- admin.count_attempt counts the delivery of row $1 as an attempt, before a
+-- replay: the next delivery is numbered after it.
+{{define "admin.count_attempt"}}UPDATE "{{.Outbox}}" SET retry_count = retry_count + 1 WHERE id = $1{{end}}
+
+-- admin.replay_aggregates is the head of the statement that pages through the
+-- aggregates that have events a replay matches (its WHERE follows).
+{{define "admin.replay_aggregates"}}SELECT DISTINCT aggregate_type, aggregate_id FROM "{{.Outbox}}" WHERE {{end}}
+
+-- admin.replay_rows is the head of the statement that locks the events of
+-- one aggregate a replay matches (its WHERE follows).
+{{define "admin.replay_rows"}}SELECT id, event_id::text FROM "{{.Outbox}}" WHERE {{end}}
+
+-- admin.replay_held returns the first event of aggregate ($1, $2) that holds
+-- a replay back: PROCESSING (a PENDING row a claim holds, or a row under a
+-- lease of the schema before lanes), FAILED or BLOCKED.
+{{define "admin.replay_held"}}SELECT o.event_id::text, CASE WHEN o.status = 'PENDING' THEN 'PROCESSING' ELSE o.status END
+FROM "{{.Outbox}}" o WHERE o.aggregate_type = $1 AND o.aggregate_id = $2
+    AND (o.status IN ('PROCESSING', 'FAILED', 'BLOCKED')
+        OR (o.status = 'PENDING' AND EXISTS (SELECT 1 FROM "{{.Outbox}}_claims" c WHERE o.id = ANY(c.ids))))
+ORDER BY o.id LIMIT 1{{end}}

@@ -132,3 +132,23 @@ FROM "{{.Outbox}}" WHERE id > ?1 ORDER BY id LIMIT ?2{{end}}
 -- is %[1]s (the admin queries' status: a PENDING row a claim holds reads
 -- PROCESSING).
 {{define "admin.claimed"}}EXISTS (SELECT 1 FROM "{{.Outbox}}_claims" bc, json_each(bc.ids) j WHERE j.value = %[1]s){{end}}
+
+-- admin.count_attempt counts the delivery of row ? as an attempt, before a
+-- replay: the next delivery is numbered after it.
+{{define "admin.count_attempt"}}UPDATE "{{.Outbox}}" SET retry_count = retry_count + 1 WHERE id = ?{{end}}
+
+-- admin.replay_aggregates is the head of the statement that pages through the
+-- aggregates that have events a replay matches (its WHERE follows).
+{{define "admin.replay_aggregates"}}SELECT DISTINCT aggregate_type, aggregate_id FROM "{{.Outbox}}" WHERE {{end}}
+
+-- admin.replay_rows is the head of the statement that reads the events of
+-- one aggregate a replay matches (its WHERE follows).
+{{define "admin.replay_rows"}}SELECT id, event_id FROM "{{.Outbox}}" WHERE {{end}}
+
+-- admin.replay_held returns the first event of aggregate (?, ?) that holds a
+-- replay back: PROCESSING (a PENDING row a claim holds, or a row under a
+-- lease of the schema before lanes), FAILED or BLOCKED.
+{{define "admin.replay_held"}}SELECT event_id, CASE WHEN status = 'PENDING' THEN 'PROCESSING' ELSE status END
+FROM "{{.Outbox}}" WHERE aggregate_type = ? AND aggregate_id = ?
+    AND (status IN ('PROCESSING', 'FAILED', 'BLOCKED') OR (status = 'PENDING' AND id IN ({{template "queries.busy" .}})))
+ORDER BY id LIMIT 1{{end}}

@@ -1,0 +1,74 @@
+package pages
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/txoutbox/outbox/store"
+)
+
+// ReplayPageSize is how many aggregates Replay reads at a time; each is
+// then replayed in a transaction of its own.
+const ReplayPageSize = 500
+
+// Aggregate names one aggregate.
+type Aggregate struct{ Type, ID string }
+
+// ReplayBackend is what a backend gives Replay.
+type ReplayBackend struct {
+	// Aggregates returns up to limit aggregates, after the given one in
+	// (type, id) order, that have events matching the filter.
+	Aggregates func(ctx context.Context, after Aggregate, limit int) ([]Aggregate, error)
+	// ReplayAggregate replays (or, in a dry run, counts) the matching
+	// events of one aggregate in one transaction, as store.Store.Replay
+	// describes, under action; held is non-nil when the aggregate was left
+	// alone.
+	ReplayAggregate func(ctx context.Context, agg Aggregate, action store.OperatorAction, dryRun bool) (n int64, held *store.HeldAggregate, err error)
+}
+
+// Replay is store.Store.Replay for backends: it walks the aggregates that
+// have matching events and replays each with b.ReplayAggregate, with an
+// audit reason that names the filter.
+func Replay(ctx context.Context, req store.ReplayRequest, b ReplayBackend) (store.ReplayResult, error) {
+	var res store.ReplayResult
+	if err := req.Validate(); err != nil {
+		return res, err
+	}
+	a := req.Action
+	a.EventID = [16]byte{}
+	a.Reason += "; replay (" + req.Filter.String() + ")"
+	one := func(agg Aggregate) error {
+		n, held, err := b.ReplayAggregate(ctx, agg, a, req.DryRun)
+		if err != nil {
+			return fmt.Errorf("replay: aggregate %s/%s (%d events replayed so far): %w", agg.Type, agg.ID, res.Events, err)
+		}
+		if held != nil {
+			res.Held = append(res.Held, *held)
+			return nil
+		}
+		if n > 0 {
+			res.Events += n
+			res.Aggregates++
+		}
+		return nil
+	}
+	if f := req.Filter; f.AggregateID != "" {
+		return res, one(Aggregate{f.AggregateType, f.AggregateID})
+	}
+	var after Aggregate
+	for {
+		aggs, err := b.Aggregates(ctx, after, ReplayPageSize)
+		if err != nil {
+			return res, fmt.Errorf("replay: %w", err)
+		}
+		for _, agg := range aggs {
+			if err := one(agg); err != nil {
+				return res, err
+			}
+			after = agg
+		}
+		if len(aggs) < ReplayPageSize {
+			return res, nil
+		}
+	}
+}

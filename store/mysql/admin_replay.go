@@ -1,0 +1,117 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+	"github.com/txoutbox/outbox/store/internal/filter"
+	"github.com/txoutbox/outbox/store/internal/pages"
+)
+
+// errDryRun rolls a dry run's transaction back.
+var errDryRun = errors.New("dry run")
+
+// Replay implements store.Store.
+func (s *Store) Replay(ctx context.Context, req store.ReplayRequest) (store.ReplayResult, error) {
+	return pages.Replay(ctx, req, pages.ReplayBackend{
+		Aggregates: func(ctx context.Context, after pages.Aggregate, limit int) ([]pages.Aggregate, error) {
+			where, args := filter.Replay(req.Filter, requeueFilterSQL, "", "")
+			args = append(args, after.Type, after.ID)
+			rows, err := s.db.QueryContext(ctx, s.q.replayAggregates+where+
+				` AND (aggregate_type, aggregate_id) > (?, ?) ORDER BY aggregate_type, aggregate_id LIMIT `+strconv.Itoa(limit), args...)
+			if err != nil {
+				return nil, s.wrap("replay", err)
+			}
+			defer rows.Close()
+			var out []pages.Aggregate
+			for rows.Next() {
+				var a pages.Aggregate
+				if err := rows.Scan(&a.Type, &a.ID); err != nil {
+					return nil, s.wrap("replay", err)
+				}
+				out = append(out, a)
+			}
+			return out, s.wrap("replay", rows.Err())
+		},
+		ReplayAggregate: func(ctx context.Context, agg pages.Aggregate, a store.OperatorAction, dryRun bool) (int64, *store.HeldAggregate, error) {
+			return s.replayAggregate(ctx, req.Filter, agg, a, dryRun)
+		},
+	})
+}
+
+// replayAggregate replays the matching events of one aggregate in one
+// transaction, in id order, unless an event holds the aggregate back.
+func (s *Store) replayAggregate(ctx context.Context, f store.ReplayFilter, agg pages.Aggregate, a store.OperatorAction, dryRun bool) (int64, *store.HeldAggregate, error) {
+	var (
+		n    int64
+		held *store.HeldAggregate
+	)
+	err := s.inTx(ctx, "replay", func(tx *sql.Tx) error {
+		n, held = 0, nil
+		where, args := filter.Replay(f, requeueFilterSQL, agg.Type, agg.ID)
+		rows, err := tx.QueryContext(ctx, s.q.replayRows+where+` ORDER BY id FOR UPDATE`, args...)
+		if err != nil {
+			return err
+		}
+		var ids []outbox.EventID
+		for rows.Next() {
+			var rowID int64
+			var id string
+			if err := rows.Scan(&rowID, &id); err != nil {
+				rows.Close()
+				return err
+			}
+			eid, err := outbox.ParseEventID(id)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, eid)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil || len(ids) == 0 {
+			return err
+		}
+		var heldBy, status string
+		switch err := tx.QueryRowContext(ctx, s.q.replayHeld, agg.Type, agg.ID).Scan(&heldBy, &status); {
+		case err == nil:
+			eid, err := outbox.ParseEventID(heldBy)
+			if err != nil {
+				return err
+			}
+			held = &store.HeldAggregate{AggregateType: agg.Type, AggregateID: agg.ID, EventID: eid,
+				Status: outbox.Status(status), Matched: int64(len(ids))}
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		n = int64(len(ids))
+		if dryRun {
+			return errDryRun
+		}
+		for _, id := range ids {
+			one := a
+			one.EventID = id
+			if err := s.operatorChangeTx(ctx, tx, one, store.ReplayChange); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var ae errAction
+	switch {
+	case errors.Is(err, errDryRun):
+		return n, nil, nil
+	case errors.As(err, &ae):
+		return 0, nil, ae.err
+	case err != nil:
+		return 0, nil, s.wrap("replay", err)
+	}
+	return n, held, nil
+}
