@@ -17,11 +17,12 @@ import (
 
 // EventsCmd groups the per-event commands.
 type EventsCmd struct {
-	List  EventsListCmd  `cmd:"" help:"List events, newest first."`
-	Show  EventsShowCmd  `cmd:"" help:"Show one event and its audit trail."`
-	Retry EventsRetryCmd `cmd:"" help:"Requeue a FAILED or EXPIRED event, or every one that matches a filter (audited)."`
-	Skip  EventsSkipCmd  `cmd:"" help:"Skip a FAILED event so its aggregate moves on (audited)."`
-	Purge EventsPurgeCmd `cmd:"" help:"Delete final events older than a retention."`
+	List   EventsListCmd   `cmd:"" help:"List events, newest first."`
+	Show   EventsShowCmd   `cmd:"" help:"Show one event and its audit trail."`
+	Retry  EventsRetryCmd  `cmd:"" help:"Requeue a FAILED or EXPIRED event, or every one that matches a filter (audited)."`
+	Skip   EventsSkipCmd   `cmd:"" help:"Skip a FAILED event so its aggregate moves on (audited)."`
+	Replay EventsReplayCmd `cmd:"" help:"Deliver delivered events again, with their ids, in order per aggregate (audited; --dry-run counts)."`
+	Purge  EventsPurgeCmd  `cmd:"" help:"Delete final events older than a retention."`
 }
 
 // EventsListCmd lists events.
