@@ -190,6 +190,7 @@ func apiRoutes(h *Handler) []route {
 		{"POST", "/api/v1/events/{event_id}/skip", Operator, h.skipOne},
 		{"POST", "/api/v1/events/retry", Operator, h.retryMatching},
 		{"POST", "/api/v1/events/skip", Operator, h.skipMatching},
+		{"POST", "/api/v1/events/replay", Operator, h.replayMatching},
 		{"GET", "/api/v1/jobs/{job_id}", Viewer, h.getJob},
 		{"POST", "/api/v1/purge", Operator, h.purge},
 		{"GET", "/api/v1/dead-letters", Viewer, h.listDeadLetters},

@@ -382,6 +382,9 @@ func (h *Handler) eventPage(_ http.ResponseWriter, r *http.Request, v *view) (st
 type confirmData struct {
 	Action string
 	Result actionResult
+	// Replay is the dry run of a replay (Action "replay"), instead of
+	// Result.
+	Replay *replayResult
 	Target template.URL // where the confirmed form posts
 	Back   template.URL
 	Reason string
@@ -397,12 +400,15 @@ func changeFor(action string) (store.OperatorChange, error) {
 	case "skip":
 		return store.SkipChange, nil
 	}
-	return store.OperatorChange{}, &apiError{http.StatusNotFound, fmt.Sprintf("unknown action %q: retry or skip", action)}
+	return store.OperatorChange{}, &apiError{http.StatusNotFound, fmt.Sprintf("unknown action %q: retry, skip or replay", action)}
 }
 
 // eventActionPage runs the dry run of an action on one event and asks to
 // confirm it, or, with confirm=yes, applies it.
 func (h *Handler) eventActionPage(w http.ResponseWriter, r *http.Request, v *view) (string, error) {
+	if r.PathValue("action") == "replay" {
+		return h.replayEventPage(w, r, v)
+	}
 	id, err := parseEventID(r)
 	if err != nil {
 		return "", err
