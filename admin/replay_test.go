@@ -59,7 +59,7 @@ func TestAPIReplay(t *testing.T) {
 			deliverAll(t, st)
 			target := "/api/v1/events/replay?aggregate_type=payment&aggregate_id=r-x&reason=" + url.QueryEscape("ledger rebuilt")
 
-			viewer.post(target + "&dry_run=true").want(t, http.StatusForbidden)
+			viewer.post(target+"&dry_run=true").want(t, http.StatusForbidden)
 			for _, bad := range []string{
 				"/api/v1/events/replay?aggregate_type=payment&aggregate_id=r-x",
 				"/api/v1/events/replay?reason=x",
