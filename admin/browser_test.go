@@ -221,7 +221,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := b.enqueue(t, payment("tx-1001", 1), payment("tx-1002", 1))
-	b.enqueue(t, payment("tx-1001", 2), outbox.Event{AggregateType: "merchant", AggregateID: "m-7", EventType: "Onboarded",
+	behind := b.enqueue(t, payment("tx-1001", 2), outbox.Event{AggregateType: "merchant", AggregateID: "m-7", EventType: "Onboarded",
 		Payload: []byte(`{"merchant":"m-7"}`), TTL: time.Hour})
 	runRelay(t, b.store, gwSrv.URL)
 	waitUntil(t, 30*time.Second, "the gateway's refusals to make two FAILED events", func() bool {
@@ -314,6 +314,36 @@ func TestBrowser(t *testing.T) {
 		}
 		if gw.delivered.Load() < 2 { // the event and the one it held back
 			t.Fatalf("the gateway received %d events, want at least 2", gw.delivered.Load())
+		}
+
+		// The aggregate's two delivered events, replayed from the event
+		// page: a dry run that counts, then the relay delivers them again.
+		waitUntil(t, 30*time.Second, "the relay delivers the event held back", func() bool {
+			return statusOf(t, b.store, behind[0]) == outbox.StatusProcessed
+		})
+		before := gw.delivered.Load()
+		step(t, ctx, "ask to replay the aggregate",
+			chromedp.Navigate(base+"/events/"+ids[0].String()),
+			chromedp.WaitVisible(chromedp.CSS("#replay")),
+			chromedp.SendKeys(chromedp.CSS("#replay-reason"), "ledger rebuilt"),
+			chromedp.Click(chromedp.CSS("#replay")),
+			chromedp.WaitVisible(chromedp.CSS("#summary")),
+		)
+		if s := text(t, ctx, "#summary"); !strings.Contains(s, "would replay 2 events of 1 aggregate") {
+			t.Fatalf("replay dry run: %q", s)
+		}
+		if s := statusOf(t, b.store, ids[0]); s != outbox.StatusProcessed {
+			t.Fatalf("the replay's dry run changed the event to %s", s)
+		}
+		shoot(t, ctx, "confirm-replay")
+		step(t, ctx, "confirm the replay", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+		waitUntil(t, 30*time.Second, "the relay delivers the replayed events", func() bool {
+			return gw.delivered.Load() >= before+2 && statusOf(t, b.store, ids[0]) == outbox.StatusProcessed &&
+				statusOf(t, b.store, behind[0]) == outbox.StatusProcessed
+		})
+		step(t, ctx, "reload after the replay", chromedp.Navigate(base+"/events/"+ids[0].String()), chromedp.WaitVisible(chromedp.CSS("#timeline")))
+		if tl := text(t, ctx, "#timeline"); !strings.Contains(tl, "REPLAYED") || strings.Count(tl, "DELIVERED") != 2 {
+			t.Fatalf("timeline after the replay (want REPLAYED and both deliveries):\n%s", tl)
 		}
 	})
 }
