@@ -22,3 +22,18 @@ func TestList(t *testing.T) {
 		t.Fatalf("got %q", w)
 	}
 }
+
+func TestReplay(t *testing.T) {
+	pg := SQL{Mark: func(n int) string { return "$" + strconv.Itoa(n) }}
+	f := store.ReplayFilter{AggregateType: "payment", EventType: "Captured"}
+	w, args := Replay(f, pg, "", "")
+	if w != "aggregate_type = $1 AND status = 'PROCESSED' AND event_type = $2" || !reflect.DeepEqual(args, []any{"payment", "Captured"}) {
+		t.Fatalf("got %q %v", w, args)
+	}
+	// One aggregate of the filter's: its type and id replace the filter's.
+	w, args = Replay(f, SQL{}, "payment", "p1")
+	if w != "aggregate_type = ? AND aggregate_id = ? AND status = 'PROCESSED' AND event_type = ?" ||
+		!reflect.DeepEqual(args, []any{"payment", "p1", "Captured"}) {
+		t.Fatalf("got %q %v", w, args)
+	}
+}
