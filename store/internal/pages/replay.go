@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -35,7 +36,7 @@ func Replay(ctx context.Context, req store.ReplayRequest, b ReplayBackend) (stor
 		return res, err
 	}
 	a := req.Action
-	a.EventID = [16]byte{}
+	a.EventID = outbox.EventID{}
 	a.Reason += "; replay (" + req.Filter.String() + ")"
 	one := func(agg Aggregate) error {
 		n, held, err := b.ReplayAggregate(ctx, agg, a, req.DryRun)
