@@ -62,9 +62,13 @@ GROUP BY 1{{end}}
 
 -- admin.operator_requeue gives row $1 a fresh chance now; $2, when not NULL,
 -- is a new deadline in microseconds from now, and a passed deadline is
--- removed otherwise.
-{{define "admin.operator_requeue"}}UPDATE "{{.Outbox}}" SET status = 'PENDING', hold = 1, available_at = now(), processed_at = NULL,
+-- removed otherwise. A row that finished before migration 10 has no lane: it
+-- gets its aggregate's (the insert trigger's).
+{{define "admin.operator_requeue"}}UPDATE "{{.Outbox}}" o SET status = 'PENDING', hold = 1, available_at = now(), processed_at = NULL,
             locked_until = NULL, lock_token = NULL,
+            lane = COALESCE(o.lane, (SELECT a.lane FROM "{{.Outbox}}_aggregates" a
+                                     WHERE a.aggregate_type = o.aggregate_type AND a.aggregate_id = o.aggregate_id),
+                            get_byte(decode(md5(o.aggregate_type || ':' || o.aggregate_id), 'hex'), 0) % 64),
             expires_at = CASE WHEN $2::bigint IS NOT NULL THEN now() + $2::bigint * interval '1 microsecond'
                               WHEN expires_at <= now() THEN NULL ELSE expires_at END
             WHERE id = $1{{end}}
