@@ -108,3 +108,55 @@ func TestCLIReplayAggregate(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIReplayAtOneDestination: with a destinations file, a replay acts
+// on one destination's table only (--destination): the gateway gets the
+// aggregate's events again, the other destination's copies are left alone;
+// without --destination the replay is refused.
+func TestCLIReplayAtOneDestination(t *testing.T) {
+	dsn, table := postgresDSN(t), newTable()
+	gw := &gateway{}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	kafka := newKafka(t)
+	file := fanOutFile(t, srv.URL, kafka.ListenAddrs()[0])
+	db := []string{"--db", dsn, "--table", table, "--config", file}
+	relay := func() {
+		t.Helper()
+		mustCLI(t, "", append([]string{"relay", "--drain", "--poll-interval", "10ms", "--progress", "0"}, db...)...)
+	}
+	mustCLI(t, "", append([]string{"migrate"}, db...)...)
+	ids := strings.Fields(mustCLI(t, approvalLines(0, 4, 2), "enqueue", "--db", dsn, "--table", table))
+	relay()
+	if rs, _ := gw.snapshot(); len(rs) != 4 {
+		t.Fatalf("the gateway received %d events, want 4", len(rs))
+	}
+	replay := append([]string{"events", "replay", "--aggregate-type", "payment", "--aggregate-id", "tx-0", "--reason", "gateway lost them", "--yes"}, db...)
+	if out, errOut, code := cli(t, "", replay...); code == 0 || !strings.Contains(errOut, "--destination") {
+		t.Fatalf("a replay with --config and no --destination: exit %d, %q %q; want a refusal naming --destination", code, out, errOut)
+	}
+	if out := mustCLI(t, "", append(replay, "--destination", "gateway")...); !strings.HasPrefix(out, "replayed 2 events of 1 aggregates") {
+		t.Fatalf("replay at the gateway: %q", out)
+	}
+	if st := statusJSON(t, dsn, table+"_to_events"); count(st, "PROCESSED") != 4 {
+		t.Fatalf("the other destination's table: %v, want untouched (4 PROCESSED)", st)
+	}
+	relay()
+	rs, _ := gw.snapshot()
+	var again []string
+	for _, r := range rs[4:] {
+		again = append(again, r.eventID)
+	}
+	if want := []string{ids[0], ids[2]}; !slices.Equal(again, want) {
+		t.Fatalf("the gateway received after the replay %v, want tx-0's events %v in order", again, want)
+	}
+	show := func(dest string) string {
+		return mustCLI(t, "", append([]string{"events", "show", ids[0], "--destination", dest}, db...)...)
+	}
+	if s := show("gateway"); !strings.Contains(s, "REPLAYED") || !strings.Contains(s, "gateway lost them") {
+		t.Errorf("the gateway's copy has no replay in its trail:\n%s", s)
+	}
+	if s := show("events"); strings.Contains(s, "REPLAYED") {
+		t.Errorf("the other destination's copy was replayed:\n%s", s)
+	}
+}
