@@ -82,6 +82,14 @@ func parseReplay(v url.Values, who Identity) (store.ReplayRequest, string, error
 // replayCore runs the replay (or its dry run) on the outbox's table or a
 // destination's, and logs it with the operator, reason, filter and counts.
 func (h *Handler) replayCore(ctx context.Context, req store.ReplayRequest, destination string) (replayResult, error) {
+	if destination == "" && len(h.cfg.Destinations) > 0 {
+		names := make([]string, 0, len(h.cfg.Destinations))
+		for _, d := range h.cfg.Destinations {
+			names = append(names, d.Name)
+		}
+		return replayResult{}, badRequest("this outbox's events are copied to destinations, never sent from its own table: "+
+			"give destination (one of %s) to replay one destination's copies", strings.Join(names, ", "))
+	}
 	t, err := h.tableOf(destination)
 	if err != nil {
 		return replayResult{}, err
@@ -153,7 +161,8 @@ func (h *Handler) replayEventPage(w http.ResponseWriter, r *http.Request, v *vie
 	if err != nil {
 		return "", err
 	}
-	res, err := h.replayCore(r.Context(), req, "")
+	destination := r.PostFormValue("destination")
+	res, err := h.replayCore(r.Context(), req, destination)
 	if err != nil {
 		return "", err
 	}
@@ -163,6 +172,6 @@ func (h *Handler) replayEventPage(w http.ResponseWriter, r *http.Request, v *vie
 	}
 	v.Title, v.Nav = "Confirm replay", "events"
 	v.Data = confirmData{Action: "replay", Replay: &res, Target: template.URL(r.URL.Path), Back: template.URL("/events/" + id.String()),
-		Reason: r.PostFormValue("reason")}
+		Reason: r.PostFormValue("reason"), Destination: destination}
 	return "confirm", nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/admin"
+	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -128,5 +129,62 @@ func TestDashboardReplay(t *testing.T) {
 	resp, _ := fetch(t, c, "POST", page+"/replay", url.Values{"csrf_token": {m[1]}, "reason": {"consumer rebuilt"}, "confirm": {"yes"}})
 	if resp.StatusCode != http.StatusSeeOther || statusOf(t, b.store, ids[0]) != outbox.StatusPending || statusOf(t, b.store, ids[1]) != outbox.StatusPending {
 		t.Fatalf("confirmed replay: %d, events %s %s", resp.StatusCode, statusOf(t, b.store, ids[0]), statusOf(t, b.store, ids[1]))
+	}
+}
+
+// TestReplayAtOneDestination: with a fan-out, a replay names the
+// destination whose copies it sends again (API and event page); without
+// one it is refused, and the outbox's own row is never touched.
+func TestReplayAtOneDestination(t *testing.T) {
+	_, outboxStore := pgtest.Outbox(t, "admrpo")
+	_, gw := pgtest.Outbox(t, "admrpg")
+	base := serve(t, admin.Config{Store: outboxStore, Destinations: []admin.Destination{
+		{Name: "gateway", Table: gw.Table(), URL: "https://gw.test/approve", Store: gw},
+	}})
+	ctx := context.Background()
+	destEnqueue(t, outboxStore, payment("tx-r", 1))
+	recs, err := outboxStore.ListEvents(ctx, store.ListFilter{Limit: 10})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("list: %v (%d)", err, len(recs))
+	}
+	id := recs[0].EventID
+	if _, err := gw.CopyEvents(ctx, outboxStore.Table(), []int64{recs[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	deliverOne(t, gw, 10*time.Millisecond)
+	op := client{t, base, operatorToken}
+	target := "/api/v1/events/replay?aggregate_type=payment&aggregate_id=tx-r&reason=gateway+lost+it&dry_run=true"
+	if a := op.post(target).want(t, http.StatusBadRequest); !strings.Contains(string(a.body), "give destination (one of gateway)") {
+		t.Fatalf("a replay without a destination: %s", a.body)
+	}
+	var a replayAnswer
+	op.post(target+"&destination=gateway").want(t, http.StatusOK).decode(t, &a)
+	if a.Events != 1 {
+		t.Fatalf("dry run at the gateway: %+v, want 1 event", a)
+	}
+
+	c := browserless(t)
+	if resp, _ := fetch(t, c, "POST", base+"/login", url.Values{"token": {operatorToken}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	_, page := fetch(t, c, "GET", base+"/events/"+id.String(), nil)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, "Replay aggregate here") {
+		t.Fatalf("no per-destination replay on the event page:\n%s", page)
+	}
+	form := url.Values{"csrf_token": {m[1]}, "destination": {"gateway"}, "reason": {"gateway lost it"}}
+	if _, confirm := fetch(t, c, "POST", base+"/events/"+id.String()+"/replay", form); !strings.Contains(confirm,
+		`At destination <strong id="destination">gateway</strong> only`) || !strings.Contains(confirm, "would replay 1 event") {
+		t.Fatalf("the confirmation does not name the destination and the count:\n%s", confirm)
+	}
+	form.Set("confirm", "yes")
+	if resp, _ := fetch(t, c, "POST", base+"/events/"+id.String()+"/replay", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("confirmed replay: %d", resp.StatusCode)
+	}
+	if s := statusOf(t, gw, id); s != outbox.StatusPending {
+		t.Errorf("the gateway's copy after the replay: %s, want PENDING", s)
+	}
+	if s := statusOf(t, outboxStore, id); s != outbox.StatusPending {
+		t.Errorf("the outbox row (never claimed here): %s, want it untouched", s)
 	}
 }
