@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -51,7 +52,11 @@ func ParseAnchor(s string) (Anchor, error) {
 	var a Anchor
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
+	err := dec.Decode(&a)
+	if _, end := dec.Token(); err == nil && end != io.EOF {
+		err = fmt.Errorf("text after the JSON object")
+	}
+	if err != nil {
 		return a, fmt.Errorf("%w: an anchor is one line of JSON as `outbox audit anchor` prints it: %v", outbox.ErrInvalidConfig, err)
 	}
 	if a.Table == "" || a.Seq < 0 || len(a.Hash) != 64 || a.KeyID == "" || a.Signature == "" {
@@ -82,7 +87,7 @@ func NewAnchor(ctx context.Context, c store.AuditChain, table string, key ed2551
 	}
 	pub := key.Public().(ed25519.PublicKey)
 	a := Anchor{Table: table, Seq: head.Seq, Hash: head.Hash, At: time.Now().UTC(), KeyID: KeyID(pub)}
-	a.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(key, a.Message()))
+	a.Signature = base64Std(ed25519.Sign(key, a.Message()))
 	if _, err := c.AddNote(ctx, store.AuditNote{Kind: store.NoteAnchor, Actor: actor, Detail: a.String()}); err != nil {
 		return Anchor{}, err
 	}
@@ -155,3 +160,5 @@ func readKeyFile(path, prefix string, size int) ([]byte, error) {
 	}
 	return b, nil
 }
+
+func base64Std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

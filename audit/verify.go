@@ -78,12 +78,6 @@ func (r *Report) problem(p Problem) {
 	r.More++
 }
 
-// retention is what a retention note says: records chained before CutoffMS
-// may be gone.
-type retention struct {
-	CutoffMS int64 `json:"cutoff_ms"`
-}
-
 // pageSize is how many links Verify reads at once.
 const pageSize = 1000
 
@@ -114,9 +108,9 @@ func Verify(ctx context.Context, c store.AuditChain, table string, o Options) (R
 	}
 	var cutoff int64
 	for _, n := range notes {
-		var rt retention
-		if json.Unmarshal([]byte(n.Detail), &rt) == nil && rt.CutoffMS > cutoff {
-			cutoff = rt.CutoffMS
+		var rt store.Retention
+		if json.Unmarshal([]byte(n.Detail), &rt) == nil {
+			cutoff = max(cutoff, rt.Cutoff(n))
 		}
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -129,6 +130,48 @@ type AuditChain interface {
 	Notes(ctx context.Context, kind string) ([]AuditNote, error)
 	// Close releases what the chain opened of its own.
 	Close() error
+}
+
+// Retention is the detail of a retention note: records chained before
+// the cutoff may have been removed on purpose. The cutoff is CutoffMS when
+// set, else the note's time less OlderThanMS (both on the database clock).
+type Retention struct {
+	CutoffMS    int64  `json:"cutoff_ms,omitempty"`
+	OlderThanMS int64  `json:"older_than_ms,omitempty"`
+	Deleted     int64  `json:"deleted"`
+	What        string `json:"what"`
+}
+
+// Cutoff returns the note's cutoff in Unix milliseconds (0: none).
+func (r Retention) Cutoff(n AuditNote) int64 {
+	if r.CutoffMS > 0 {
+		return r.CutoffMS
+	}
+	if r.OlderThanMS > 0 {
+		return n.At.UnixMilli() - r.OlderThanMS
+	}
+	return 0
+}
+
+// RecordRetention writes a retention note to the audit log of s, when s
+// keeps one (every backend of this module does), after a deletion of the
+// final events older than olderThan with their attempts: the audit
+// chain's verifier then counts the records it removed as retained rather
+// than deleted by hand. actor names who deleted ("relay:<id>",
+// "operator:<name>").
+func RecordRetention(ctx context.Context, s any, olderThan time.Duration, deleted int64, actor, what string) error {
+	keeper, ok := s.(interface{ AuditChain() AuditChain })
+	if !ok || deleted == 0 {
+		return nil
+	}
+	c := keeper.AuditChain()
+	defer c.Close()
+	detail, err := json.Marshal(Retention{OlderThanMS: olderThan.Milliseconds(), Deleted: deleted, What: what})
+	if err != nil {
+		return err
+	}
+	_, err = c.AddNote(ctx, AuditNote{Kind: NoteRetention, Actor: actor, Detail: string(detail)})
+	return err
 }
 
 // ChainTable, ChainHeadTable and AuditLogTable name the audit chain's
