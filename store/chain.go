@@ -142,15 +142,12 @@ type Retention struct {
 	What        string `json:"what"`
 }
 
-// Cutoff returns the note's cutoff in Unix milliseconds (0: none).
+// Cutoff returns the note's cutoff in Unix milliseconds.
 func (r Retention) Cutoff(n AuditNote) int64 {
 	if r.CutoffMS > 0 {
 		return r.CutoffMS
 	}
-	if r.OlderThanMS > 0 {
-		return n.At.UnixMilli() - r.OlderThanMS
-	}
-	return 0
+	return n.At.UnixMilli() - r.OlderThanMS
 }
 
 // RecordRetention writes a retention note to the audit log of s, when s

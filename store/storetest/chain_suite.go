@@ -33,6 +33,7 @@ func RunAuditChain(t *testing.T, newHarness Factory) {
 		{"HiddenRecordIsNamed", testChainHiddenRecord},
 		{"DeletedTailNeedsAnAnchor", testChainDeletedTail},
 		{"RetentionExcusesOlderRecords", testChainRetention},
+		{"PurgeIsNotTampering", testChainPurge},
 		{"ConcurrentWritersChainInOrder", testChainConcurrentWriters},
 	}
 	for _, tc := range tests {
@@ -336,4 +337,31 @@ func tablesOf(t *testing.T, h *Harness) store.Tables {
 		t.Fatal(err)
 	}
 	return tables
+}
+
+// testChainPurge: the retention purge deletes delivered events with their
+// attempts and notes it (store.RecordRetention), so verify still passes;
+// without the note the deleted attempts are named.
+func testChainPurge(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	chainTrail(t, h)
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 1 {
+		t.Fatalf("claimed %d events, want the requeued one", len(c.Events))
+	}
+	complete(t, h.Store, c, true, outcomes(c, store.Delivered))
+	n, err := h.Store.Purge(ctx, store.PurgeRequest{Statuses: []outbox.Status{outbox.StatusProcessed}})
+	if err != nil || n != 1 {
+		t.Fatalf("purge: %d, %v; want the delivered event", n, err)
+	}
+	if r := verify(t, h, audit.Options{}); r.OK() {
+		t.Fatal("verify passed after a purge that noted nothing; want its deleted attempts named")
+	}
+	if err := store.RecordRetention(ctx, h.Store, 0, n, "relay:test", "a test's purge"); err != nil {
+		t.Fatal(err)
+	}
+	r := verify(t, h, audit.Options{})
+	if !r.OK() || r.Retained != 2 {
+		t.Fatalf("OK %v, retained %d, problems %v; want the FAILED and REQUEUED rows of the purged event retained", r.OK(), r.Retained, r.Problems)
+	}
 }
