@@ -3,11 +3,12 @@
 -- transaction by an AFTER INSERT trigger: it adds one link to
 -- <outbox>_chain with the record's kind, its ref (key), the SHA-256 of its
 -- content (digest) and the link hash over the previous link's hash. The
--- UPDATE of the single head row takes its row lock, so links are numbered
--- and hashed in the order their transactions commit, without gaps, and
--- writers of the trail wait for each other only from their insert to their
--- commit. A delivery on the hot path writes no attempts row, so it takes
--- no part in this.
+-- triggers are deferred to the transaction's commit, and the UPDATE of the
+-- single head row takes its row lock there, so links are numbered and
+-- hashed in the order their transactions commit, without gaps, and a
+-- writer of the trail holds the head only while it commits: it never waits
+-- on the head while holding another lock a writer needs. A delivery on the
+-- hot path writes no attempts row, so it takes no part in this.
 --
 -- Records written before this migration are not chained: the head's
 -- genesis_ms says when the chain began.
@@ -59,8 +60,8 @@ BEGIN
 END $fn$;
 -- +goose StatementEnd
 DROP TRIGGER IF EXISTS "{{$.Outbox}}_chain_{{.}}" ON "{{$.ChainTableOf .}}";
-CREATE TRIGGER "{{$.Outbox}}_chain_{{.}}" AFTER INSERT ON "{{$.ChainTableOf .}}"
-    FOR EACH ROW EXECUTE FUNCTION "{{$.Outbox}}_chain_{{.}}"();
+CREATE CONSTRAINT TRIGGER "{{$.Outbox}}_chain_{{.}}" AFTER INSERT ON "{{$.ChainTableOf .}}"
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{{$.Outbox}}_chain_{{.}}"();
 {{end}}
 -- +goose Down
 SET LOCAL lock_timeout = '10s';
