@@ -68,6 +68,10 @@ func (r *Relay) purgeOnce(ctx context.Context) {
 	case err != nil:
 	case n > 0:
 		r.log.Info("retention purge", "deleted", n, "older_than", r.cfg.Retention)
+		if err := store.RecordRetention(ctx, r.cfg.Store, r.cfg.Retention, n, "relay:"+r.cfg.RelayID,
+			"PROCESSED and EXPIRED events and their attempts and dead letters"); err != nil && ctx.Err() == nil {
+			r.log.Warn("could not note the retention purge in the audit log: the audit chain's verifier will count the deleted attempts as deleted by hand", "err", err)
+		}
 	default:
 		r.log.Debug("retention purge", "deleted", 0, "older_than", r.cfg.Retention)
 	}

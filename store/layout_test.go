@@ -34,6 +34,7 @@ var backendSteps = []string{
 	"admin.go",    // the operator: stats, list, requeue, skip, purge
 	"snapshot.go", // the metrics' snapshot
 	"fanout.go",   // the fan-out: copies into a destination's table, event types
+	"chain.go",    // the audit chain: its reader and the audit log
 	"overdue.go",  // events past their due time, for alerts
 	"queries.go",  // the backend's SQL, rendered with the table names
 	"tx.go",       // how transactions run and are retried

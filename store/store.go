@@ -162,6 +162,9 @@ type Store interface {
 	// relay heartbeats. Every query reads an index or a bounded page; none
 	// scans the whole table.
 	AdminQueries() AdminQueries
+	// AuditChain returns the audit chain's reads and the audit log's
+	// writes (store/chain.go). Close it after use.
+	AuditChain() AuditChain
 
 	// --- the schema ---
 

@@ -49,9 +49,11 @@ type RelayCmd struct {
 	SafetyPoll     time.Duration `help:"With --source logical or binlog: how often the ordinary claim runs as the safety net (retries, events held behind an earlier one)." default:"5s" env:"OUTBOX_SAFETY_POLL"`
 	StreamLease    time.Duration `help:"With --source logical or binlog: the stream lease; a standby relay takes over within about this long after the streaming one dies." default:"15s" env:"OUTBOX_STREAM_LEASE"`
 
-	extraCollectors []prometheus.Collector
-	Heartbeat       time.Duration `help:"How often the relay writes its heartbeat row, which the admin API lists (0: never)." default:"5s" env:"OUTBOX_HEARTBEAT"`
-	AdminAuth       `prefix:"admin-" envprefix:"OUTBOX_RELAY_ADMIN_"`
+	extraCollectors  []prometheus.Collector
+	AuditAnchorKey   string        `name:"audit-anchor-key" help:"Sign the audit chain's head with this Ed25519 key file (outbox audit keygen) every --audit-anchor-every and when the relay stops; each anchor goes to the audit log and to this relay's log (keep the log outside the database: outbox audit verify --anchors-file reads it)." env:"OUTBOX_AUDIT_ANCHOR_KEY" placeholder:"FILE"`
+	AuditAnchorEvery time.Duration `name:"audit-anchor-every" help:"With --audit-anchor-key: how often to anchor (at least 1m)." default:"1h" env:"OUTBOX_AUDIT_ANCHOR_EVERY"`
+	Heartbeat        time.Duration `help:"How often the relay writes its heartbeat row, which the admin API lists (0: never)." default:"5s" env:"OUTBOX_HEARTBEAT"`
+	AdminAuth        `prefix:"admin-" envprefix:"OUTBOX_RELAY_ADMIN_"`
 
 	BreakerOff         bool          `help:"Turn the per-route circuit breaker off: every destination fault then costs a retry." env:"OUTBOX_BREAKER_OFF"`
 	BreakerWindow      time.Duration `help:"Circuit breaker: the window over which the rate of destination faults is measured." default:"30s" env:"OUTBOX_BREAKER_WINDOW"`
@@ -154,6 +156,10 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	anchorKey, err := c.anchorKey()
+	if err != nil {
+		return err
+	}
 	policy := base.OnFailure
 	routes, err := sink.ParseRouteOverrides(c.Route)
 	if err != nil {
@@ -232,6 +238,8 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	stopHeartbeat := heartbeat(ctx, b.store, c.RelayID, c.Heartbeat, observer.inFlight, g.logger)
 	defer stopHeartbeat()
+	stopAnchors := c.startAnchors(ctx, g.logger, anchorKey, []anchoredTable{{g.Table, b.store}})
+	defer stopAnchors()
 	tracer, stopTracing, err := setupTracing(ctx, g.logger, c.Sink)
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ import (
 // destination, read its breakers).
 
 // destinationCommands are the commands --destination goes with.
-var destinationCommands = []string{"status", "events", "routes"}
+var destinationCommands = []string{"status", "events", "routes", "audit"}
 
 // selectDestination points g.Table at the table of --destination, for the
 // commands that act on one table; command is the parsed command line

@@ -50,6 +50,7 @@ type CLI struct {
 	Events  EventsCmd  `cmd:"" help:"List, show, retry, skip or purge events."`
 	Admin   AdminCmd   `cmd:"" help:"Serve the admin API and dashboard (no relay)."`
 	Routes  RoutesCmd  `cmd:"" help:"List the routes' circuit breakers, or open or close one by hand (audited)."`
+	Audit   AuditCmd   `cmd:"" help:"Verify the tamper-evident audit trail, anchor it with your key, make an anchor key."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmark this project on PostgreSQL: drain, steady and latency (docs/BENCHMARKS.md)."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }

@@ -98,6 +98,10 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	anchorKey, err := c.anchorKey()
+	if err != nil {
+		return err
+	}
 	if c.RelayID == "" {
 		c.RelayID = relay.NewRelayID()
 	}
@@ -204,6 +208,12 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	legMetrics.serve()
 	stopHeartbeat := heartbeat(ctx, b.store, c.RelayID, c.Heartbeat, func() int { return 0 }, g.logger)
 	defer stopHeartbeat()
+	anchored := []anchoredTable{{g.Table, b.store}}
+	for _, d := range adminDests {
+		anchored = append(anchored, anchoredTable{d.Table, d.Store})
+	}
+	stopAnchors := c.startAnchors(ctx, g.logger, anchorKey, anchored)
+	defer stopAnchors()
 
 	names := make([]string, 0, len(legs))
 	for _, l := range legs {

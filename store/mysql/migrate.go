@@ -12,6 +12,7 @@ import (
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/adoptsql"
+	"github.com/txoutbox/outbox/store/internal/sqlchain"
 )
 
 //go:embed migrations/*.sql
@@ -21,6 +22,7 @@ var migrationsFS embed.FS
 // and the server's flavor.
 type migrationNames struct {
 	store.Tables
+	sqlchain.Names
 	mariaDB bool
 }
 
@@ -83,7 +85,8 @@ func (s *Store) migrator(ctx context.Context) (*migrate.Runner, error) {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	return migrate.NewNamed(s.db, database.DialectMySQL, migrationsFS, "migrations",
-		migrationNames{Tables: s.t, mariaDB: f.mariaDB}, s.t.Migrations, "outbox-migrate:"+s.t.Outbox)
+		migrationNames{Tables: s.t, mariaDB: f.mariaDB,
+			Names: sqlchain.Names{Flavor: sqlchain.MySQL, Tables: s.t, Clock: sqlDialect.ClockMS}}, s.t.Migrations, "outbox-migrate:"+s.t.Outbox)
 }
 
 // MigrateUp applies the pending migrations. MySQL commits each DDL

@@ -169,7 +169,7 @@ func (s *Store) planAdoption(ctx context.Context, r *migrate.Runner, sc store.Sc
 	if err != nil {
 		return a, err
 	}
-	first, err := r.UpSQLWith(1, migrationNames{Tables: s.t, Online: true})
+	first, err := r.UpSQLWith(1, s.migrationNames(true))
 	if err != nil {
 		return a, err
 	}

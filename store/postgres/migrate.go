@@ -12,6 +12,7 @@ import (
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/adoptsql"
+	"github.com/txoutbox/outbox/store/internal/sqlchain"
 )
 
 // outboxColumns are the columns migration 00001 gives the outbox table.
@@ -190,12 +191,19 @@ var migrationsFS embed.FS
 // CONCURRENTLY, which runs outside a transaction).
 type migrationNames struct {
 	store.Tables
+	sqlchain.Names
 	Online bool
+}
+
+// names returns the names the migrations render with.
+func (s *Store) migrationNames(online bool) migrationNames {
+	return migrationNames{Tables: s.t, Names: sqlchain.Names{Flavor: sqlchain.Postgres, Tables: s.t, Clock: sqlDialect.ClockMS},
+		Online: online}
 }
 
 func (s *Store) migrator() (*migrate.Runner, func(), error) {
 	db := stdlib.OpenDBFromPool(s.pool)
-	r, err := migrate.NewFor(db, database.DialectPostgres, migrationsFS, "migrations", s.t, migrationNames{Tables: s.t})
+	r, err := migrate.NewFor(db, database.DialectPostgres, migrationsFS, "migrations", s.t, s.migrationNames(false))
 	if err != nil {
 		db.Close()
 		return nil, nil, err

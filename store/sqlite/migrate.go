@@ -10,6 +10,7 @@ import (
 	"github.com/txoutbox/outbox/internal/migrate"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/adoptsql"
+	"github.com/txoutbox/outbox/store/internal/sqlchain"
 )
 
 // outboxColumns are the columns migration 00001 gives the outbox table.
@@ -115,8 +116,15 @@ func (s *Store) guardDown(ctx context.Context) error {
 //go:embed migrations/*.sql
 var migrationsFS embed.FS
 
+// migrationNames is what the migrations render with.
+type migrationNames struct {
+	store.Tables
+	sqlchain.Names
+}
+
 func (s *Store) migrator() (*migrate.Runner, error) {
-	return migrate.New(s.db, database.DialectSQLite3, migrationsFS, "migrations", s.t)
+	return migrate.NewFor(s.db, database.DialectSQLite3, migrationsFS, "migrations", s.t,
+		migrationNames{Tables: s.t, Names: sqlchain.Names{Flavor: sqlchain.SQLite, Tables: s.t, Clock: sqlDialect.ClockMS}})
 }
 
 // MigrateUp applies the pending migrations. It refuses a table of that

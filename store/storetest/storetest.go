@@ -92,6 +92,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
 	t.Run("AdminQueries", func(t *testing.T) { RunAdminQueries(t, newHarness) })
+	t.Run("AuditChain", func(t *testing.T) { RunAuditChain(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
