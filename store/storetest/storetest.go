@@ -91,6 +91,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
 	t.Run("AdminQueries", func(t *testing.T) { RunAdminQueries(t, newHarness) })
+	t.Run("Receipts", func(t *testing.T) { RunReceipts(t, newHarness) })
 }
 
 var tableSeq atomic.Int64

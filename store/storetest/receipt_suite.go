@@ -1,0 +1,86 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/store"
+)
+
+// RunReceipts checks that the receipts of attempts (what the destination
+// answered, Outcome.Receipt) are kept byte for byte and returned by
+// Attempts: a retried and a failed attempt in their attempt rows, a
+// delivery recorded on its row with it, and no receipt where the sink
+// recorded none.
+func RunReceipts(t *testing.T, newHarness Factory) {
+	t.Run("KeptWithEachAttempt", func(t *testing.T) {
+		t.Parallel()
+		testReceiptsKept(t, newHarness(t))
+	})
+}
+
+// receiptOf is a receipt as a sink encodes it, distinct per name.
+func receiptOf(name string, status int) []byte {
+	return fmt.Appendf(nil, `{"kind":"http","destination":"https://gateway.example/%s","answered_at":"2026-12-07T23:00:00.123456789Z",`+
+		`"http":{"status":%d,"body_sha256":"%064x","body_bytes":2,"headers_sha256":"%064x"}}`, name, status, status, len(name))
+}
+
+func testReceiptsKept(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	ids := Enqueue(t, h, PaymentEvent("retried", 1), PaymentEvent("delivered", 1), PaymentEvent("plain", 1), PaymentEvent("failed", 1))
+	retried, delivered, plain, failed := ids[0], ids[1], ids[2], ids[3]
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 4 {
+		t.Fatalf("claimed %d events, want 4", len(c.Events))
+	}
+	outs := outcomes(c, store.Delivered)
+	for i := range outs {
+		switch outs[i].EventID {
+		case retried:
+			outs[i].Kind, outs[i].Error, outs[i].Receipt = store.Retry, "status 503", receiptOf("retried", 503)
+		case delivered:
+			outs[i].Receipt = receiptOf("delivered", 200)
+		case failed:
+			outs[i].Kind, outs[i].Error, outs[i].Receipt = store.Failed, "status 400", receiptOf("failed", 400)
+		}
+	}
+	if res := complete(t, h.Store, c, true, outs); len(res.Applied) != 4 {
+		t.Fatalf("Complete = %+v, want all 4 applied", res)
+	}
+	// The retried event is delivered on its second attempt, with its receipt.
+	again := claim(t, h.Store, 10, time.Minute, true)
+	if len(again.Events) != 1 || again.Events[0].EventID != retried {
+		t.Fatalf("second claim = %+v, want the retried event alone", again.Events)
+	}
+	outs = outcomes(again, store.Delivered)
+	outs[0].Receipt = receiptOf("retried-again", 200)
+	if res := complete(t, h.Store, again, true, outs); len(res.Applied) != 1 {
+		t.Fatalf("second Complete = %+v", res)
+	}
+	want := map[outbox.EventID][]struct {
+		outcome store.OutcomeKind
+		receipt []byte
+	}{
+		retried:   {{store.Retry, receiptOf("retried", 503)}, {store.Delivered, receiptOf("retried-again", 200)}},
+		delivered: {{store.Delivered, receiptOf("delivered", 200)}},
+		plain:     {{store.Delivered, nil}},
+		failed:    {{store.Failed, receiptOf("failed", 400)}},
+	}
+	for id, w := range want {
+		atts, err := h.Store.Attempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(atts) != len(w) {
+			t.Fatalf("event %s: %d attempts %+v, want %d", id, len(atts), atts, len(w))
+		}
+		for i, a := range atts {
+			if a.Outcome != w[i].outcome || string(a.Receipt) != string(w[i].receipt) || (w[i].receipt == nil) != (a.Receipt == nil) {
+				t.Errorf("event %s attempt %d: %s with receipt %q, want %s with %q", id, i+1, a.Outcome, a.Receipt, w[i].outcome, w[i].receipt)
+			}
+		}
+	}
+}
