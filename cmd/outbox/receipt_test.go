@@ -76,6 +76,7 @@ func auditReceipt(t *testing.T, dsn, table, id string, args ...string) (Delivery
 	if err != nil {
 		t.Fatalf("audit receipt --json: receipt %s: %v", d.Receipt, err)
 	}
+	t.Logf("outbox audit receipt %s --json %s:\n%s", id, strings.Join(args, " "), out)
 	return d, r
 }
 
@@ -130,6 +131,7 @@ func TestAuditReceiptHTTP(t *testing.T) {
 				!strings.Contains(show, "receipt of attempt 2 (DELIVERED): destination http "+srv.URL+"/approve, http status 200") {
 				t.Errorf("events show:\n%s\nwant the receipts of both attempts", show)
 			}
+			t.Logf("outbox events show %s:\n%s", id, show)
 		})
 	}
 }
@@ -151,6 +153,7 @@ func TestAuditReceiptKafka(t *testing.T) {
 			type at struct {
 				partition int32
 				offset    int64
+				valueSHA  string
 			}
 			written := map[string]at{}
 			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("payment.events"),
@@ -169,7 +172,7 @@ func TestAuditReceiptKafka(t *testing.T) {
 				fs.EachRecord(func(r *kgo.Record) {
 					for _, h := range r.Headers {
 						if h.Key == "outbox-event-id" {
-							written[string(h.Value)] = at{r.Partition, r.Offset}
+							written[string(h.Value)] = at{r.Partition, r.Offset, sink.SHA256Hex(r.Value)}
 						}
 					}
 				})
@@ -178,8 +181,9 @@ func TestAuditReceiptKafka(t *testing.T) {
 				d, r := auditReceipt(t, dsn, table, id)
 				w, ok := written[id]
 				if !ok || r.Kind != "kafka" || r.Kafka == nil || r.Kafka.Topic != "payment.events" ||
-					r.Kafka.Partition != w.partition || r.Kafka.Offset != w.offset || r.Kafka.Error != "" {
-					t.Fatalf("receipt of %s: %s; the broker wrote it at partition %d offset %d (found: %v)", id, d.Receipt, w.partition, w.offset, ok)
+					r.Kafka.Partition != w.partition || r.Kafka.Offset != w.offset || r.Kafka.Error != "" || d.PayloadSHA256 != w.valueSHA {
+					t.Fatalf("receipt of %s: %+v; the broker wrote it at partition %d offset %d, its value of digest %s (found: %v)",
+						id, d, w.partition, w.offset, w.valueSHA, ok)
 				}
 			}
 			text := mustCLI(t, "", "audit", "receipt", ids[2], "--db", dsn, "--table", table)
