@@ -66,26 +66,32 @@ type KafkaReceipt struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// JetStreamReceipt is a JetStream publish acknowledgement.
+// JetStreamReceipt is a JetStream publish acknowledgement (Duplicate: the
+// stream had the message id already and stored nothing), or the server's
+// refusal (Error, its error code and description, with no sequence).
 type JetStreamReceipt struct {
-	Stream    string `json:"stream"`
-	Sequence  uint64 `json:"sequence"`
+	Stream    string `json:"stream,omitempty"`
+	Sequence  uint64 `json:"sequence,omitempty"`
 	Duplicate bool   `json:"duplicate,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
-// AMQPReceipt is a publisher confirm: Acked false is a nack.
+// AMQPReceipt is a publisher confirm: Acked false is a nack. DeliveryTag
+// numbers the publishes of one channel. Returned is the broker's reply
+// code and text when it returned the message as unroutable.
 type AMQPReceipt struct {
 	Exchange    string `json:"exchange"`
 	RoutingKey  string `json:"routing_key"`
 	DeliveryTag uint64 `json:"delivery_tag"`
 	Acked       bool   `json:"acked"`
+	Returned    string `json:"returned,omitempty"`
 }
 
-// RedisReceipt is Redis's answer: the stream entry id of an XADD, or the
-// number of subscribers that received a PUBLISH.
+// RedisReceipt is Redis's answer to an XADD: the stream entry id, or its
+// error reply.
 type RedisReceipt struct {
-	EntryID   string `json:"entry_id,omitempty"`
-	Receivers *int64 `json:"receivers,omitempty"`
+	EntryID string `json:"entry_id,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Encode returns the receipt as compact JSON.

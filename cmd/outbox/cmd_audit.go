@@ -177,6 +177,10 @@ func receiptLines(raw json.RawMessage) [][2]string {
 		}
 	case rc.JetStream != nil:
 		j := rc.JetStream
+		if j.Error != "" {
+			add("refused", j.Error)
+			break
+		}
 		add("stream", j.Stream)
 		add("sequence", strconv.FormatUint(j.Sequence, 10))
 		add("duplicate", strconv.FormatBool(j.Duplicate))
@@ -186,12 +190,15 @@ func receiptLines(raw json.RawMessage) [][2]string {
 		add("routing key", a.RoutingKey)
 		add("delivery tag", strconv.FormatUint(a.DeliveryTag, 10))
 		add("acked", strconv.FormatBool(a.Acked))
+		if a.Returned != "" {
+			add("returned", a.Returned)
+		}
 	case rc.Redis != nil:
 		if rc.Redis.EntryID != "" {
 			add("stream entry", rc.Redis.EntryID)
 		}
-		if rc.Redis.Receivers != nil {
-			add("receivers", strconv.FormatInt(*rc.Redis.Receivers, 10))
+		if rc.Redis.Error != "" {
+			add("refused", rc.Redis.Error)
 		}
 	}
 	return out
