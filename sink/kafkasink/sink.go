@@ -143,7 +143,7 @@ type call struct {
 	mu       sync.Mutex
 	raw      []error // franz-go's result per message
 	resolved []bool
-	answered []time.Time    // when each promise resolved
+	answered []time.Time    // when each promise resolved, when receipts are wanted
 	failed   map[string]int // ordering key -> first message of the key that failed
 	pending  int
 	done     chan struct{}
@@ -156,7 +156,10 @@ func (c *call) resolve(i int, key string, err error) {
 	if c.over {
 		return
 	}
-	c.raw[i], c.resolved[i], c.answered[i] = err, true, time.Now().UTC()
+	c.raw[i], c.resolved[i] = err, true
+	if c.answered != nil {
+		c.answered[i] = time.Now().UTC()
+	}
 	if _, ok := c.failed[key]; err != nil && !ok {
 		c.failed[key] = i
 	}
@@ -181,10 +184,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	c := &call{
 		raw:      make([]error, len(msgs)),
 		resolved: make([]bool, len(msgs)),
-		answered: make([]time.Time, len(msgs)),
 		failed:   make(map[string]int),
 		pending:  1, // held by the loop below until every record is handed over
 		done:     make(chan struct{}),
+	}
+	if sink.WantsReceipts(ctx) {
+		c.answered = make([]time.Time, len(msgs))
 	}
 	topics := make([]string, len(msgs))
 	recs := make([]kgo.Record, len(msgs))
