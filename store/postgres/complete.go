@@ -42,11 +42,18 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		o := &p.Outcomes[0]
 		eventIDs := make([]string, len(p.Outcomes))
 		attempt := make([]int32, len(p.Outcomes))
+		var receipts []*string // NULL when the sink recorded none
 		for i := range p.Outcomes {
 			eventIDs[i] = p.Outcomes[i].EventID.String()
 			attempt[i] = int32(p.Outcomes[i].Attempt)
+			if r := p.Outcomes[i].Receipt; r != nil {
+				if receipts == nil {
+					receipts = make([]*string, len(p.Outcomes))
+				}
+				receipts[i] = receiptArg(r)
+			}
 		}
-		args := []any{p.Token, p.StoredRelayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, p.IDs(), backend.LeaseLost}
+		args := []any{p.Token, p.StoredRelayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, p.IDs(), backend.LeaseLost, receipts}
 		if err := s.completeRows(ctx, s.q.complete.delivered, args, applied); err != nil {
 			return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 		}

@@ -55,14 +55,20 @@ func testReceiptsKept(t *testing.T, h *Harness) {
 	if res := complete(t, h.Store, c, true, outs); len(res.Applied) != 4 {
 		t.Fatalf("Complete = %+v, want all 4 applied", res)
 	}
-	// The retried event is delivered on its second attempt, with its receipt.
+	// The retried event is delivered on its second attempt, with its
+	// receipt, in a batch of deliveries alone where another has none.
+	plain2 := Enqueue(t, h, PaymentEvent("plain-2", 1))[0]
 	again := claim(t, h.Store, 10, time.Minute, true)
-	if len(again.Events) != 1 || again.Events[0].EventID != retried {
-		t.Fatalf("second claim = %+v, want the retried event alone", again.Events)
+	if len(again.Events) != 2 {
+		t.Fatalf("second claim = %+v, want the retried event and plain-2", again.Events)
 	}
 	outs = outcomes(again, store.Delivered)
-	outs[0].Receipt = receiptOf("retried-again", 200)
-	if res := complete(t, h.Store, again, true, outs); len(res.Applied) != 1 {
+	for i := range outs {
+		if outs[i].EventID == retried {
+			outs[i].Receipt = receiptOf("retried-again", 200)
+		}
+	}
+	if res := complete(t, h.Store, again, true, outs); len(res.Applied) != 2 {
 		t.Fatalf("second Complete = %+v", res)
 	}
 	want := map[outbox.EventID][]struct {
@@ -72,6 +78,7 @@ func testReceiptsKept(t *testing.T, h *Harness) {
 		retried:   {{store.Retry, receiptOf("retried", 503)}, {store.Delivered, receiptOf("retried-again", 200)}},
 		delivered: {{store.Delivered, receiptOf("delivered", 200)}},
 		plain:     {{store.Delivered, nil}},
+		plain2:    {{store.Delivered, nil}},
 		failed:    {{store.Failed, receiptOf("failed", 400)}},
 	}
 	for id, w := range want {

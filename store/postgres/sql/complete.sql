@@ -151,22 +151,25 @@ FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u{{
 -- $5 finished). $3 are the rows, $6 their event ids and $7 their attempt
 -- numbers; $8 the rows sorted (the claim's ids when the batch is whole:
 -- the claim's row is then deleted without comparing element by element);
--- $9 the audit text of a fenced outcome. The fence, the audit of a fenced
+-- $9 the audit text of a fenced outcome; $10 their receipts, or NULL when
+-- the sink recorded none (delivered_receipt then stays NULL: the row
+-- version written is the one written before receipts). The fence, the
+-- audit of a fenced
 -- or replayed outcome and the claim's bookkeeping are those of
 -- complete.rows.
 {{define "complete.delivered"}}
 WITH {{template "complete.fence" .}}
 u AS (
-    UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now()
-    FROM unnest($3::bigint[]) AS i(id)
+    UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now(), delivered_receipt = i.receipt
+    FROM unnest($3::bigint[], $10::text[]) AS i(id, receipt)
     WHERE o.id = i.id AND o.status = 'PENDING'
       AND (i.id IN (SELECT id FROM mine)) IS TRUE AND o.lane = ANY(ARRAY(SELECT lane FROM v))
     RETURNING o.id, o.lane
 ),
 att AS (
-    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
-    SELECT i.event_id, $1::uuid, 'DELIVERED', i.id, i.attempt, $2, $4, $5, $9
-    FROM unnest($3::bigint[], $6::uuid[], $7::int[]) AS i(id, event_id, attempt)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, receipt)
+    SELECT i.event_id, $1::uuid, 'DELIVERED', i.id, i.attempt, $2, $4, $5, $9, i.receipt
+    FROM unnest($3::bigint[], $6::uuid[], $7::int[], $10::text[]) AS i(id, event_id, attempt, receipt)
     WHERE i.id NOT IN (SELECT id FROM u) AND NOT EXISTS (
         SELECT 1 FROM "{{.Outbox}}_deliveries" d JOIN "{{.Outbox}}" p ON p.id = i.id
         WHERE d.token = $1::uuid AND p.status = 'PROCESSED' AND p.processed_at = d.completed_at)
