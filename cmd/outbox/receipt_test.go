@@ -206,3 +206,28 @@ func hasLine(text, want string) bool {
 	}
 	return false
 }
+
+// TestAuditReceiptBadInput: a malformed id, a negative attempt, an unknown
+// event and an event without a receipt each get an error that says what
+// is wrong, and exit non-zero.
+func TestAuditReceiptBadInput(t *testing.T) {
+	dsn, table := "sqlite://"+t.TempDir()+"/outbox.db", newTable()
+	mustCLI(t, "", "migrate", "--db", dsn, "--table", table)
+	id := strings.TrimSpace(mustCLI(t, eventLines(1, 1, ""), "enqueue", "--db", dsn, "--table", table))
+	mustCLI(t, "", "relay", "--db", dsn, "--table", table, "--sink", "discard://", "--drain", "--poll-interval", "10ms")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"not-a-uuid"}, "not-a-uuid"},
+		{[]string{id, "--attempt=-1"}, "--attempt -1"},
+		{[]string{"01a252b6-2bb4-74ab-883a-d3569253c657"}, "01a252b6-2bb4-74ab-883a-d3569253c657"},
+		{[]string{id}, "has no delivery receipt (status PROCESSED)"},
+		{[]string{id, "--attempt", "2"}, "no receipt for attempt 2"},
+	} {
+		out, errOut, code := cli(t, "", append([]string{"audit", "receipt", "--db", dsn, "--table", table}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("audit receipt %v: exit %d, stdout %q, stderr %q; want an error naming %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
