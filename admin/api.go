@@ -288,6 +288,9 @@ type attemptJSON struct {
 	Error      string    `json:"error,omitempty"`
 	// TraceID is the W3C trace id the attempt was sent under.
 	TraceID string `json:"trace_id,omitempty"`
+	// Receipt is what the destination answered (sink.Receipt's JSON),
+	// absent when none was recorded.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // eventDetail is the answer of GET /api/v1/events/{event_id}.
@@ -342,7 +345,7 @@ func attemptFromStore(a store.Attempt) attemptJSON {
 	}
 	return attemptJSON{Attempt: a.Attempt, Outcome: string(a.Outcome), RelayID: a.RelayID, Actor: actor,
 		StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, DurationMS: float64(a.FinishedAt.Sub(a.StartedAt).Microseconds()) / 1000,
-		Error: a.Error, TraceID: a.TraceID}
+		Error: a.Error, TraceID: a.TraceID, Receipt: a.Receipt}
 }
 
 func (h *Handler) getEvent(w http.ResponseWriter, r *http.Request, who Identity) error {

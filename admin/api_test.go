@@ -1,7 +1,9 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -186,19 +188,24 @@ func testAPI(t *testing.T, b *backend) {
 			Payload  map[string]any    `json:"payload"`
 			Headers  map[string]string `json:"headers"`
 			Attempts []struct {
-				Outcome string `json:"outcome"`
-				RelayID string `json:"relay_id"`
-				Error   string `json:"error"`
-				TraceID string `json:"trace_id"`
+				Outcome string          `json:"outcome"`
+				RelayID string          `json:"relay_id"`
+				Error   string          `json:"error"`
+				TraceID string          `json:"trace_id"`
+				Receipt json.RawMessage `json:"receipt"`
 			} `json:"attempts"`
 		}
 		viewer.get("/api/v1/events/"+heads[1].String()).want(t, 200).decode(t, &d)
 		if d.Status != "FAILED" || d.Payload["aggregate"] != "p-2" || d.Headers["traceparent"] == "" {
 			t.Fatalf("detail: %+v", d)
 		}
+		var receipt bytes.Buffer
+		if len(d.Attempts) == 1 {
+			_ = json.Compact(&receipt, d.Attempts[0].Receipt) // the API indents its answers
+		}
 		if len(d.Attempts) != 1 || d.Attempts[0].Outcome != "FAILED" || d.Attempts[0].RelayID != "test-relay" ||
-			!contains(d.Attempts[0].Error, "503") || d.Attempts[0].TraceID != testTraceID {
-			t.Fatalf("timeline: %+v (want the attempt's trace id %s)", d.Attempts, testTraceID)
+			!contains(d.Attempts[0].Error, "503") || d.Attempts[0].TraceID != testTraceID || receipt.String() != testReceipt {
+			t.Fatalf("timeline: %+v (want the attempt's trace id %s and receipt %s)", d.Attempts, testTraceID, testReceipt)
 		}
 	})
 

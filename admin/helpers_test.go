@@ -143,6 +143,9 @@ func payment(aggregateID string, n int) outbox.Event {
 // testTraceID is the trace id failHeads records on the failed attempts.
 const testTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
+// testReceipt is the receipt failHeads records on the failed attempts.
+const testReceipt = `{"kind":"http","destination":"http://gw.test/approve","answered_at":"2026-12-07T23:00:00Z","http":{"status":503,"body_sha256":"00","body_bytes":0,"headers_sha256":"00"}}`
+
 func failHeads(t testing.TB, st store.Store, errText string) []outbox.EventID {
 	t.Helper()
 	ctx := context.Background()
@@ -163,6 +166,7 @@ func failHeads(t testing.TB, st store.Store, errText string) []outbox.EventID {
 			o.Kind, o.Attempted = store.Failed, true
 			o.Error = fmt.Sprintf("http sink: event %s: POST http://gw.test/approve: %s", e.EventID, errText)
 			o.TraceID = testTraceID
+			o.Receipt = []byte(testReceipt)
 			failed = append(failed, e.EventID)
 		}
 		req.Outcomes = append(req.Outcomes, o)

@@ -87,6 +87,8 @@ type sendPlan struct {
 	// heldHere are the aggregates whose events the batch gives back
 	// unsent (behind an earlier batch, or waiting for their breaker).
 	heldHere map[string]aggregateState
+	// receipts are what the destinations answered, as the sink recorded them.
+	receipts *receiptLog
 }
 
 // admit walks the claimed events in order and decides, for each, whether
@@ -104,6 +106,7 @@ func (b *batch) admit(ctx context.Context, held map[string]aggregateState) sendP
 		msgPos:   make([]int, 0, len(events)),
 		probeAt:  map[string]int{},
 		heldHere: map[string]aggregateState{},
+		receipts: &receiptLog{},
 	}
 	outcomes, heldHere, probeAt := plan.outcomes, plan.heldHere, plan.probeAt
 	admits := map[string]admission{} // per route, decided once per batch
@@ -208,7 +211,8 @@ func (b *batch) send(ctx, pctx context.Context, cancel context.CancelCauseFunc, 
 	// a destination that fails or hangs opens its route at that moment.
 	live := newLiveResults(ctx, b, msgs, msgPos, plan.probeAt, pctx, cancel)
 	started = r.now()
-	results = b.publish(sink.WithResultFunc(pctx, live.report), msgs, msgPos) // observer hook: the sink call, traced and timed
+	sctx := sink.WithReceiptFunc(sink.WithResultFunc(pctx, live.report), plan.receipts.add)
+	results = b.publish(sctx, msgs, msgPos) // observer hook: the sink call, traced and timed
 	finished = r.now()
 	if len(results) != len(msgs) {
 		err := fmt.Errorf("sink returned %d results for %d messages (a bug in the sink); treating all as failed", len(results), len(msgs))
@@ -248,6 +252,7 @@ func (b *batch) record(plan sendPlan, results []error, pctx context.Context, sta
 		// The headers as sent: the tracer gave them the publish span's
 		// traceparent; without a tracer, they keep the producer's.
 		o.TraceID = store.TraceIDOf(plan.msgs[mi].Headers)
+		o.Receipt = plan.receipts.of(ev.EventID)
 		key := plan.msgs[mi].OrderingKey()
 		st := aggs[key]
 		if st == nil {

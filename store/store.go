@@ -303,6 +303,10 @@ type Outcome struct {
 	// relay traces nothing; empty when there is none. It goes in the
 	// attempt row.
 	TraceID string
+	// Receipt is what the destination answered (a sink.Receipt as compact
+	// JSON), nil when the sink recorded none. It goes in the attempt row,
+	// or on the event row with a delivery recorded there.
+	Receipt []byte
 }
 
 // CompleteRequest applies the outcomes of one claim.
@@ -392,6 +396,9 @@ type Attempt struct {
 	// TraceID is the W3C trace id the attempt was sent under (see
 	// Outcome.TraceID); empty for sweeper and operator rows.
 	TraceID string
+	// Receipt is what the destination answered to the attempt (see
+	// Outcome.Receipt), nil when none was recorded.
+	Receipt json.RawMessage
 }
 
 // DeadLetter is one row of the dead-letter table.

@@ -1,246 +1,220 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"sort"
+	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/txoutbox/outbox"
-	"github.com/txoutbox/outbox/audit"
+	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
 )
 
-// AuditCmd groups the commands on the audit trail.
+// AuditCmd groups the audit trail's commands, one type (and one Run) per
+// subcommand.
 type AuditCmd struct {
-	Verify AuditVerifyCmd `cmd:"" help:"Walk the audit chain and name the first record changed or deleted since it was chained (exit 1 if any)."`
-	Anchor AuditAnchorCmd `cmd:"" help:"Sign the audit chain's head with your key, write the anchor to the audit log and print it: keep the printed line outside the database."`
-	Keygen AuditKeygenCmd `cmd:"" help:"Make an Ed25519 key pair for anchors: the signing key file and its public key file (FILE.pub)."`
+	Receipt AuditReceiptCmd `cmd:"" help:"Print the delivery receipt of an event: what the destination answered, for a dispute."`
+	Verify  AuditVerifyCmd  `cmd:"" help:"Walk the audit chain and name the first record changed or deleted since it was chained (exit 1 if any)."`
+	Anchor  AuditAnchorCmd  `cmd:"" help:"Sign the audit chain's head with your key, write the anchor to the audit log and print it: keep the printed line outside the database."`
+	Keygen  AuditKeygenCmd  `cmd:"" help:"Make an Ed25519 key pair for anchors: the signing key file and its public key file (FILE.pub)."`
 }
 
-// AuditVerifyCmd verifies the chain.
-type AuditVerifyCmd struct {
-	VerifyKey   []string `name:"verify-key" help:"A public key file (or signing key file) whose anchors to check (repeatable)." placeholder:"FILE"`
-	Anchor      []string `help:"An anchor kept outside the database, as printed by outbox audit anchor or logged by the relay (repeatable)." placeholder:"JSON"`
-	AnchorsFile string   `name:"anchors-file" help:"A file of anchors, one per line (lines that are not an anchor's JSON are skipped, so a relay's JSON log works)." placeholder:"FILE"`
-	JSON        bool     `name:"json" help:"Print the report as one JSON object."`
+// AuditReceiptCmd prints the receipt of one event's delivery.
+type AuditReceiptCmd struct {
+	EventID string `arg:"" help:"The event id (UUID)."`
+	Attempt int    `name:"attempt" help:"The attempt whose receipt to print (default: the delivery, else the last attempt with a receipt)."`
+	JSON    bool   `name:"json" help:"Print JSON."`
 }
 
-// Run verifies.
-func (c *AuditVerifyCmd) Run(ctx context.Context, g *Globals) error {
-	o := audit.Options{}
-	for _, path := range c.VerifyKey {
-		k, err := audit.ReadVerifyKey(path)
-		if err != nil {
-			return err
-		}
-		o.Keys = append(o.Keys, k)
+// Run prints the receipt.
+func (c *AuditReceiptCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := outbox.ParseEventID(c.EventID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", outbox.ErrInvalidConfig, err)
 	}
-	for _, s := range c.Anchor {
-		a, err := audit.ParseAnchor(s)
-		if err != nil {
-			return fmt.Errorf("--anchor: %w", err)
-		}
-		o.External = append(o.External, a)
-	}
-	if c.AnchorsFile != "" {
-		as, err := readAnchorsFile(c.AnchorsFile)
-		if err != nil {
-			return err
-		}
-		o.External = append(o.External, as...)
+	if c.Attempt < 0 {
+		return fmt.Errorf("%w: --attempt %d: give an attempt number of the event (1 or more)", outbox.ErrInvalidConfig, c.Attempt)
 	}
 	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	if err := checkMigrated(ctx, b.store, g.Table, "outbox migrate"); err != nil {
-		return err
-	}
-	chain := b.store.AuditChain()
-	defer chain.Close()
-	last := time.Now()
-	if !c.JSON {
-		o.Progress = func(checked, total int64) {
-			if time.Since(last) >= 5*time.Second {
-				last = time.Now()
-				fmt.Fprintf(g.stderr, "checked %d of %d links\n", checked, total)
-			}
-		}
-	}
-	r, err := audit.Verify(ctx, chain, g.Table, o)
+	return PrintReceipt(ctx, g.stdout, b.store, id, c.Attempt, c.JSON)
+}
+
+// DeliveryReceipt is what `outbox audit receipt` prints: the event, the
+// attempt and what the destination answered to it.
+type DeliveryReceipt struct {
+	EventID       string `json:"event_id"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	EventType     string `json:"event_type"`
+	// PayloadSHA256 is the SHA-256 of the event's payload as stored, the
+	// bytes the relay hands to the sink.
+	PayloadSHA256 string          `json:"payload_sha256"`
+	Status        outbox.Status   `json:"status"`
+	Attempt       int             `json:"attempt"`
+	Outcome       string          `json:"outcome"`
+	RelayID       string          `json:"relay_id"`
+	ClaimToken    string          `json:"claim_token"`
+	StartedAt     time.Time       `json:"started_at"`
+	FinishedAt    time.Time       `json:"finished_at"`
+	TraceID       string          `json:"trace_id,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	Receipt       json.RawMessage `json:"receipt"`
+}
+
+// PrintReceipt prints the receipt of event id's attempt (0: the delivery,
+// else the last attempt with a receipt).
+func PrintReceipt(ctx context.Context, w io.Writer, s store.Store, id outbox.EventID, attempt int, asJSON bool) error {
+	r, err := s.GetEvent(ctx, id)
 	if err != nil {
 		return err
 	}
-	if c.JSON {
-		if err := json.NewEncoder(g.stdout).Encode(r); err != nil {
-			return err
-		}
-	} else {
-		printAuditReport(g, r)
+	atts, err := s.Attempts(ctx, id)
+	if err != nil {
+		return err
 	}
-	if !r.OK() {
-		return &exitError{code: 1, err: fmt.Errorf("the audit trail of %s does not match its chain: %s", g.Table, r.Problems[0])}
+	a, err := receiptAttempt(r, atts, attempt)
+	if err != nil {
+		return err
 	}
-	return nil
+	d := DeliveryReceipt{EventID: r.EventID.String(), AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		EventType: r.EventType, PayloadSHA256: sink.SHA256Hex(r.Payload), Status: r.Status,
+		Attempt: a.Attempt, Outcome: string(a.Outcome), RelayID: a.RelayID, ClaimToken: a.ClaimToken,
+		StartedAt: a.StartedAt.UTC(), FinishedAt: a.FinishedAt.UTC(), TraceID: a.TraceID, Error: a.Error, Receipt: a.Receipt}
+	if asJSON {
+		return json.NewEncoder(w).Encode(d)
+	}
+	return printReceipt(w, d)
 }
 
-func printAuditReport(g *Globals, r audit.Report) {
-	state := "OK"
-	if !r.OK() {
-		state = "FAILED"
+// receiptAttempt picks the attempt of a receipt: number n, or (n == 0) the
+// delivery, else the last attempt with a receipt. It says what is missing.
+func receiptAttempt(r store.Record, atts []store.Attempt, n int) (store.Attempt, error) {
+	var pick *store.Attempt
+	for i := range atts {
+		a := &atts[i]
+		switch {
+		case n != 0 && a.Attempt == n && a.Receipt != nil:
+			pick = a
+		case n == 0 && a.Receipt != nil && (pick == nil || pick.Outcome != store.Delivered || a.Outcome == store.Delivered):
+			pick = a
+		}
 	}
-	fmt.Fprintf(g.stdout, "audit chain of %s: %s\n", r.Table, state)
-	kinds := make([]string, 0, len(r.ByKind))
-	for k, n := range r.ByKind {
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	if pick != nil {
+		return *pick, nil
 	}
-	sort.Strings(kinds)
-	fmt.Fprintf(g.stdout, "  links:    %d (%s), head at link %d, hash %s\n", r.Links, strings.Join(kinds, ", "), r.Head.Seq, r.Head.Hash)
-	fmt.Fprintf(g.stdout, "  began:    %s (%d records written before it are not chained)\n", r.Head.Genesis.Format(time.RFC3339), r.Before)
-	if r.Retained > 0 {
-		fmt.Fprintf(g.stdout, "  retained: %d records removed by retention\n", r.Retained)
+	if n != 0 {
+		return store.Attempt{}, fmt.Errorf("event %s has no receipt for attempt %d (status %s): "+
+			"`outbox events show %s` lists its attempts and their receipts", r.EventID, n, r.Status, r.EventID)
 	}
-	fmt.Fprintf(g.stdout, "  anchors:  %d checked, %d not checked (no --verify-key for their key)\n", r.Anchors, r.Unchecked)
-	for i, p := range r.Problems {
-		if i == 0 {
-			fmt.Fprintf(g.stdout, "  FIRST:    %s\n", p)
+	return store.Attempt{}, errors.New("event " + r.EventID.String() + " has no delivery receipt (status " + string(r.Status) +
+		"): no destination answered it yet, or its sink records none (the HTTP and Kafka sinks do); " +
+		"`outbox events show " + r.EventID.String() + "` lists its attempts")
+}
+
+// printReceipt prints d as text.
+func printReceipt(w io.Writer, d DeliveryReceipt) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "delivery receipt\n")
+	fmt.Fprintf(tw, "event\t%s\n", d.EventID)
+	fmt.Fprintf(tw, "aggregate\t%s/%s\n", d.AggregateType, d.AggregateID)
+	fmt.Fprintf(tw, "type\t%s\n", d.EventType)
+	fmt.Fprintf(tw, "payload sha256\t%s\n", d.PayloadSHA256)
+	fmt.Fprintf(tw, "status\t%s\n", d.Status)
+	fmt.Fprintf(tw, "attempt\t%d (%s)\n", d.Attempt, d.Outcome)
+	fmt.Fprintf(tw, "relay\t%s\n", d.RelayID)
+	fmt.Fprintf(tw, "claim token\t%s\n", d.ClaimToken)
+	fmt.Fprintf(tw, "sent\t%s\n", d.StartedAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "finished\t%s\n", d.FinishedAt.Format(time.RFC3339Nano))
+	if d.TraceID != "" {
+		fmt.Fprintf(tw, "trace id\t%s\n", d.TraceID)
+	}
+	if d.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", d.Error)
+	}
+	for _, line := range receiptLines(d.Receipt) {
+		fmt.Fprintf(tw, "%s\t%s\n", line[0], line[1])
+	}
+	return tw.Flush()
+}
+
+// receiptLines are a receipt's fields as (label, value) lines; a receipt
+// that is not a sink.Receipt is printed as stored.
+func receiptLines(raw json.RawMessage) [][2]string {
+	rc, err := sink.DecodeReceipt(raw)
+	if err != nil {
+		return [][2]string{{"receipt", string(raw)}}
+	}
+	out := [][2]string{{"destination", rc.Kind + " " + rc.Destination}, {"answered at", rc.AnsweredAt.UTC().Format(time.RFC3339Nano)}}
+	add := func(label, value string) { out = append(out, [2]string{label, value}) }
+	switch {
+	case rc.HTTP != nil:
+		h := rc.HTTP
+		add("http status", strconv.Itoa(h.Status))
+		body := fmt.Sprintf("%s (%d bytes)", h.BodySHA256, h.BodyBytes)
+		if h.BodyTruncated {
+			body = fmt.Sprintf("%s (the first %d bytes)", h.BodySHA256, h.BodyBytes)
+		}
+		add("body sha256", body)
+		add("headers sha256", h.HeadersSHA256)
+		if h.Signature != "" {
+			add("signature", fmt.Sprintf("%s (Webhook-Id %s, Webhook-Timestamp %s)", h.Signature, h.SignatureID, h.SignatureTimestamp))
+		}
+	case rc.Kafka != nil:
+		k := rc.Kafka
+		add("kafka topic", k.Topic)
+		add("partition", strconv.Itoa(int(k.Partition)))
+		if k.Error != "" {
+			add("refused", k.Error)
+		} else {
+			add("offset", strconv.FormatInt(k.Offset, 10))
+		}
+	case rc.JetStream != nil:
+		j := rc.JetStream
+		if j.Error != "" {
+			add("refused", j.Error)
+			break
+		}
+		add("stream", j.Stream)
+		add("sequence", strconv.FormatUint(j.Sequence, 10))
+		add("duplicate", strconv.FormatBool(j.Duplicate))
+	case rc.AMQP != nil:
+		a := rc.AMQP
+		add("exchange", a.Exchange)
+		add("routing key", a.RoutingKey)
+		add("delivery tag", strconv.FormatUint(a.DeliveryTag, 10))
+		add("acked", strconv.FormatBool(a.Acked))
+		if a.Returned != "" {
+			add("returned", a.Returned)
+		}
+	case rc.Redis != nil:
+		if rc.Redis.EntryID != "" {
+			add("stream entry", rc.Redis.EntryID)
+		}
+		if rc.Redis.Error != "" {
+			add("refused", rc.Redis.Error)
+		}
+	}
+	return out
+}
+
+// receiptSummary is a receipt on one line, for `outbox events show`.
+func receiptSummary(raw json.RawMessage) string {
+	var parts []string
+	for _, l := range receiptLines(raw) {
+		if l[0] == "answered at" {
 			continue
 		}
-		fmt.Fprintf(g.stdout, "  also:     %s\n", p)
+		parts = append(parts, l[0]+" "+l[1])
 	}
-	if r.More > 0 {
-		fmt.Fprintf(g.stdout, "  and %d more problems\n", r.More)
-	}
-}
-
-// readAnchorsFile reads the anchors of a file, one per line.
-func readAnchorsFile(path string) ([]audit.Anchor, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --anchors-file: %v", outbox.ErrInvalidConfig, err)
-	}
-	defer f.Close()
-	var out []audit.Anchor
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if a, ok := anchorInLine(line); ok {
-			out = append(out, a)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("--anchors-file %s: %w", path, err)
-	}
-	return out, nil
-}
-
-// anchorInLine finds an anchor in a line: the anchor's own JSON, or a log
-// line (JSON or text) whose anchor attribute holds it.
-func anchorInLine(line string) (audit.Anchor, bool) {
-	if a, err := audit.ParseAnchor(line); err == nil {
-		return a, true
-	}
-	var logLine struct {
-		Anchor json.RawMessage `json:"anchor"`
-	}
-	if json.Unmarshal([]byte(line), &logLine) != nil || len(logLine.Anchor) == 0 {
-		// A text log line: anchor="{...}".
-		_, quoted, ok := strings.Cut(line, " anchor=")
-		if !ok {
-			return audit.Anchor{}, false
-		}
-		q, err := strconv.QuotedPrefix(quoted)
-		if err != nil {
-			return audit.Anchor{}, false
-		}
-		text, _ := strconv.Unquote(q)
-		a, err := audit.ParseAnchor(text)
-		return a, err == nil
-	}
-	text := string(logLine.Anchor)
-	var inner string
-	if json.Unmarshal(logLine.Anchor, &inner) == nil {
-		text = inner // logged as a string
-	}
-	a, err := audit.ParseAnchor(text)
-	return a, err == nil
-}
-
-// AuditAnchorCmd anchors the chain.
-type AuditAnchorCmd struct {
-	SigningKey string `name:"signing-key" required:"" help:"The Ed25519 signing key file (outbox audit keygen)." placeholder:"FILE"`
-	Actor      string `help:"Who anchors, for the audit log (default: the OS user)."`
-}
-
-// Run anchors.
-func (c *AuditAnchorCmd) Run(ctx context.Context, g *Globals) error {
-	key, err := audit.ReadSigningKey(c.SigningKey)
-	if err != nil {
-		return err
-	}
-	b, err := openBackend(ctx, g.DB, g.Table, outbox.Limits{}, g.logger)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	if err := checkMigrated(ctx, b.store, g.Table, "outbox migrate"); err != nil {
-		return err
-	}
-	a, err := anchorChain(ctx, b.store, g.Table, key, "operator:"+actorName(c.Actor))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(g.stdout, a.String())
-	return nil
-}
-
-// anchorChain signs the head of the chain of st.
-func anchorChain(ctx context.Context, st store.Store, table string, key ed25519.PrivateKey, actor string) (audit.Anchor, error) {
-	chain := st.AuditChain()
-	defer chain.Close()
-	return audit.NewAnchor(ctx, chain, table, key, actor)
-}
-
-// AuditKeygenCmd makes a key pair.
-type AuditKeygenCmd struct {
-	Out string `required:"" help:"Where to write the signing key (mode 0600; never overwritten); the public key goes to FILE.pub." placeholder:"FILE"`
-}
-
-// Run makes the keys.
-func (c *AuditKeygenCmd) Run(g *Globals) error {
-	private, public, err := audit.GenerateKey()
-	if err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		path, text string
-		mode       os.FileMode
-	}{{c.Out, private, 0o600}, {c.Out + ".pub", public, 0o644}} {
-		w, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%w: %s exists: outbox audit keygen never overwrites a key; choose another --out", outbox.ErrInvalidConfig, f.path)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := w.WriteString(f.text); err != nil {
-			w.Close()
-			return err
-		}
-		if err := w.Close(); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(g.stdout, "signing key: %s (keep it off the database's machines)\npublic key:  %s.pub\n%s", c.Out, c.Out, public)
-	return nil
+	return strings.Join(parts, ", ")
 }

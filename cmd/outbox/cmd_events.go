@@ -178,7 +178,15 @@ func printEvent(w io.Writer, r store.Record, atts []store.Attempt) error {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, a.RelayID,
 			a.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), trace, a.Error)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range atts {
+		if a.Receipt != nil {
+			fmt.Fprintf(w, "  receipt of attempt %d (%s): %s\n", a.Attempt, a.Outcome, receiptSummary(a.Receipt))
+		}
+	}
+	return nil
 }
 
 // eventJSON is an event and its attempts as `outbox events show --json`
@@ -187,8 +195,12 @@ func eventJSON(r store.Record, atts []store.Attempt) map[string]any {
 	m := recordJSON(r)
 	list := make([]map[string]any, 0, len(atts))
 	for _, a := range atts {
-		list = append(list, map[string]any{"attempt": a.Attempt, "relay_id": a.RelayID, "claim_token": a.ClaimToken,
-			"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error, "trace_id": a.TraceID})
+		at := map[string]any{"attempt": a.Attempt, "relay_id": a.RelayID, "claim_token": a.ClaimToken,
+			"started_at": a.StartedAt.UTC(), "finished_at": a.FinishedAt.UTC(), "outcome": a.Outcome, "error": a.Error, "trace_id": a.TraceID}
+		if a.Receipt != nil {
+			at["receipt"] = a.Receipt
+		}
+		list = append(list, at)
 	}
 	m["attempts"] = list
 	return m

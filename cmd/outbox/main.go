@@ -48,9 +48,9 @@ type CLI struct {
 	Relay   RelayCmd   `cmd:"" help:"Deliver committed events to a sink."`
 	Status  StatusCmd  `cmd:"" help:"Counts by status, oldest pending age and blocked aggregates."`
 	Events  EventsCmd  `cmd:"" help:"List, show, retry, skip or purge events."`
+	Audit   AuditCmd   `cmd:"" help:"The audit trail: an event's delivery receipt; verify the tamper-evident chain, anchor it with your key."`
 	Admin   AdminCmd   `cmd:"" help:"Serve the admin API and dashboard (no relay)."`
 	Routes  RoutesCmd  `cmd:"" help:"List the routes' circuit breakers, or open or close one by hand (audited)."`
-	Audit   AuditCmd   `cmd:"" help:"Verify the tamper-evident audit trail, anchor it with your key, make an anchor key."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmark this project on PostgreSQL: drain, steady and latency (docs/BENCHMARKS.md)."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }

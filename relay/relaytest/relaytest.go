@@ -48,6 +48,7 @@ func RunRelay(t *testing.T, newHarness storetest.Factory) {
 		{"PausedRelayIsFenced", testPausedRelayFenced},
 		{"CleanStopLeavesNothingProcessing", testCleanStop},
 		{"DrainStopsAtBlockedAggregates", testDrainBlocked},
+		{"ReceiptsInTheAuditTrail", testReceiptsInAuditTrail},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -75,7 +75,7 @@ func conformanceHarness(t *testing.T, u string, restart func(ctx context.Context
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	u := brokerURL(t)
-	sinktest.Run(t, sinktest.Features{OrderedPerKey: true}, func(t *testing.T) *sinktest.Harness {
+	sinktest.Run(t, sinktest.Features{OrderedPerKey: true, Receipts: "amqp"}, func(t *testing.T) *sinktest.Harness {
 		return conformanceHarness(t, u, nil)
 	})
 }

@@ -38,6 +38,7 @@ type session struct {
 type confirmWait struct {
 	messageID string
 	size      int
+	tag       uint64             // the delivery tag of the publish on its channel
 	done      chan confirmResult // buffered, receives exactly once
 }
 
@@ -226,6 +227,7 @@ func (ss *session) publish(exchange, key string, msg amqp.Publishing) (*confirmW
 		return nil, err
 	}
 	tag := ss.ch.GetNextPublishSeqNo()
+	w.tag = tag
 	ss.pending[tag] = w
 	ss.mu.Unlock()
 	if err := ss.ch.Publish(exchange, key, true, false, msg); err != nil {

@@ -208,12 +208,25 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message) error {
 	defer timer.Stop()
 	select {
 	case res := <-w.done:
+		if res.closed == nil {
+			s.recordReceipt(ctx, m, key, w, res)
+		}
 		return s.result(prefix, w, res)
 	case <-timer.C:
 		return outbox.Retryable(fmt.Errorf("%s: no publisher confirm within %s", prefix, s.cfg.PublishTimeout), 0)
 	case <-ctx.Done():
 		return outbox.Retryable(fmt.Errorf("%s: gave up waiting for the publisher confirm: %w", prefix, ctx.Err()), 0)
 	}
+}
+
+// recordReceipt records the broker's confirmation of m (an ack or a nack,
+// and a return when it could not route it).
+func (s *Sink) recordReceipt(ctx context.Context, m *outbox.Message, key string, w *confirmWait, res confirmResult) {
+	a := &sink.AMQPReceipt{Exchange: s.cfg.Exchange, RoutingKey: key, DeliveryTag: w.tag, Acked: res.ack}
+	if res.returned != nil {
+		a.Returned = fmt.Sprintf("%d %s", res.returned.ReplyCode, res.returned.ReplyText)
+	}
+	sink.RecordReceipt(ctx, m, &sink.Receipt{Kind: "amqp", Destination: s.cfg.Exchange + "/" + key, AnsweredAt: time.Now().UTC(), AMQP: a})
 }
 
 // result classifies a confirmation.

@@ -90,7 +90,7 @@ func (r *receiver) read(ctx context.Context, n int) ([]sinktest.Received, error)
 }
 
 func TestConformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Features{OrderedPerKey: true}, func(t *testing.T) *sinktest.Harness {
+	sinktest.Run(t, sinktest.Features{OrderedPerKey: true, Receipts: "http"}, func(t *testing.T) *sinktest.Harness {
 		r := &receiver{changed: make(chan struct{})}
 		r.start(t, "127.0.0.1:0")
 		t.Cleanup(func() { r.srv.Close() })

@@ -85,7 +85,7 @@ func (s *Sink) post(pctx, rctx context.Context, m *outbox.Message, byEvent bool)
 		return err
 	}
 	s.health.Up()
-	return s.result(m, resp)
+	return s.result(pctx, m, resp, h)
 }
 
 // transportError classifies a request that got no response. Only a

@@ -1,6 +1,7 @@
 package httpsink
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/sink"
 )
 
 const (
@@ -24,14 +26,25 @@ const (
 )
 
 // result turns a response into the message's result, then drains and
-// closes the body.
-func (s *Sink) result(m *outbox.Message, resp *http.Response) error {
+// closes the body. When pctx asks for receipts, the answer is recorded
+// (sent are the request's headers, for the signature).
+func (s *Sink) result(pctx context.Context, m *outbox.Message, resp *http.Response, sent http.Header) error {
 	defer resp.Body.Close()
-	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+	wants := sink.WantsReceipts(pctx)
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 && !wants {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 		return nil
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, drainLimit))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, drainLimit+1))
+	if wants {
+		sink.RecordReceipt(pctx, m, s.receipt(resp, body, sent))
+	}
+	if len(body) > drainLimit {
+		body = body[:drainLimit]
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return nil
+	}
 	msg := fmt.Sprintf("http sink: event %s: POST %s: status %d %s", m.EventID, s.display, resp.StatusCode, http.StatusText(resp.StatusCode))
 	if ex := s.excerpt(body); ex != "" {
 		msg += ": " + ex
@@ -126,4 +139,26 @@ func (s *Sink) excerpt(b []byte) string {
 		text = text[:cut] + "..."
 	}
 	return text
+}
+
+// receipt is the receipt of a response whose body (read up to
+// drainLimit+1 bytes) is body; sent are the request's headers.
+func (s *Sink) receipt(resp *http.Response, body []byte, sent http.Header) *sink.Receipt {
+	truncated := len(body) > drainLimit
+	if truncated {
+		body = body[:drainLimit]
+	}
+	r := &sink.HTTPReceipt{
+		Status:        resp.StatusCode,
+		BodySHA256:    sink.SHA256Hex(body),
+		BodyBytes:     len(body),
+		BodyTruncated: truncated,
+		HeadersSHA256: sink.HeadersDigest(resp.Header),
+	}
+	if s.signer != nil {
+		r.Signature = sent.Get(headerWebhookSig)
+		r.SignatureTimestamp = sent.Get(headerWebhookTime)
+		r.SignatureID = sent.Get(headerWebhookID)
+	}
+	return &sink.Receipt{Kind: "http", Destination: s.display, AnsweredAt: time.Now().UTC(), HTTP: r}
 }

@@ -21,7 +21,7 @@ const conformanceMaxBytes = 16 << 10
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	sinktest.Run(t, sinktest.Features{OrderedPerKey: true}, func(t *testing.T) *sinktest.Harness {
+	sinktest.Run(t, sinktest.Features{OrderedPerKey: true, Receipts: "kafka"}, func(t *testing.T) *sinktest.Harness {
 		prefix := uniquePrefix(t)
 		topics := []string{prefix + ".payment.events", prefix + ".merchant.events"}
 		c := newCluster(t, kfake.SeedTopics(3, topics...))

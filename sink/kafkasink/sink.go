@@ -143,6 +143,7 @@ type call struct {
 	mu       sync.Mutex
 	raw      []error // franz-go's result per message
 	resolved []bool
+	answered []time.Time    // when each promise resolved, when receipts are wanted
 	failed   map[string]int // ordering key -> first message of the key that failed
 	pending  int
 	done     chan struct{}
@@ -156,6 +157,9 @@ func (c *call) resolve(i int, key string, err error) {
 		return
 	}
 	c.raw[i], c.resolved[i] = err, true
+	if c.answered != nil {
+		c.answered[i] = time.Now().UTC()
+	}
 	if _, ok := c.failed[key]; err != nil && !ok {
 		c.failed[key] = i
 	}
@@ -183,6 +187,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		failed:   make(map[string]int),
 		pending:  1, // held by the loop below until every record is handed over
 		done:     make(chan struct{}),
+	}
+	if sink.WantsReceipts(ctx) {
+		c.answered = make([]time.Time, len(msgs))
 	}
 	topics := make([]string, len(msgs))
 	recs := make([]kgo.Record, len(msgs))
@@ -247,6 +254,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	c.over = true
 	raw, resolved := c.raw, c.resolved // recs[i] of a resolved record holds its partition and offset
 	c.mu.Unlock()
+	if sink.WantsReceipts(ctx) {
+		for i := range msgs {
+			if produced[i] && resolved[i] {
+				recordReceipt(ctx, &msgs[i], &recs[i], raw[i], c.answered[i])
+			}
+		}
+	}
 	for i := range msgs {
 		if produced[i] && resolved[i] && raw[i] == nil {
 			s.health.Reached() // a broker acknowledged: it is reachable
@@ -407,6 +421,7 @@ func (s *Sink) isolate(pctx context.Context, m *outbox.Message, topic string, la
 		defer cancel()
 	}
 	err := s.cl.ProduceSync(rctx, &rec).FirstErr()
+	recordReceipt(pctx, m, &rec, err, time.Now().UTC())
 	switch {
 	case err == nil:
 		return nil
@@ -435,4 +450,20 @@ func (s *Sink) Close(ctx context.Context) error {
 		return fmt.Errorf("kafka sink: close: records still unacknowledged were failed: %w", err)
 	}
 	return nil
+}
+
+// recordReceipt records the receipt of m, whose record rec the producer
+// resolved with err at answered: the broker's acknowledgement (partition
+// and offset), or its refusal (a Kafka error code). A record that got no
+// answer from a broker (a timeout, a cancelled context) has no receipt.
+func recordReceipt(ctx context.Context, m *outbox.Message, rec *kgo.Record, err error, answered time.Time) {
+	k := &sink.KafkaReceipt{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	if err != nil {
+		var ke *kerr.Error
+		if !errors.As(err, &ke) {
+			return
+		}
+		k.Offset, k.Error = -1, ke.Message
+	}
+	sink.RecordReceipt(ctx, m, &sink.Receipt{Kind: "kafka", Destination: rec.Topic, AnsweredAt: answered, Kafka: k})
 }

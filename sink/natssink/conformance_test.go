@@ -11,7 +11,7 @@ import (
 	"github.com/txoutbox/outbox/sink/sinktest"
 )
 
-var features = sinktest.Features{OrderedPerKey: true, BrokerDedup: true}
+var features = sinktest.Features{OrderedPerKey: true, BrokerDedup: true, Receipts: "jetstream"}
 
 // harness gives a sink on url whose subjects (t<id>.<aggregate_type>.events)
 // and stream (T<id>, created by the sink) belong to this test only.

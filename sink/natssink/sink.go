@@ -325,11 +325,21 @@ func (s *Sink) publishOne(ctx context.Context, m *outbox.Message, subject string
 		return s.classify(m, subject, err)
 	}
 	select {
-	case <-paf.Ok():
+	case ack := <-paf.Ok():
+		if ack != nil {
+			sink.RecordReceipt(ctx, m, &sink.Receipt{Kind: "jetstream", Destination: subject, AnsweredAt: time.Now().UTC(),
+				JetStream: &sink.JetStreamReceipt{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}})
+		}
 		return nil
 	case err := <-paf.Err():
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			s.known.forget(subject) // look the stream up again next time
+		}
+		var api *jetstream.APIError
+		if errors.As(err, &api) {
+			// The server refused it: that is an answer too.
+			sink.RecordReceipt(ctx, m, &sink.Receipt{Kind: "jetstream", Destination: subject, AnsweredAt: time.Now().UTC(),
+				JetStream: &sink.JetStreamReceipt{Error: fmt.Sprintf("%d %s", api.ErrorCode, api.Description)}})
 		}
 		return s.classify(m, subject, err)
 	case <-ctx.Done():

@@ -61,7 +61,7 @@ func harness(t *testing.T, addr string, db int, restart func(context.Context) er
 // (OUTBOX_TEST_REDIS), which is never restarted.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	sinktest.Run(t, sinktest.Features{OrderedPerKey: true}, func(t *testing.T) *sinktest.Harness {
+	sinktest.Run(t, sinktest.Features{OrderedPerKey: true, Receipts: "redis"}, func(t *testing.T) *sinktest.Harness {
 		addr, db := sharedRedis(t)
 		return harness(t, addr, db, nil)
 	})
@@ -73,7 +73,7 @@ func TestConformance(t *testing.T) {
 // and the suite checks the messages published after it.
 func TestConformancePrivateServer(t *testing.T) {
 	t.Parallel()
-	sinktest.Run(t, sinktest.Features{OrderedPerKey: true}, func(t *testing.T) *sinktest.Harness {
+	sinktest.Run(t, sinktest.Features{OrderedPerKey: true, Receipts: "redis"}, func(t *testing.T) *sinktest.Harness {
 		srv := startServer(t)
 		return harness(t, srv.addr(), 0, srv.restart)
 	})

@@ -181,6 +181,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		_, execErr = pipe.Exec(pctx)
 		s.observe(execErr, cmds)
 	}
+	wants, answered := sink.WantsReceipts(ctx), time.Now().UTC()
 	for i := range msgs {
 		m := &msgs[i]
 		if cmds[i] == nil {
@@ -195,6 +196,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			if err == nil {
 				err = errors.New("no reply to XADD")
 			}
+		}
+		if wants {
+			recordReceipt(ctx, m, streams[i], cmds[i].Val(), err, answered)
 		}
 		first, stopped := failed[m.OrderingKey()]
 		switch {
@@ -212,6 +216,21 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		}
 	}
 	return res
+}
+
+// recordReceipt records Redis's answer to the XADD of m to stream: the
+// entry id, or an error reply. No reply (a connection error) is no receipt.
+func recordReceipt(ctx context.Context, m *outbox.Message, stream, id string, err error, answered time.Time) {
+	r := &sink.RedisReceipt{EntryID: id}
+	var reply redis.Error
+	switch {
+	case err == nil && id != "":
+	case err != nil && errors.As(err, &reply):
+		r.EntryID, r.Error = "", reply.Error()
+	default:
+		return
+	}
+	sink.RecordReceipt(ctx, m, &sink.Receipt{Kind: "redis", Destination: stream, AnsweredAt: answered, Redis: r})
 }
 
 // observe updates the reachability from a pipeline's outcome: a reply

@@ -13,7 +13,8 @@
 // (sink.Health), a destination computed from bad event data is refused
 // for good (Harness.InvalidAggregateTypes), and a sink whose destination
 // is down at start is made without error and fails retryably
-// (Harness.Unreachable).
+// (Harness.Unreachable), and records a receipt for each answered message
+// exactly when it declares receipts (Features.Receipts).
 package sinktest
 
 import (
@@ -38,6 +39,9 @@ type Features struct {
 	// BrokerDedup: the destination drops a second message with the same
 	// event id (JetStream's Nats-Msg-Id window, for example).
 	BrokerDedup bool
+	// Receipts is the kind of receipt (sink.Receipt.Kind) the sink records
+	// for each message its destination answered; empty: it records none.
+	Receipts string
 }
 
 // Received is one message as it arrived at the destination.
@@ -109,6 +113,7 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) *Harness) {
 		{"DestinationAndHealth", testDestination, ""},
 		{"InvalidDestinationPermanent", testInvalidDestination, ""},
 		{"UnreachableAtStartRetryable", testUnreachable, ""},
+		{"Receipts", testReceipts(f.Receipts), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

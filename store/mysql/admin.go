@@ -170,9 +170,13 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 			a                 store.Attempt
 			outcome           string
 			started, finished nullTime
+			receipt           sql.NullString
 		)
-		if err := rows.Scan(&a.Attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error, &a.TraceID); err != nil {
+		if err := rows.Scan(&a.Attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error, &a.TraceID, &receipt); err != nil {
 			return nil, s.wrap("attempts", err)
+		}
+		if receipt.Valid {
+			a.Receipt = json.RawMessage(receipt.String)
 		}
 		a.StartedAt, a.FinishedAt = started.Time, finished.Time
 		a.Outcome = store.OutcomeKind(outcome)

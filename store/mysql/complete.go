@@ -443,7 +443,7 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, p *completion.Pl
 		}
 		started, startedArg := at(a.StartedAt)
 		finished, finishedArg := at(a.FinishedAt)
-		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?,?)")
+		b.WriteString("(?,?,?,?,?,?," + started + "," + finished + ",?,?,?)")
 		args = append(args, a.EventID.String(), p.Token, string(a.Kind), a.ID, a.Attempt, p.StoredRelayID)
 		for _, t := range []any{startedArg, finishedArg} {
 			if t != nil {
@@ -457,7 +457,11 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sql.Tx, p *completion.Pl
 		if a.TraceID != "" {
 			traceID = a.TraceID
 		}
-		args = append(args, msg, traceID)
+		var receipt any
+		if a.Receipt != nil {
+			receipt = string(a.Receipt)
+		}
+		args = append(args, msg, traceID, receipt)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,6 +87,16 @@ func deliveredSets(p *completion.Plan, outs []*completion.Row, now string) (stri
 		}
 		return "?", o.TraceID
 	})
+	// The receipts only when the sink recorded some: a batch without
+	// writes what it wrote before them.
+	if slices.ContainsFunc(outs, func(o *completion.Row) bool { return o.Receipt != nil }) {
+		perRow("delivered_receipt", func(o *completion.Row) (string, any) {
+			if o.Receipt == nil {
+				return "NULL", nil
+			}
+			return "?", string(o.Receipt)
+		})
+	}
 	return b.String(), args
 }
 

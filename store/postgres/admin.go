@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -173,8 +174,12 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 		var a store.Attempt
 		var token [16]byte
 		var outcome string
-		if err := rows.Scan(&a.Attempt, &a.RelayID, &token, &a.StartedAt, &a.FinishedAt, &outcome, &a.Error, &a.TraceID); err != nil {
+		var receipt *string
+		if err := rows.Scan(&a.Attempt, &a.RelayID, &token, &a.StartedAt, &a.FinishedAt, &outcome, &a.Error, &a.TraceID, &receipt); err != nil {
 			return nil, s.wrap("attempts", err)
+		}
+		if receipt != nil {
+			a.Receipt = json.RawMessage(*receipt)
 		}
 		a.ClaimToken = uuid.UUID(token).String()
 		a.Outcome = store.OutcomeKind(outcome)

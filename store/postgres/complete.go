@@ -42,11 +42,18 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 		o := &p.Outcomes[0]
 		eventIDs := make([]string, len(p.Outcomes))
 		attempt := make([]int32, len(p.Outcomes))
+		var receipts []*string // NULL when the sink recorded none
 		for i := range p.Outcomes {
 			eventIDs[i] = p.Outcomes[i].EventID.String()
 			attempt[i] = int32(p.Outcomes[i].Attempt)
+			if r := p.Outcomes[i].Receipt; r != nil {
+				if receipts == nil {
+					receipts = make([]*string, len(p.Outcomes))
+				}
+				receipts[i] = receiptArg(r)
+			}
 		}
-		args := []any{p.Token, p.StoredRelayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, p.IDs(), backend.LeaseLost}
+		args := []any{p.Token, p.StoredRelayID, ids, o.StartedAt, o.FinishedAt, eventIDs, attempt, p.IDs(), backend.LeaseLost, receipts}
 		if err := s.completeRows(ctx, s.q.complete.delivered, args, applied); err != nil {
 			return store.CompleteResult{}, s.wrap("complete", refusedData(err))
 		}
@@ -86,7 +93,8 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (store.
 }
 
 // planArgs are the arguments of complete.rows: the outcomes ($4 to $12,
-// $25, $26) and the plan's rows with what each becomes ($13 to $24).
+// $25 to $27) and the plan's rows with what each becomes ($13 to $24,
+// $28).
 func planArgs(p *completion.Plan) []any {
 	n := len(p.Outcomes)
 	ids := make([]int64, n)
@@ -100,6 +108,7 @@ func planArgs(p *completion.Plan) []any {
 	traceIDs := make([]string, n)
 	onRow := make([]bool, n)
 	lostErrs := make([]string, n)
+	receipts := make([]*string, n)
 	for i := range p.Outcomes {
 		o := &p.Outcomes[i]
 		ids[i] = o.ID
@@ -113,6 +122,7 @@ func planArgs(p *completion.Plan) []any {
 		traceIDs[i] = o.TraceID
 		onRow[i] = backend.DeliveredOnRow(o)
 		lostErrs[i], _ = completion.AttemptError(o, false)
+		receipts[i] = receiptArg(o.Receipt)
 	}
 	m := len(p.Rows)
 	status := make([]string, m)
@@ -126,6 +136,7 @@ func planArgs(p *completion.Plan) []any {
 	rowStarted := make([]time.Time, m)
 	rowFinished := make([]time.Time, m)
 	rowTrace := make([]string, m)
+	rowReceipt := make([]*string, m)
 	for i := range p.Rows {
 		r := &p.Rows[i]
 		status[i] = string(r.Status)
@@ -146,11 +157,21 @@ func planArgs(p *completion.Plan) []any {
 		push[i] = r.PushesBack
 		rowOnRow[i] = r.OnRow
 		rowStarted[i], rowFinished[i], rowTrace[i] = r.StartedAt, r.FinishedAt, r.TraceID
+		rowReceipt[i] = receiptArg(r.Receipt)
 	}
 	return []any{p.Token, p.StoredRelayID, p.FailedBlocks,
 		ids, eventIDs, kinds, errs, attempted, attempt, started, finished, traceIDs,
 		p.IDs(), status, addRetry, finish, retryMS, lastError, reason, push, rowOnRow, rowStarted, rowFinished, rowTrace,
-		onRow, lostErrs}
+		onRow, lostErrs, receipts, rowReceipt}
+}
+
+// receiptArg is a receipt as a text parameter: NULL when there is none.
+func receiptArg(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }
 
 // completeRows runs a completion statement that returns the applied ids.

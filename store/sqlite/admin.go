@@ -200,9 +200,13 @@ func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attemp
 				attempt           int64
 				outcome           string
 				started, finished string
+				receipt           sql.NullString
 			)
-			if err := rows.Scan(&attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error, &a.TraceID); err != nil {
+			if err := rows.Scan(&attempt, &a.RelayID, &a.ClaimToken, &started, &finished, &outcome, &a.Error, &a.TraceID, &receipt); err != nil {
 				return err
+			}
+			if receipt.Valid {
+				a.Receipt = json.RawMessage(receipt.String)
 			}
 			a.Attempt = int(attempt)
 			a.Outcome = store.OutcomeKind(outcome)

@@ -52,6 +52,7 @@ type rowItem struct {
 	Started  string  `json:"started,omitempty"`
 	Finished string  `json:"finished,omitempty"`
 	TraceID  *string `json:"trace_id,omitempty"`
+	Receipt  *string `json:"receipt,omitempty"`
 }
 
 // attemptItem is one attempt row as complete.insert_attempts reads it.
@@ -64,6 +65,7 @@ type attemptItem struct {
 	Finished string  `json:"finished"`
 	Error    *string `json:"error"`
 	TraceID  *string `json:"trace_id"`
+	Receipt  *string `json:"receipt,omitempty"`
 	Replay   bool    `json:"replay,omitempty"`
 }
 
@@ -112,6 +114,10 @@ func rowItems(p *completion.Plan) []rowItem {
 			}
 			if r.TraceID != "" {
 				it.TraceID = &r.TraceID
+			}
+			if r.Receipt != nil {
+				s := string(r.Receipt)
+				it.Receipt = &s
 			}
 		}
 		items[i] = it
@@ -216,6 +222,10 @@ func (s *Store) insertAttempts(ctx context.Context, conn *sql.Conn, now string, 
 		}
 		if a.TraceID != "" {
 			it.TraceID = &a.TraceID
+		}
+		if a.Receipt != nil {
+			s := string(a.Receipt)
+			it.Receipt = &s
 		}
 		atts = append(atts, it)
 	}

@@ -93,6 +93,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
 	t.Run("AdminQueries", func(t *testing.T) { RunAdminQueries(t, newHarness) })
 	t.Run("AuditChain", func(t *testing.T) { RunAuditChain(t, newHarness) })
+	t.Run("Receipts", func(t *testing.T) { RunReceipts(t, newHarness) })
 }
 
 var tableSeq atomic.Int64

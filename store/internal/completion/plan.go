@@ -204,7 +204,8 @@ func (p *Plan) AllDelivered() bool {
 
 // DeliveredAlike reports whether every outcome is a delivery recorded on
 // its row without a trace id, all with one start and one finish time: a
-// batch whose rows differ only by their ids, event ids and attempt numbers.
+// batch whose rows differ only by their ids, event ids, attempt numbers
+// and receipts.
 func (p *Plan) DeliveredAlike() bool {
 	outs := p.Outcomes
 	for i := range outs {

@@ -342,3 +342,21 @@ func TestHolds(t *testing.T) {
 		t.Errorf("Holds of nothing applied = %+v", h)
 	}
 }
+
+// Receipts do not make deliveries differ: a batch of deliveries with and
+// without receipts takes the short statement, and each row keeps its own.
+func TestDeliveredAlikeWithReceipts(t *testing.T) {
+	outs := []store.Outcome{{ID: 1, Kind: store.Delivered, Attempted: true}, {ID: 2, Kind: store.Delivered, Attempted: true}}
+	p, err := New(store.CompleteRequest{Token: "tok", Outcomes: outs})
+	if err != nil || !p.DeliveredAlike() {
+		t.Fatalf("deliveries without receipts: DeliveredAlike %v, %v; want true", p.DeliveredAlike(), err)
+	}
+	outs[1].Receipt = []byte(`{"kind":"http"}`)
+	p, err = New(store.CompleteRequest{Token: "tok", Outcomes: outs})
+	if err != nil || !p.DeliveredAlike() {
+		t.Fatalf("a delivery with a receipt: DeliveredAlike %v, %v; want true", p.DeliveredAlike(), err)
+	}
+	if string(p.Row(2).Receipt) != `{"kind":"http"}` {
+		t.Fatalf("the plan's row lost the receipt: %q", p.Row(2).Receipt)
+	}
+}

@@ -50,12 +50,13 @@ JOIN `{{.Outbox}}` o ON o.id = b.id WHERE o.status = 'PENDING'{{end}}
 
 -- The audit trail of event ? (given twice), in the order the attempts
 -- finished: its rows in the attempts table and the delivery recorded on
--- the event row (migration 00006).
-{{define "admin.attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '')
+-- the event row (migration 00006), each with its receipt.
+{{define "admin.attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, ''),
+    receipt
 FROM `{{.Attempts}}` WHERE event_id = ?
 UNION ALL
 SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
-    'DELIVERED', '', COALESCE(delivered_trace_id, '')
+    'DELIVERED', '', COALESCE(delivered_trace_id, ''), delivered_receipt
 FROM `{{.Outbox}}` WHERE event_id = ? AND delivered_relay_id IS NOT NULL
 ORDER BY 1, 5, 4{{end}}
 
@@ -91,13 +92,14 @@ VALUES (?, ?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), CAST(? AS DATETIME(6)), ?){{en
 -- table (a step run again writes nothing twice), and admin.clear_delivery
 -- clears it from row ?, before an operator action changes the row: a
 -- second delivery then overwrites nothing.
-{{define "admin.move_delivery"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+{{define "admin.move_delivery"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id, receipt)
 SELECT event_id, COALESCE(delivered_token, UUID()), 'DELIVERED', id, COALESCE(delivered_attempt, 0), delivered_relay_id,
-    COALESCE(delivered_started_at, delivered_finished_at, UTC_TIMESTAMP(6)), COALESCE(delivered_finished_at, UTC_TIMESTAMP(6)), delivered_trace_id
+    COALESCE(delivered_started_at, delivered_finished_at, UTC_TIMESTAMP(6)), COALESCE(delivered_finished_at, UTC_TIMESTAMP(6)), delivered_trace_id,
+    delivered_receipt
 FROM `{{.Outbox}}` WHERE id = ? AND delivered_relay_id IS NOT NULL{{end}}
 
 {{define "admin.clear_delivery"}}UPDATE `{{.Outbox}}` SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
-delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
+delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL, delivered_receipt = NULL
 WHERE id = ? AND delivered_relay_id IS NOT NULL{{end}}
 
 -- The first FAILED event of aggregate (?, ?), and the BLOCKED events it

@@ -60,4 +60,4 @@ FORCE INDEX (`{{.Outbox}}_aggregate_idx`) WHERE ({{.Cond}}) AND status = 'PENDIN
 
 -- complete.insert_attempts writes the attempt rows Values; a row whose key
 -- (event, token, outcome) exists, a replay, is ignored.
-{{define "complete.insert_attempts"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`, trace_id) VALUES {{.Values}}{{end}}
+{{define "complete.insert_attempts"}}INSERT IGNORE INTO `{{.Attempts}}` (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, `error`, trace_id, receipt) VALUES {{.Values}}{{end}}

@@ -108,22 +108,23 @@ WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
 -- and oldest first within an attempt: its
 -- rows in the attempts table, the delivery recorded on the event row (by
 -- migration 7, before lanes), and its delivery in the deliveries table:
--- the one of its lane whose time is the row's processed_at.
+-- the one of its lane whose time is the row's processed_at. A delivery on
+-- the row has its receipt in delivered_receipt.
 {{define "admin.attempts"}}
 WITH o AS (
     SELECT id, event_id, status, lane, retry_count, processed_at, delivered_attempt, delivered_relay_id, delivered_token, delivered_started_at,
-        delivered_finished_at, delivered_trace_id
+        delivered_finished_at, delivered_trace_id, delivered_receipt
     FROM "{{.Outbox}}" WHERE event_id = $1::uuid
 )
-SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
+SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, ''), receipt
 FROM "{{.Attempts}}" WHERE event_id = $1::uuid
 UNION ALL
 SELECT delivered_attempt, delivered_relay_id, delivered_token, delivered_started_at, delivered_finished_at, 'DELIVERED', '',
-    COALESCE(delivered_trace_id, '')
+    COALESCE(delivered_trace_id, ''), delivered_receipt
 FROM o WHERE delivered_relay_id IS NOT NULL
 UNION ALL
 SELECT o.retry_count + 1, d.relay_id, d.token, d.started_at, d.finished_at, 'DELIVERED', '',
-    COALESCE(d.trace_ids[array_position(d.ids, o.id)], '')
+    COALESCE(d.trace_ids[array_position(d.ids, o.id)], ''), o.delivered_receipt
 FROM o JOIN "{{.Outbox}}_deliveries" d ON d.completed_at = o.processed_at AND o.lane = ANY(d.lanes)
     AND (d.ids IS NULL OR o.id = ANY(d.ids))
 WHERE o.status = 'PROCESSED'
@@ -134,18 +135,18 @@ ORDER BY 1, 5, 4{{end}}
 {{define "admin.move_delivery"}}
 WITH r AS (
     SELECT id, event_id, delivered_token, delivered_attempt, delivered_relay_id, delivered_started_at,
-        delivered_finished_at, delivered_trace_id
+        delivered_finished_at, delivered_trace_id, delivered_receipt
     FROM "{{.Outbox}}" WHERE id = $1 AND delivered_relay_id IS NOT NULL
 ),
 a AS (
-    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id, receipt)
     SELECT event_id, COALESCE(delivered_token, gen_random_uuid()), 'DELIVERED', id, delivered_attempt, delivered_relay_id,
-        delivered_started_at, delivered_finished_at, delivered_trace_id
+        delivered_started_at, delivered_finished_at, delivered_trace_id, delivered_receipt
     FROM r
     ON CONFLICT DO NOTHING
 )
 UPDATE "{{.Outbox}}" o SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
-    delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
+    delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL, delivered_receipt = NULL
 FROM r WHERE o.id = r.id{{end}}
 
 -- admin.oldest_pending reads the age in seconds of the oldest PENDING event.

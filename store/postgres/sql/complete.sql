@@ -24,12 +24,14 @@ mine AS MATERIALIZED (
 -- $3 FailedBlocks). i are the outcomes, in the request's order ($4 ids,
 -- $5 event ids, $6 kinds, $7 error texts, $8 attempted, $9 attempt
 -- numbers, $10 and $11 the times, $12 trace ids, $25 delivered on the row,
--- $26 the audit text of a fenced outcome); r the rows, one each ($13, in
+-- $26 the audit text of a fenced outcome, $27 the receipts, NULL for
+-- none); r the rows, one each ($13, in
 -- id order), with what each becomes ($14 status, $15 retry_count added,
 -- $16 processed_at set, $17 available_at in milliseconds from now or NULL
 -- to keep it, $18 last_error or NULL to keep it, $19 the dead letter's
 -- reason or NULL for none, $20 pushes back its aggregate, $21 delivered on
--- the row, $22 to $24 its times and trace id). The fence: v, the claim's
+-- the row, $22 to $24 its times and trace id, $28 the receipt of a
+-- delivery recorded on the row). The fence: v, the claim's
 -- lanes still held under the tokens it was made under (a share lock on
 -- those lane rows keeps a balance from taking them until this commits),
 -- and the rows must be the claim's own (mine) and still PENDING. Then: the
@@ -58,8 +60,8 @@ mine AS MATERIALIZED (
 {{define "complete.rows"}}
 WITH i AS (
     SELECT * FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::bool[], $9::int[],
-                         $10::timestamptz[], $11::timestamptz[], $12::text[], $25::bool[], $26::text[])
-        AS i(id, event_id, kind, err, attempted, attempt, started_at, finished_at, trace_id, on_row, lost_err)
+                         $10::timestamptz[], $11::timestamptz[], $12::text[], $25::bool[], $26::text[], $27::text[])
+        AS i(id, event_id, kind, err, attempted, attempt, started_at, finished_at, trace_id, on_row, lost_err, receipt)
 ),
 {{template "complete.fence" .}}
 u AS (
@@ -70,10 +72,11 @@ u AS (
         retry_count = o.retry_count + r.add_retry,
         processed_at = CASE WHEN r.finish THEN now() END,
         available_at = COALESCE(now() + r.retry_ms * interval '1 millisecond', o.available_at),
-        last_error = COALESCE(r.last_error, o.last_error)
+        last_error = COALESCE(r.last_error, o.last_error),
+        delivered_receipt = CASE WHEN r.on_row THEN r.receipt ELSE o.delivered_receipt END
     FROM unnest($13::bigint[], $14::text[], $15::int[], $16::bool[], $17::bigint[], $18::text[], $19::text[],
-                $20::bool[], $21::bool[], $22::timestamptz[], $23::timestamptz[], $24::text[])
-        AS r(id, status, add_retry, finish, retry_ms, last_error, reason, push, on_row, started_at, finished_at, trace_id)
+                $20::bool[], $21::bool[], $22::timestamptz[], $23::timestamptz[], $24::text[], $28::text[])
+        AS r(id, status, add_retry, finish, retry_ms, last_error, reason, push, on_row, started_at, finished_at, trace_id, receipt)
     WHERE o.id = r.id AND o.status = 'PENDING'
       AND (r.id IN (SELECT id FROM mine)) IS TRUE AND o.lane = ANY(ARRAY(SELECT lane FROM v))
     RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
@@ -103,10 +106,10 @@ dfr AS (
       AND o.id NOT IN (SELECT id FROM busy)
 ),
 att AS (
-    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id, receipt)
     SELECT i.event_id, $1::uuid, i.kind, i.id, i.attempt, $2, i.started_at, i.finished_at,
         CASE WHEN u.id IS NULL THEN i.lost_err ELSE NULLIF(i.err, '') END,
-        NULLIF(i.trace_id, '')
+        NULLIF(i.trace_id, ''), i.receipt
     FROM i LEFT JOIN u ON u.id = i.id
     WHERE i.attempted AND NOT (i.on_row AND (COALESCE(u.on_row, false) OR EXISTS (
         SELECT 1 FROM "{{.Outbox}}_deliveries" d JOIN "{{.Outbox}}" p ON p.id = i.id
@@ -148,22 +151,25 @@ FROM (SELECT *, (status = 'EXPIRED' AND on_expired IS NOT NULL) AS c FROM u) u{{
 -- $5 finished). $3 are the rows, $6 their event ids and $7 their attempt
 -- numbers; $8 the rows sorted (the claim's ids when the batch is whole:
 -- the claim's row is then deleted without comparing element by element);
--- $9 the audit text of a fenced outcome. The fence, the audit of a fenced
+-- $9 the audit text of a fenced outcome; $10 their receipts, or NULL when
+-- the sink recorded none (delivered_receipt then stays NULL: the row
+-- version written is the one written before receipts). The fence, the
+-- audit of a fenced
 -- or replayed outcome and the claim's bookkeeping are those of
 -- complete.rows.
 {{define "complete.delivered"}}
 WITH {{template "complete.fence" .}}
 u AS (
-    UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now()
-    FROM unnest($3::bigint[]) AS i(id)
+    UPDATE "{{.Outbox}}" o SET status = 'PROCESSED', hold = 0, processed_at = now(), delivered_receipt = i.receipt
+    FROM unnest($3::bigint[], $10::text[]) AS i(id, receipt)
     WHERE o.id = i.id AND o.status = 'PENDING'
       AND (i.id IN (SELECT id FROM mine)) IS TRUE AND o.lane = ANY(ARRAY(SELECT lane FROM v))
     RETURNING o.id, o.lane
 ),
 att AS (
-    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error)
-    SELECT i.event_id, $1::uuid, 'DELIVERED', i.id, i.attempt, $2, $4, $5, $9
-    FROM unnest($3::bigint[], $6::uuid[], $7::int[]) AS i(id, event_id, attempt)
+    INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, receipt)
+    SELECT i.event_id, $1::uuid, 'DELIVERED', i.id, i.attempt, $2, $4, $5, $9, i.receipt
+    FROM unnest($3::bigint[], $6::uuid[], $7::int[], $10::text[]) AS i(id, event_id, attempt, receipt)
     WHERE i.id NOT IN (SELECT id FROM u) AND NOT EXISTS (
         SELECT 1 FROM "{{.Outbox}}_deliveries" d JOIN "{{.Outbox}}" p ON p.id = i.id
         WHERE d.token = $1::uuid AND p.status = 'PROCESSED' AND p.processed_at = d.completed_at)

@@ -60,12 +60,13 @@ WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
 
 -- admin.attempts lists the audit trail of event ?1, in the order the
 -- attempts finished: its rows in the attempts table and the delivery
--- recorded on the event row (migration 00006).
-{{define "admin.attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
+-- recorded on the event row (migration 00006), each with its receipt.
+{{define "admin.attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, ''),
+            receipt
         FROM "{{.Attempts}}" WHERE event_id = ?1
         UNION ALL
         SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
-            'DELIVERED', '', COALESCE(delivered_trace_id, '')
+            'DELIVERED', '', COALESCE(delivered_trace_id, ''), delivered_receipt
         FROM "{{.Outbox}}" WHERE event_id = ?1 AND delivered_relay_id IS NOT NULL
         ORDER BY 1, 5, 4{{end}}
 
@@ -74,15 +75,16 @@ WHERE waiting > 0 ORDER BY aggregate_type, aggregate_id LIMIT 100{{end}}
 -- before an operator action changes the row: a second delivery then
 -- overwrites nothing.
 {{define "admin.move_delivery"}}
-INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id, receipt)
 SELECT event_id, COALESCE(delivered_token, lower(hex(randomblob(16)))), 'DELIVERED', id, COALESCE(delivered_attempt, 0),
-    delivered_relay_id, COALESCE(delivered_started_at, delivered_finished_at), delivered_finished_at, delivered_trace_id
+    delivered_relay_id, COALESCE(delivered_started_at, delivered_finished_at), delivered_finished_at, delivered_trace_id,
+    delivered_receipt
 FROM "{{.Outbox}}" WHERE id = ?1 AND delivered_relay_id IS NOT NULL
 ON CONFLICT DO NOTHING{{end}}
 
 {{define "admin.clear_delivery"}}
 UPDATE "{{.Outbox}}" SET delivered_relay_id = NULL, delivered_attempt = NULL, delivered_started_at = NULL,
-    delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL
+    delivered_finished_at = NULL, delivered_trace_id = NULL, delivered_token = NULL, delivered_receipt = NULL
 WHERE id = ?1 AND delivered_relay_id IS NOT NULL{{end}}
 
 -- admin.dead_letters lists the dead letters, newest first, at most ?.

@@ -16,8 +16,8 @@
 -- the relay; the fence: a row changes only while PENDING, in the claim
 -- (?5, its ids) and in a lane still held under the claim's token (?6). A
 -- delivery marked d is recorded on the row (migration 00006): the relay,
--- the claim token, the attempt number, the times (now when absent) and the
--- trace id.
+-- the claim token, the attempt number, the times (now when absent), the
+-- trace id and the receipt.
 {{define "complete.update"}}
 WITH i AS MATERIALIZED (
     SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.status') AS status,
@@ -25,7 +25,8 @@ WITH i AS MATERIALIZED (
         json_extract(value, '$.retry') AS retry, json_extract(value, '$.set_err') AS set_err,
         json_extract(value, '$.err') AS err, COALESCE(json_extract(value, '$.d'), 0) AS d,
         json_extract(value, '$.attempt') AS attempt, COALESCE(json_extract(value, '$.started'), ?1) AS started,
-        COALESCE(json_extract(value, '$.finished'), ?1) AS finished, json_extract(value, '$.trace_id') AS trace_id
+        COALESCE(json_extract(value, '$.finished'), ?1) AS finished, json_extract(value, '$.trace_id') AS trace_id,
+        json_extract(value, '$.receipt') AS receipt
     FROM json_each(?3)
 )
 UPDATE "{{.Outbox}}" AS o SET
@@ -40,6 +41,7 @@ UPDATE "{{.Outbox}}" AS o SET
     delivered_finished_at = CASE WHEN i.d THEN i.finished ELSE o.delivered_finished_at END,
     delivered_trace_id = CASE WHEN i.d THEN i.trace_id ELSE o.delivered_trace_id END,
     delivered_token = CASE WHEN i.d THEN ?2 ELSE o.delivered_token END,
+    delivered_receipt = CASE WHEN i.d THEN i.receipt ELSE o.delivered_receipt END,
     locked_until = NULL,
     lock_token = NULL
 FROM i
@@ -77,10 +79,10 @@ WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND id > ?3 AND status = 'PENDIN
 -- the replay of a delivery recorded on its row (marked replay: the row is
 -- PROCESSED with its delivery under ?1).
 {{define "complete.insert_attempts"}}
-INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id)
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, error, trace_id, receipt)
 SELECT json_extract(value, '$.event_id'), ?1, json_extract(value, '$.kind'), json_extract(value, '$.id'),
     json_extract(value, '$.attempt'), ?2, json_extract(value, '$.started'), json_extract(value, '$.finished'),
-    json_extract(value, '$.error'), json_extract(value, '$.trace_id')
+    json_extract(value, '$.error'), json_extract(value, '$.trace_id'), json_extract(value, '$.receipt')
 FROM json_each(?3)
 WHERE NOT (COALESCE(json_extract(value, '$.replay'), 0) AND EXISTS (SELECT 1 FROM "{{.Outbox}}" p
     WHERE p.id = json_extract(value, '$.id') AND p.status = 'PROCESSED' AND p.delivered_token = ?1))
