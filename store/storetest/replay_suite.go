@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"slices"
 	"strings"
@@ -58,8 +59,14 @@ func replayClaim(t *testing.T, h *Harness, limit int) *store.Claim {
 // replayComplete records the outcome kind for every event of c.
 func replayComplete(t *testing.T, h *Harness, c *store.Claim, kind store.OutcomeKind) {
 	t.Helper()
+	outs := outcomes(c, kind)
+	for i := range outs {
+		// Each delivery gets a receipt of its own: a replay keeps the
+		// first one's with it in the trail.
+		outs[i].Receipt = []byte(fmt.Sprintf(`{"kind":"test","attempt":%d}`, outs[i].Attempt))
+	}
 	_, err := h.Store.Complete(context.Background(), store.CompleteRequest{Token: c.Token, RelayID: replayRelay, FailedBlocks: true,
-		Outcomes: outcomes(c, kind)})
+		Outcomes: outs})
 	if err != nil {
 		t.Fatalf("complete: %v", err)
 	}
@@ -114,9 +121,11 @@ func testReplayAggregate(t *testing.T, h *Harness) {
 	all := Enqueue(t, h, PaymentEvent("replay-x", 1), PaymentEvent("replay-x", 2), PaymentEvent("replay-x", 3),
 		PaymentEvent("replay-y", 1), PaymentEvent("replay-y", 2))
 	xs, ys := all[:3], all[3:]
-	if got := claimAllDeliver(t, h); len(got) != 5 {
-		t.Fatalf("delivered %d events, want 5", len(got))
+	first := replayClaim(t, h, 10)
+	if len(first.Events) != 5 {
+		t.Fatalf("claimed %d events, want 5", len(first.Events))
 	}
+	replayComplete(t, h, first, store.Delivered)
 	last, err := h.Store.GetEvent(ctx, xs[2])
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +202,9 @@ func testReplayAggregate(t *testing.T, h *Harness) {
 		switch a.Outcome {
 		case store.Delivered:
 			delivered = append(delivered, a.Attempt)
+			if want := fmt.Sprintf(`{"kind":"test","attempt":%d}`, a.Attempt); string(a.Receipt) != want {
+				t.Errorf("delivery %d in the trail has receipt %s, want %s (each delivery keeps its own)", a.Attempt, a.Receipt, want)
+			}
 		case store.Replayed:
 			audit = append(audit, a)
 		}

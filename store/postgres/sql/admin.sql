@@ -180,17 +180,18 @@ FROM r WHERE o.id = r.id{{end}}
 -- attempts table, before a replay clears processed_at; a step run again
 -- writes nothing twice.
 {{define "admin.move_batch_delivery"}}
-INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id)
+INSERT INTO "{{.Attempts}}" (event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at, trace_id, receipt)
 SELECT o.event_id, d.token, 'DELIVERED', o.id, o.retry_count + 1, d.relay_id, d.started_at, d.finished_at,
-    NULLIF(d.trace_ids[array_position(d.ids, o.id)], '')
+    NULLIF(d.trace_ids[array_position(d.ids, o.id)], ''), o.delivered_receipt
 FROM "{{.Outbox}}" o JOIN "{{.Outbox}}_deliveries" d ON d.completed_at = o.processed_at AND o.lane = ANY(d.lanes)
     AND (d.ids IS NULL OR o.id = ANY(d.ids))
 WHERE o.id = $1 AND o.status = 'PROCESSED'
 ON CONFLICT DO NOTHING{{end}}
 
 -- admin.count_attempt counts the delivery of row $1 as an attempt, before a
--- replay: the next delivery is numbered after it.
-{{define "admin.count_attempt"}}UPDATE "{{.Outbox}}" SET retry_count = retry_count + 1 WHERE id = $1{{end}}
+-- replay, once move_batch_delivery has copied it with its receipt: the next
+-- delivery is numbered after it and records its own receipt.
+{{define "admin.count_attempt"}}UPDATE "{{.Outbox}}" SET retry_count = retry_count + 1, delivered_receipt = NULL WHERE id = $1{{end}}
 
 -- admin.replay_aggregates is the head of the statement that pages through the
 -- aggregates that have events a replay matches (its WHERE follows).
