@@ -85,7 +85,7 @@ func TestCLIReplayAggregate(t *testing.T) {
 				t.Fatalf("delivered after the replay: %v, want tx-0's events %v with the same ids, in order, and nothing of tx-1", again, x)
 			}
 			show := mustCLI(t, "", append([]string{"events", "show", x[0]}, db...)...)
-			if strings.Count(show, "DELIVERED") != 2 || !strings.Contains(show, "REPLAYED") || !strings.Contains(show, "operator:ops") ||
+			if strings.Count(show, " DELIVERED ") != 2 || !strings.Contains(show, "REPLAYED") || !strings.Contains(show, "operator:ops") ||
 				!strings.Contains(show, "ledger rebuilt") {
 				t.Errorf("the audit trail of a replayed event (want both deliveries and the replay by ops with its reason):\n%s", show)
 			}

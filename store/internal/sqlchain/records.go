@@ -67,7 +67,7 @@ var records = map[store.ChainKind]record{
 		table: func(t store.Tables) string { return t.Attempts },
 		columns: []column{{"event_id", uuid}, {"claim_token", uuid}, {"outcome", text}, {"outbox_id", integer},
 			{"attempt", integer}, {"relay_id", text}, {"started_at", timestamp}, {"finished_at", timestamp},
-			{"error", text}, {"trace_id", text}},
+			{"error", text}, {"trace_id", text}, {"receipt", text}},
 		key:     []string{"event_id", "claim_token", "outcome"},
 		written: "finished_at",
 	},
