@@ -87,6 +87,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Requeue", func(t *testing.T) { RunRequeue(t, newHarness) })
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
+	t.Run("DataKeys", func(t *testing.T) { RunDataKeys(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
