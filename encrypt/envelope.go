@@ -44,6 +44,12 @@ func IsSealed(payload []byte) bool {
 	return err == nil
 }
 
+// ErrUnreadable matches the errors of a sealed payload that can never be
+// read, whatever key this process is given: a malformed envelope, one
+// sealed for another event or subject or changed since, one whose data
+// key is not in the store. A shredded key gives ErrShredded instead.
+var ErrUnreadable = errors.New("encrypt: the sealed payload cannot be read")
+
 // ParseEnvelope reads a sealed payload. It returns ErrNotSealed for a
 // payload without the marker key, and a descriptive error for an envelope
 // that is malformed or of an unknown format.
@@ -61,19 +67,19 @@ func ParseEnvelope(payload []byte) (Envelope, error) {
 	}
 	var e Envelope
 	if err := json.Unmarshal(trimmed, &e); err != nil {
-		return Envelope{}, fmt.Errorf("encrypt: malformed envelope: %w (see docs/ENCRYPTION.md for the format)", err)
+		return Envelope{}, fmt.Errorf("%w: malformed envelope: %v (see docs/ENCRYPTION.md for the format)", ErrUnreadable, err)
 	}
 	switch {
 	case e.Format != FormatVersion:
-		return Envelope{}, fmt.Errorf("encrypt: envelope format %d is not known; this version reads format %d", e.Format, FormatVersion)
+		return Envelope{}, fmt.Errorf("%w: envelope format %d is not known; this version reads format %d", ErrUnreadable, e.Format, FormatVersion)
 	case e.Subject == "":
-		return Envelope{}, errors.New("encrypt: malformed envelope: subject is empty")
+		return Envelope{}, fmt.Errorf("%w: malformed envelope: subject is empty", ErrUnreadable)
 	case e.KeyVersion < 1:
-		return Envelope{}, fmt.Errorf("encrypt: malformed envelope: key_version %d; versions start at 1", e.KeyVersion)
+		return Envelope{}, fmt.Errorf("%w: malformed envelope: key_version %d; versions start at 1", ErrUnreadable, e.KeyVersion)
 	case len(e.Nonce) != NonceSize:
-		return Envelope{}, fmt.Errorf("encrypt: malformed envelope: nonce is %d bytes; want %d", len(e.Nonce), NonceSize)
+		return Envelope{}, fmt.Errorf("%w: malformed envelope: nonce is %d bytes; want %d", ErrUnreadable, len(e.Nonce), NonceSize)
 	case len(e.Ciphertext) < 16:
-		return Envelope{}, fmt.Errorf("encrypt: malformed envelope: ciphertext is %d bytes, shorter than the 16-byte tag", len(e.Ciphertext))
+		return Envelope{}, fmt.Errorf("%w: malformed envelope: ciphertext is %d bytes, shorter than the 16-byte tag", ErrUnreadable, len(e.Ciphertext))
 	}
 	return e, nil
 }
@@ -130,7 +136,7 @@ func Open(dataKey []byte, eventID string, e Envelope) ([]byte, error) {
 	}
 	pt, err := aead.Open(nil, e.Nonce, e.Ciphertext, AdditionalData(eventID, e.Subject))
 	if err != nil {
-		return nil, fmt.Errorf("encrypt: the payload of event %s does not open with key version %d of subject %q: it was sealed for another event or subject, or changed", eventID, e.KeyVersion, e.Subject)
+		return nil, fmt.Errorf("%w: the payload of event %s does not open with key version %d of subject %q: it was sealed for another event or subject, or changed", ErrUnreadable, eventID, e.KeyVersion, e.Subject)
 	}
 	return pt, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -11,7 +12,7 @@ import (
 )
 
 // MaxSubjectLen is the longest subject, in characters.
-const MaxSubjectLen = 200
+const MaxSubjectLen = 256
 
 // DataKey is one stored data key: a subject's key of one version, wrapped
 // by the key-encryption key KEKID. A shredded key has no Wrapped bytes.
@@ -219,16 +220,82 @@ func (r *Keyring) Open(ctx context.Context, ks KeyStore, eventID string, payload
 	if err != nil {
 		return nil, err
 	}
+	dk, err := r.openKey(ctx, ks, e)
+	if err != nil {
+		return nil, err
+	}
+	return Open(dk, eventID, e)
+}
+
+// openKey returns the plain data key that sealed e.
+func (r *Keyring) openKey(ctx context.Context, ks KeyStore, e Envelope) ([]byte, error) {
 	k, ok, err := ks.DataKeyVersion(ctx, e.Subject, e.KeyVersion)
 	if err != nil {
 		return nil, fmt.Errorf("encrypt: read the data key of subject %q: %w", e.Subject, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("encrypt: subject %q has no data key of version %d: the payload cannot be read", e.Subject, e.KeyVersion)
+		return nil, fmt.Errorf("%w: subject %q has no data key of version %d", ErrUnreadable, e.Subject, e.KeyVersion)
 	}
-	dk, err := r.Unwrap(ctx, k)
+	return r.Unwrap(ctx, k)
+}
+
+// DefaultSubject is the subject of an event that names none: its
+// aggregate, "<aggregate type>/<aggregate id>".
+func DefaultSubject(aggregateType, aggregateID string) string {
+	return aggregateType + "/" + aggregateID
+}
+
+// Batch seals or opens several payloads, reading each subject's key once:
+// one producer's call, or one relay's claim. It is not safe for concurrent
+// use.
+type Batch struct {
+	r      *Keyring
+	ks     KeyStore
+	sealBy map[string]plainKey // subject -> its current key
+	openBy map[string]plainKey // subject + "\x00" + version -> key
+}
+
+type plainKey struct {
+	version int
+	key     []byte
+	err     error
+}
+
+// Batch returns a batch over the key store ks.
+func (r *Keyring) Batch(ks KeyStore) *Batch {
+	return &Batch{r: r, ks: ks, sealBy: map[string]plainKey{}, openBy: map[string]plainKey{}}
+}
+
+// Seal is Keyring.Seal with the subject's key read once per batch.
+func (b *Batch) Seal(ctx context.Context, eventID, subject string, payload []byte) ([]byte, error) {
+	k, ok := b.sealBy[subject]
+	if !ok {
+		k.version, k.key, k.err = b.r.dataKeyFor(ctx, b.ks, subject)
+		b.sealBy[subject] = k
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	return Seal(k.key, eventID, subject, k.version, payload)
+}
+
+// Open is Keyring.Open with each key read once per batch.
+func (b *Batch) Open(ctx context.Context, eventID string, payload []byte) ([]byte, error) {
+	e, err := ParseEnvelope(payload)
+	if errors.Is(err, ErrNotSealed) {
+		return payload, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	return Open(dk, eventID, e)
+	id := e.Subject + "\x00" + strconv.Itoa(e.KeyVersion)
+	k, ok := b.openBy[id]
+	if !ok {
+		k.key, k.err = b.r.openKey(ctx, b.ks, e)
+		b.openBy[id] = k
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	return Open(k.key, eventID, e)
 }

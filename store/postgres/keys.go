@@ -47,6 +47,11 @@ func (s *Store) keys(q pgxKeyConn) keysql.Keys {
 	return keysql.Keys{Conn: pgxConn{q}, Dialect: sqlDialect, Tables: s.t}
 }
 
+// sqlKeys returns the data keys on a database/sql querier.
+func (s *Store) sqlKeys(q keysql.Querier) keysql.Keys {
+	return keysql.Keys{Conn: keysql.SQL(q), Dialect: sqlDialect, Tables: s.t}
+}
+
 // CreateDataKey implements store.Store: one statement and a read, in a
 // READ COMMITTED transaction.
 func (s *Store) CreateDataKey(ctx context.Context, k encrypt.DataKey) (out encrypt.DataKey, err error) {

@@ -209,7 +209,7 @@ func testKeyBadInput(t *testing.T, s store.Store) {
 		{Subject: "s", Version: 0, Wrapped: wrappedKey(1), KEKID: "k"},
 		{Subject: "s", Version: 1, KEKID: "k"},
 		{Subject: "s", Version: 1, Wrapped: wrappedKey(1)},
-		{Subject: string(bytes.Repeat([]byte("x"), 201)), Version: 1, Wrapped: wrappedKey(1), KEKID: "k"},
+		{Subject: string(bytes.Repeat([]byte("x"), 257)), Version: 1, Wrapped: wrappedKey(1), KEKID: "k"},
 		{Subject: "bad\nsubject", Version: 1, Wrapped: wrappedKey(1), KEKID: "k"},
 	} {
 		if _, err := s.CreateDataKey(ctx, k); !errors.Is(err, outbox.ErrInvalidConfig) {

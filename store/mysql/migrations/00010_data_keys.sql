@@ -4,7 +4,7 @@
 -- the database never sees (kek_id names it; base64 text). Shredding a
 -- subject clears wrapped_key and records when, by whom and why: every
 -- payload sealed with that key can no longer be read. Times are the
--- database clock in Unix milliseconds. Subjects (up to 200 characters of
+-- database clock in Unix milliseconds. Subjects (up to 256 characters of
 -- UTF-8) are bytes, compared byte for byte as on PostgreSQL: no collation
 -- folds case or ignores trailing spaces.
 --
@@ -13,7 +13,7 @@
 -- +goose NO TRANSACTION
 -- +goose Up
 CREATE TABLE IF NOT EXISTS `{{.Outbox}}_keys` (
-    subject         VARBINARY(800) NOT NULL,
+    subject         VARBINARY(1024) NOT NULL,
     version         INT          NOT NULL,
     wrapped_key     TEXT         CHARACTER SET ascii COLLATE ascii_bin NULL,
     kek_id          VARCHAR(200) NOT NULL,

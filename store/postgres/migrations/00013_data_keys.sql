@@ -10,7 +10,7 @@
 SET LOCAL lock_timeout = '10s';
 
 CREATE TABLE IF NOT EXISTS "{{.Outbox}}_keys" (
-    subject        VARCHAR(200) NOT NULL,
+    subject        VARCHAR(256) NOT NULL,
     version        INT          NOT NULL CHECK (version >= 1),
     wrapped_key    TEXT,
     kek_id         VARCHAR(200) NOT NULL,

@@ -8,7 +8,7 @@
 
 -- +goose Up
 CREATE TABLE IF NOT EXISTS "{{.Outbox}}_keys" (
-    subject         TEXT    NOT NULL CHECK (length(subject) <= 200),
+    subject         TEXT    NOT NULL CHECK (length(subject) <= 256),
     version         INTEGER NOT NULL CHECK (version >= 1),
     wrapped_key     TEXT,
     kek_id          TEXT    NOT NULL,
