@@ -318,3 +318,55 @@ func TestConcurrentFirstSealsAgreeOnOneKey(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchReadsEachKeyOnceAndSaysWhatCannotBeRead(t *testing.T) {
+	ctx := context.Background()
+	ring, _ := encrypt.NewKeyring(kek(t, 1))
+	ks := &countingKeys{memKeys: newMemKeys()}
+	b := ring.Batch(ks)
+	var sealed [][]byte
+	for i := range 5 {
+		s, err := b.Seal(ctx, fmt.Sprintf("0190f5e4-8a7b-7c3d-9e1f-00000000000%d", i), "merchant/1", []byte(`{"i":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed = append(sealed, s)
+	}
+	open := ring.Batch(ks)
+	for i, s := range sealed {
+		if _, err := open.Open(ctx, fmt.Sprintf("0190f5e4-8a7b-7c3d-9e1f-00000000000%d", i), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ks.latest != 1 || ks.version != 1 {
+		t.Fatalf("a batch of 5 read the latest key %d times and a version %d times; want once each", ks.latest, ks.version)
+	}
+	if _, err := open.Open(ctx, eventB, sealed[0]); !errors.Is(err, encrypt.ErrUnreadable) {
+		t.Fatalf("a payload moved to another event = %v; want ErrUnreadable", err)
+	}
+	e, _ := encrypt.ParseEnvelope(sealed[0])
+	e.KeyVersion = 9
+	if _, err := open.Open(ctx, eventA, e.Marshal()); !errors.Is(err, encrypt.ErrUnreadable) || !strings.Contains(err.Error(), "version 9") {
+		t.Fatalf("a payload of a key version the store lacks = %v; want ErrUnreadable naming the version", err)
+	}
+	for _, bad := range []string{"", "bad\x01subject", strings.Repeat("é", encrypt.MaxSubjectLen+1), "\xff"} {
+		if _, err := ring.Seal(ctx, ks, eventA, bad, []byte(`{}`)); err == nil {
+			t.Errorf("seal under subject %q succeeded; want an error", bad)
+		}
+	}
+}
+
+type countingKeys struct {
+	*memKeys
+	latest, version int
+}
+
+func (c *countingKeys) LatestDataKey(ctx context.Context, s string) (encrypt.DataKey, bool, error) {
+	c.latest++
+	return c.memKeys.LatestDataKey(ctx, s)
+}
+
+func (c *countingKeys) DataKeyVersion(ctx context.Context, s string, v int) (encrypt.DataKey, bool, error) {
+	c.version++
+	return c.memKeys.DataKeyVersion(ctx, s, v)
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
@@ -37,6 +38,9 @@ type batch struct {
 	// stopped lists the aggregates this batch left undelivered, so that a
 	// later batch in flight holds their events back too.
 	stopped map[string]aggregateState
+	// keys opens sealed payloads, reading each data key once per batch
+	// (decrypt.go); nil until the first sealed one.
+	keys *encrypt.Batch
 }
 
 // dbTime converts a local time to the database clock, anchored at the
@@ -164,10 +168,16 @@ func (b *batch) admit(ctx context.Context, held map[string]aggregateState) sendP
 			heldHere[ev.OrderingKey()] = aggregateState{stopped: true, retryIn: wait}
 			continue
 		}
+		payload, err := b.openPayload(ctx, ev)
+		if err != nil {
+			b.unreadable(ev, &outcomes[i], err, heldHere)
+			continue
+		}
 		if ad.kind == admitProbe {
 			probeAt[route] = len(plan.msgs)
 		}
 		m := ev.Message
+		m.Payload = payload
 		m.Deadline = deadline
 		m.Headers = withAggregateSeq(m.Headers, m.AggregateSeq)
 		plan.msgs = append(plan.msgs, m)

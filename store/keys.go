@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"unicode/utf8"
 
@@ -62,4 +63,77 @@ func ValidateDataKey(k encrypt.DataKey) error {
 		return fmt.Errorf("%w: a key-encryption key id is 1 to 200 bytes", outbox.ErrInvalidConfig)
 	}
 	return nil
+}
+
+// RotateResult counts what RotateDataKeys did.
+type RotateResult struct {
+	// Rewrapped keys were wrapped by a previous key-encryption key and now
+	// are by the current one.
+	Rewrapped int64
+	// AlreadyCurrent keys were wrapped by the current one already (by a
+	// producer since the new key was given, or a rotation run before).
+	AlreadyCurrent int64
+	// Shredded keys have nothing left to rewrap.
+	Shredded int64
+}
+
+// RotateDataKeys rewraps every data key of s with ring's current
+// key-encryption key, a page of pageSize keys at a time (0 means 500).
+// Each key changes in one statement, only if it is still wrapped as read,
+// so producers and relays keep running meanwhile: a process that holds
+// the old and the new key-encryption keys reads every key at every moment.
+// It can run again after a failure; it ends when no key is wrapped by
+// another key-encryption key.
+func RotateDataKeys(ctx context.Context, s Store, ring *encrypt.Keyring, pageSize int) (RotateResult, error) {
+	var res RotateResult
+	if pageSize <= 0 {
+		pageSize = 500
+	}
+	current := ring.Current().KeyID()
+	var after DataKeyCursor
+	for {
+		page, err := s.DataKeys(ctx, after, pageSize)
+		if err != nil {
+			return res, err
+		}
+		if len(page) == 0 {
+			return res, nil
+		}
+		for _, k := range page {
+			switch {
+			case k.Shredded():
+				res.Shredded++
+				continue
+			case k.KEKID == current:
+				res.AlreadyCurrent++
+				continue
+			}
+			rewrapped, err := ring.Rewrap(ctx, k)
+			if err != nil {
+				return res, fmt.Errorf("rotate: %w", err)
+			}
+			ok, err := s.RewrapDataKey(ctx, rewrapped, k.KEKID)
+			if err != nil {
+				return res, fmt.Errorf("rotate: data key of subject %q version %d: %w", k.Subject, k.Version, err)
+			}
+			if ok {
+				res.Rewrapped++
+				continue
+			}
+			// It changed since it was read: shredded, or rewrapped by
+			// another rotation.
+			now, found, err := s.DataKeyVersion(ctx, k.Subject, k.Version)
+			switch {
+			case err != nil:
+				return res, fmt.Errorf("rotate: data key of subject %q version %d: %w", k.Subject, k.Version, err)
+			case found && now.Shredded():
+				res.Shredded++
+			case found && now.KEKID == current:
+				res.AlreadyCurrent++
+			default:
+				return res, fmt.Errorf("rotate: data key of subject %q version %d changed to key-encryption key %s during the rotation; run it again", k.Subject, k.Version, now.KEKID)
+			}
+		}
+		after = After(page[len(page)-1])
+	}
 }
