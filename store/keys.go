@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
@@ -136,4 +138,54 @@ func RotateDataKeys(ctx context.Context, s Store, ring *encrypt.Keyring, pageSiz
 		}
 		after = After(page[len(page)-1])
 	}
+}
+
+// SealedInfo describes a sealed payload to a reader without opening it:
+// whose data key sealed it, and whether that key was shredded. Viewers
+// (`outbox events show`, the admin API) show it in place of the payload.
+type SealedInfo struct {
+	Subject     string     `json:"subject"`
+	KeyVersion  int        `json:"key_version"`
+	Shredded    bool       `json:"shredded,omitempty"`
+	ShreddedAt  *time.Time `json:"shredded_at,omitempty"`
+	ShredReason string     `json:"shred_reason,omitempty"`
+}
+
+// DescribeSealed reports whether payload is sealed and, if so, what
+// SealedInfo says of it; with a key store (nil skips it), whether its key
+// was shredded.
+func DescribeSealed(ctx context.Context, ks encrypt.KeyStore, payload []byte) (SealedInfo, bool, error) {
+	e, err := encrypt.ParseEnvelope(payload)
+	if err != nil {
+		return SealedInfo{}, false, nil
+	}
+	info := SealedInfo{Subject: e.Subject, KeyVersion: e.KeyVersion}
+	if ks == nil {
+		return info, true, nil
+	}
+	k, ok, err := ks.DataKeyVersion(ctx, e.Subject, e.KeyVersion)
+	if err != nil {
+		return info, true, err
+	}
+	if ok && k.Shredded() {
+		at := k.ShreddedAt.UTC()
+		info.Shredded, info.ShreddedAt, info.ShredReason = true, &at, k.ShredReason
+	}
+	return info, true, nil
+}
+
+// Placeholder is the JSON shown in place of a sealed payload:
+// {"encrypted": {"subject": ..., "key_version": ...}}.
+func (i SealedInfo) Placeholder() json.RawMessage {
+	b, _ := json.Marshal(map[string]SealedInfo{"encrypted": i})
+	return b
+}
+
+// String is the placeholder as one line of text.
+func (i SealedInfo) String() string {
+	s := fmt.Sprintf("encrypted (subject %s, key version %d)", i.Subject, i.KeyVersion)
+	if i.Shredded {
+		s += fmt.Sprintf("; its key was shredded at %s (%s): the payload can no longer be read", i.ShreddedAt.Format(time.RFC3339), i.ShredReason)
+	}
+	return s
 }
