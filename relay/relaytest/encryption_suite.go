@@ -35,6 +35,7 @@ func RunEncryption(t *testing.T, newHarness storetest.Factory) {
 		{"MarkerInNoTableGatewayGetsPlaintext", testMarkerInNoTable},
 		{"RotationWhileDelivering", testRotationWhileDelivering},
 		{"ShreddedSubjectNeverSent", testShreddedSubject},
+		{"EnvelopeWrittenByPlainSQL", testEnvelopeFromPlainSQL},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

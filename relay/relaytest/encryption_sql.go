@@ -1,0 +1,109 @@
+package relaytest
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
+	"github.com/txoutbox/outbox/store/storetest"
+)
+
+// testEnvelopeFromPlainSQL is a producer in another language: with the
+// standard AES-GCM primitives alone it follows docs/ENCRYPTION.md to make
+// a data key, wrap it, store it and seal a payload, and writes both rows
+// with plain SQL. The relay opens it and the sink receives the plaintext.
+func testEnvelopeFromPlainSQL(t *testing.T, h *storetest.Harness) {
+	ctx := context.Background()
+	kekBytes := bytes.Repeat([]byte{0x5a}, 32)
+	bind := h.Bind
+	if bind == nil {
+		bind = func(q string) string { return q }
+	}
+
+	// The key-encryption key's id: "kek-" and the first 8 bytes, in hex,
+	// of SHA-256("outbox-kek-id-v1\x00" + key).
+	sum := sha256.Sum256(append([]byte("outbox-kek-id-v1\x00"), kekBytes...))
+	kekID := "kek-" + hex.EncodeToString(sum[:8])
+
+	// A data key, wrapped: nonce || AES-256-GCM(kek, nonce, key, "outbox-data-key-v1\x00" + kek id).
+	dataKey := randomBytes(t, 32)
+	wrapNonce := randomBytes(t, 12)
+	wrapped := append(wrapNonce, gcm(t, kekBytes).Seal(nil, wrapNonce, dataKey, []byte("outbox-data-key-v1\x00"+kekID))...)
+	const subject = "merchant/m-77"
+	if _, err := h.SQL.ExecContext(ctx, bind("INSERT INTO "+h.Table+"_keys (subject, version, wrapped_key, kek_id, created_at_ms) VALUES (?, ?, ?, ?, ?)"),
+		subject, 1, base64.StdEncoding.EncodeToString(wrapped), kekID, time.Now().UnixMilli()); err != nil {
+		t.Fatalf("insert the data key: %v", err)
+	}
+
+	// The payload, sealed for the event id the producer chose.
+	eventID := outbox.NewEventID().String()
+	plain := []byte(`{"merchant":"m-77","iban":"DE89370400440532013000"}`)
+	nonce := randomBytes(t, 12)
+	ad := "outbox-payload-v1\x00" + eventID + "\x00" + subject + "\x00"
+	envelope, err := json.Marshal(map[string]any{
+		"outbox_encrypted": 1, "subject": subject, "key_version": 1,
+		"nonce":      base64.StdEncoding.EncodeToString(nonce),
+		"ciphertext": base64.StdEncoding.EncodeToString(gcm(t, dataKey).Seal(nil, nonce, plain, []byte(ad))),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.SQL.ExecContext(ctx, bind("INSERT INTO "+h.Table+" (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?, ?)"),
+		eventID, "merchant", "m-77", "PayoutRequested", string(envelope)); err != nil {
+		t.Fatalf("insert the event: %v", err)
+	}
+
+	kek, err := encrypt.NewLocalKEK(kekBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := encrypt.NewKeyring(kek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &payloadSink{}
+	cfg := testConfig(h, sk, "enc-sql")
+	cfg.Encryption = ring
+	drain(t, newRelay(t, cfg), 60*time.Second)
+	id, err := outbox.ParseEventID(eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, sent := sk.get(id)
+	if !sent || !bytes.Equal(compact(t, got), compact(t, plain)) {
+		rec, _ := h.Store.GetEvent(ctx, id)
+		t.Fatalf("the sink received %s (sent %v); want the plaintext (event %s: %s)", got, sent, rec.Status, rec.LastError)
+	}
+}
+
+func gcm(t *testing.T, key []byte) cipher.AEAD {
+	t.Helper()
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aead
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
