@@ -42,7 +42,7 @@ func TestEncryptedPayloadsNeverShown(t *testing.T) {
 				} `json:"payload"`
 			}
 			for _, token := range []string{viewerToken, operatorToken} {
-				a := client{t, base, token}.get("/api/v1/events/" + id.String()).want(t, 200)
+				a := client{t, base, token}.get("/api/v1/events/"+id.String()).want(t, 200)
 				if contains(string(a.body), "4111-secret-pan") || contains(string(a.body), "ciphertext") {
 					t.Fatalf("the answer shows the payload or its ciphertext: %s", a.body)
 				}
