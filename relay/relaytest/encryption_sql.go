@@ -10,11 +10,14 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/encrypt"
+	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -25,10 +28,7 @@ import (
 func testEnvelopeFromPlainSQL(t *testing.T, h *storetest.Harness) {
 	ctx := context.Background()
 	kekBytes := bytes.Repeat([]byte{0x5a}, 32)
-	bind := h.Bind
-	if bind == nil {
-		bind = func(q string) string { return q }
-	}
+	bind := bindOf(h)
 
 	// The key-encryption key's id: "kek-" and the first 8 bytes, in hex,
 	// of SHA-256("outbox-kek-id-v1\x00" + key).
@@ -84,6 +84,57 @@ func testEnvelopeFromPlainSQL(t *testing.T, h *storetest.Harness) {
 		rec, _ := h.Store.GetEvent(ctx, id)
 		t.Fatalf("the sink received %s (sent %v); want the plaintext (event %s: %s)", got, sent, rec.Status, rec.LastError)
 	}
+}
+
+// testRelayWithoutKeyGivesBack: a relay given no key-encryption key, or
+// another one, never sends a sealed payload nor fails its event: it gives
+// the event back PENDING, due 30 s later, no retry counted, and logs why;
+// a relay that has the key then delivers it.
+func testRelayWithoutKeyGivesBack(t *testing.T, h *storetest.Harness) {
+	ctx := context.Background()
+	ring := storetest.TestKeyring(t, 3)
+	id := storetest.EnqueueIn(t, h.Sealing(t, ring), storetest.PaymentEvent("nokey", 1))[0]
+	for _, wrong := range []*encrypt.Keyring{nil, storetest.TestKeyring(t, 4)} {
+		sk := &payloadSink{}
+		var logs testenv.Buffer
+		cfg := testConfig(h, sk, "enc-nokey")
+		cfg.Encryption = wrong
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		stop := runRelays(t, newRelay(t, cfg))
+		waitFor(t, 30*time.Second, func() bool {
+			rec, err := h.Store.GetEvent(ctx, id)
+			return err == nil && rec.Status == outbox.StatusPending && rec.AvailableAt.After(rec.CreatedAt.Add(10*time.Second))
+		}, func() string { return "the event was never given back for later" })
+		stop()
+		rec, err := h.Store.GetEvent(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sk.count() != 0 || rec.RetryCount != 0 {
+			t.Fatalf("with keyring %v: %d sent, %d retries counted; want none", wrong != nil, sk.count(), rec.RetryCount)
+		}
+		if !strings.Contains(logs.String(), "could not be opened") || !strings.Contains(logs.String(), id.String()) {
+			t.Fatalf("with keyring %v the relay logged no reason naming the event:\n%s", wrong != nil, logs.String())
+		}
+		// Due now again, for the next relay.
+		if _, err := h.SQL.ExecContext(ctx, bindOf(h)("UPDATE "+h.Table+" SET available_at = created_at WHERE event_id = ?"), id.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sk := &payloadSink{}
+	cfg := testConfig(h, sk, "enc-withkey")
+	cfg.Encryption = ring
+	drain(t, newRelay(t, cfg), 60*time.Second)
+	if got, sent := sk.get(id); !sent || !bytes.Equal(compact(t, got), compact(t, storetest.PaymentEvent("nokey", 1).Payload)) {
+		t.Fatalf("the relay with the key sent %s (sent %v)", got, sent)
+	}
+}
+
+func bindOf(h *storetest.Harness) func(string) string {
+	if h.Bind == nil {
+		return func(q string) string { return q }
+	}
+	return h.Bind
 }
 
 func gcm(t *testing.T, key []byte) cipher.AEAD {

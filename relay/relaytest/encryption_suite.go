@@ -36,6 +36,7 @@ func RunEncryption(t *testing.T, newHarness storetest.Factory) {
 		{"RotationWhileDelivering", testRotationWhileDelivering},
 		{"ShreddedSubjectNeverSent", testShreddedSubject},
 		{"EnvelopeWrittenByPlainSQL", testEnvelopeFromPlainSQL},
+		{"RelayWithoutTheKeyGivesBack", testRelayWithoutKeyGivesBack},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
