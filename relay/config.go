@@ -119,7 +119,9 @@ type Config struct {
 	// reach the sink, which receives the plaintext; the store keeps the
 	// sealed bytes in every table. Nil: a sealed payload is given back
 	// unsent, for a relay that has the key. A payload whose data key was
-	// shredded ends FAILED, never sent.
+	// shredded ends FAILED, never sent. A payload a producer wrote in plain
+	// is sealed in its row (under its aggregate's key) when the relay
+	// claims it, before it is sent.
 	Encryption *encrypt.Keyring
 	// Keys is where Encryption reads the data keys; default the Store
 	// (every store.Store keeps them in <table>_keys).

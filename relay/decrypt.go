@@ -46,6 +46,51 @@ func (b *batch) openPayload(ctx context.Context, ev *store.Claimed) ([]byte, err
 	return b.keys.Open(ctx, ev.EventID.String(), ev.Payload)
 }
 
+// pendingSealer is a store that can seal the plain payloads of pending
+// rows (every store.Store; a CDC source may not).
+type pendingSealer interface {
+	SealPending(ctx context.Context, rows []store.SealedPayload) (int64, error)
+}
+
+// sealLater notes ev, whose payload a producer wrote in plain, to be
+// sealed in its row before the batch is sent (sealPlain): with
+// encryption on, a plain payload is stored sealed from the relay's first
+// claim on, and so is its dead letter. Its subject is its aggregate.
+func (b *batch) sealLater(ctx context.Context, ev *store.Claimed) {
+	r := b.relay
+	if r.cfg.Encryption == nil || encrypt.IsSealed(ev.Payload) {
+		return
+	}
+	if _, ok := r.cfg.Store.(pendingSealer); !ok {
+		return
+	}
+	if b.keys == nil {
+		ks := r.cfg.keyStore()
+		if ks == nil {
+			return
+		}
+		b.keys = r.cfg.Encryption.Batch(ks)
+	}
+	sealed, err := b.keys.Seal(ctx, ev.EventID.String(), encrypt.DefaultSubject(ev.AggregateType, ev.AggregateID), ev.Payload)
+	if err != nil {
+		r.log.Warn("a plain payload could not be sealed; it is sent, and stays in plain in its row", "event_id", ev.EventID.String(), "err", err)
+		return
+	}
+	b.toSeal = append(b.toSeal, store.SealedPayload{ID: ev.ID, EventID: ev.EventID, Payload: sealed})
+}
+
+// sealPlain stores the envelopes sealLater made in their rows.
+func (b *batch) sealPlain(ctx context.Context) {
+	if len(b.toSeal) == 0 {
+		return
+	}
+	r := b.relay
+	if _, err := r.cfg.Store.(pendingSealer).SealPending(ctx, b.toSeal); err != nil {
+		r.log.Warn("plain payloads could not be sealed in their rows; they are sent, and stay in plain", "events", len(b.toSeal), "err", err)
+	}
+	b.toSeal = nil
+}
+
 var (
 	errNoKeyring  = errors.New("the payload is sealed and this relay has no key-encryption key (--encryption-key-file or --encryption-key-env; relay.Config.Encryption)")
 	errNoKeyStore = errors.New("the payload is sealed and the relay's store keeps no data keys (relay.Config.Keys)")

@@ -41,6 +41,9 @@ type batch struct {
 	// keys opens sealed payloads, reading each data key once per batch
 	// (decrypt.go); nil until the first sealed one.
 	keys *encrypt.Batch
+	// toSeal are the envelopes of the plain payloads admit found, stored
+	// in their rows before the batch is sent (decrypt.go).
+	toSeal []store.SealedPayload
 }
 
 // dbTime converts a local time to the database clock, anchored at the
@@ -70,6 +73,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	// The aggregates whose events this batch gave back unsent stay held
 	// for the batches claimed behind it.
 	b.stopped = plan.heldHere
+	b.sealPlain(ctx)
 	if len(plan.msgs) == 0 {
 		return plan.outcomes
 	}
@@ -176,6 +180,7 @@ func (b *batch) admit(ctx context.Context, held map[string]aggregateState) sendP
 		if ad.kind == admitProbe {
 			probeAt[route] = len(plan.msgs)
 		}
+		b.sealLater(ctx, ev)
 		m := ev.Message
 		m.Payload = payload
 		m.Deadline = deadline

@@ -27,6 +27,14 @@ func After(k encrypt.DataKey) DataKeyCursor {
 	return DataKeyCursor{Subject: k.Subject, Version: k.Version}
 }
 
+// SealedPayload is the envelope that replaces the plain payload of the
+// row ID, of the event EventID (Store.SealPending).
+type SealedPayload struct {
+	ID      int64
+	EventID outbox.EventID
+	Payload []byte
+}
+
 // Shred asks to delete every version of a subject's data key.
 type Shred struct {
 	Subject string

@@ -131,6 +131,12 @@ type Store interface {
 	// the key is still wrapped by fromKEK and not shredded, and reports
 	// whether it did.
 	RewrapDataKey(ctx context.Context, k encrypt.DataKey, fromKEK string) (bool, error)
+	// SealPending replaces the payloads of rows a producer that does not
+	// encrypt wrote in plain with their envelopes, each only while the row
+	// is PENDING (a claimed row is; the relay seals what it claims); it
+	// refuses a payload that is not an envelope and returns how many rows
+	// it changed.
+	SealPending(ctx context.Context, rows []SealedPayload) (int64, error)
 	// ShredDataKeys deletes the wrapped bytes of every version of a
 	// subject's data key, keeping the rows with when, by whom and why; it
 	// returns how many versions it shredded (0 when none was left).

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/testenv"
+	"github.com/txoutbox/outbox/sink/httpsink"
 	"github.com/txoutbox/outbox/store/storetest"
 )
 
@@ -127,6 +129,51 @@ func testRelayWithoutKeyGivesBack(t *testing.T, h *storetest.Harness) {
 	drain(t, newRelay(t, cfg), 60*time.Second)
 	if got, sent := sk.get(id); !sent || !bytes.Equal(compact(t, got), compact(t, storetest.PaymentEvent("nokey", 1).Payload)) {
 		t.Fatalf("the relay with the key sent %s (sent %v)", got, sent)
+	}
+}
+
+// testPlainRowsSealedByTheRelay: rows a producer wrote in plain by SQL are
+// sealed in place when a relay with encryption on claims them: the
+// gateway receives the plaintext, and afterwards no table holds it, the
+// dead letter of the one that failed included.
+func testPlainRowsSealedByTheRelay(t *testing.T, h *storetest.Harness) {
+	ctx := context.Background()
+	marker := newMarker(t)
+	insert := bindOf(h)("INSERT INTO " + h.Table + " (aggregate_type, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?)")
+	for _, p := range []struct{ agg, payload string }{
+		{"plain-ok", `{"card":"` + marker + `"}`},
+		{"plain-bad", `{"card":"` + marker + `","fail":true}`},
+	} {
+		if _, err := h.SQL.ExecContext(ctx, insert, "payment", p.agg, "Approved", p.payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw := &markerGateway{}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	sk, err := httpsink.New(httpsink.Config{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(h, sk, "enc-plain")
+	cfg.Encryption = storetest.TestKeyring(t, 6)
+	drain(t, newRelay(t, cfg), 60*time.Second)
+	got := gw.received()
+	if len(got) != 2 || !bytes.Contains(got[0], []byte(marker)) || !bytes.Contains(got[1], []byte(marker)) {
+		t.Fatalf("the gateway received %q; want both plaintexts", got)
+	}
+	if n := storetest.CountStatus(t, h.Store, outbox.StatusFailed); n != 1 {
+		t.Fatalf("%d events FAILED; want the one the gateway refused", n)
+	}
+	for _, table := range outboxTables(t, h) {
+		if _, text := tableText(t, h, table); strings.Contains(text, marker) {
+			t.Errorf("table %s still holds the plaintext after the relay sealed the rows", table)
+		}
+	}
+	for _, subject := range []string{"payment/plain-ok", "payment/plain-bad"} {
+		if _, ok, err := h.Store.LatestDataKey(ctx, subject); err != nil || !ok {
+			t.Errorf("no data key for %s: %v", subject, err)
+		}
 	}
 }
 

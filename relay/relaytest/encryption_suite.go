@@ -37,6 +37,7 @@ func RunEncryption(t *testing.T, newHarness storetest.Factory) {
 		{"ShreddedSubjectNeverSent", testShreddedSubject},
 		{"EnvelopeWrittenByPlainSQL", testEnvelopeFromPlainSQL},
 		{"RelayWithoutTheKeyGivesBack", testRelayWithoutKeyGivesBack},
+		{"PlainRowsSealedByTheRelay", testPlainRowsSealedByTheRelay},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

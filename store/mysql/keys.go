@@ -58,3 +58,13 @@ func (s *Store) ShredDataKeys(ctx context.Context, sh store.Shred) (n int64, err
 	})
 	return n, s.wrap("shred data keys", err)
 }
+
+// SealPending implements store.Store: one READ COMMITTED transaction,
+// retried on deadlocks.
+func (s *Store) SealPending(ctx context.Context, rows []store.SealedPayload) (n int64, err error) {
+	err = s.inTx(ctx, "seal plain payloads", func(tx *sql.Tx) (err error) {
+		n, err = s.keys(keysql.SQL(tx)).SealPending(ctx, rows)
+		return err
+	})
+	return n, s.wrap("seal plain payloads", err)
+}

@@ -95,3 +95,12 @@ func (s *Store) ShredDataKeys(ctx context.Context, sh store.Shred) (int64, error
 	n, err := s.keys(s.pool).Shred(ctx, sh)
 	return n, s.wrap("shred data keys", err)
 }
+
+// SealPending implements store.Store: one transaction.
+func (s *Store) SealPending(ctx context.Context, rows []store.SealedPayload) (n int64, err error) {
+	err = pgx.BeginFunc(context.WithoutCancel(ctx), s.pool, func(tx pgx.Tx) (err error) {
+		n, err = s.keys(tx).SealPending(ctx, rows)
+		return err
+	})
+	return n, s.wrap("seal plain payloads", err)
+}

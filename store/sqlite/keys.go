@@ -58,3 +58,12 @@ func (s *Store) ShredDataKeys(ctx context.Context, sh store.Shred) (n int64, err
 	})
 	return n, s.wrap("shred data keys", err)
 }
+
+// SealPending implements store.Store: one BEGIN IMMEDIATE transaction.
+func (s *Store) SealPending(ctx context.Context, rows []store.SealedPayload) (n int64, err error) {
+	err = s.writeTx(ctx, func(c *sql.Conn, _ string) (err error) {
+		n, err = s.keys(keysql.SQL(c)).SealPending(ctx, rows)
+		return err
+	})
+	return n, s.wrap("seal plain payloads", err)
+}

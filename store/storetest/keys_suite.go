@@ -19,6 +19,10 @@ import (
 // shredding with its audit, and that a keyring over the store seals and
 // opens payloads until a subject is shredded.
 func RunDataKeys(t *testing.T, newHarness Factory) {
+	t.Run("SealPendingPlainPayloads", func(t *testing.T) {
+		t.Parallel()
+		testSealPending(t, newHarness(t))
+	})
 	tests := []struct {
 		name string
 		fn   func(*testing.T, store.Store)
@@ -260,5 +264,55 @@ func testKeyringOverStore(t *testing.T, s store.Store) {
 	}
 	if pt, err := ring.Open(ctx, s, b, sealedB); err != nil || string(pt) != `{"pan":"MARKER-B"}` {
 		t.Fatalf("the other subject after the shred = %s, %v", pt, err)
+	}
+}
+
+func testSealPending(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	ids := Enqueue(t, h, PaymentEvent("plain", 1), PaymentEvent("done", 1))
+	claim, err := h.Store.Claim(ctx, store.ClaimRequest{RelayID: "sealer", Limit: 10, Lease: time.Minute})
+	if err != nil || len(claim.Events) != 2 {
+		t.Fatalf("claim = %+v, %v; want the two events", claim, err)
+	}
+	rows := map[outbox.EventID]int64{}
+	for _, e := range claim.Events {
+		rows[e.EventID] = e.ID
+	}
+	// The second one is delivered first: a finished row is never changed.
+	if _, err := h.Store.Complete(ctx, store.CompleteRequest{Token: claim.Token, RelayID: "sealer", Outcomes: []store.Outcome{
+		{ID: rows[ids[1]], EventID: ids[1], Kind: store.Delivered, Attempt: 1, Attempted: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	seal := func(id outbox.EventID, aggregate string) []byte {
+		b, err := encrypt.Seal(bytes.Repeat([]byte{1}, 32), id.String(), "payment/"+aggregate, 1, PaymentEvent(aggregate, 1).Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if _, err := h.Store.SealPending(ctx, []store.SealedPayload{{ID: rows[ids[0]], EventID: ids[0], Payload: []byte(`{"plain":1}`)}}); !errors.Is(err, outbox.ErrInvalidConfig) {
+		t.Fatalf("seal with a payload that is no envelope = %v; want ErrInvalidConfig", err)
+	}
+	n, err := h.Store.SealPending(ctx, []store.SealedPayload{
+		{ID: rows[ids[0]], EventID: ids[1], Payload: seal(ids[0], "plain")}, // another event's id: no row
+		{ID: rows[ids[1]], EventID: ids[1], Payload: seal(ids[1], "done")},  // PROCESSED: left alone
+	})
+	if err != nil || n != 0 {
+		t.Fatalf("seal of rows that do not match = %d, %v; want nothing changed", n, err)
+	}
+	for _, id := range ids {
+		if rec, _ := h.Store.GetEvent(ctx, id); encrypt.IsSealed(rec.Payload) {
+			t.Fatalf("event %s was sealed by a seal that should change nothing", id)
+		}
+	}
+	if n, err := h.Store.SealPending(ctx, []store.SealedPayload{{ID: rows[ids[0]], EventID: ids[0], Payload: seal(ids[0], "plain")}}); err != nil || n != 1 {
+		t.Fatalf("seal of the pending row = %d, %v; want 1 row", n, err)
+	}
+	rec, err := h.Store.GetEvent(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err := encrypt.ParseEnvelope(rec.Payload); err != nil || env.Subject != "payment/plain" {
+		t.Fatalf("payload after the seal = %s, %v; want the envelope", rec.Payload, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/sqltext"
 	"github.com/txoutbox/outbox/store"
@@ -62,13 +63,13 @@ func (c sqlConn) QueryRow(ctx context.Context, query string, args ...any) Row {
 
 type names struct {
 	dialect.Dialect
-	Q     string
-	Keys  string
-	Limit int
+	Q            string
+	Keys, Outbox string
+	Limit        int
 }
 
 func render(d dialect.Dialect, t store.Tables, name string, limit int) string {
-	return statements.MustRenderNamed("keysql."+name, names{Dialect: d, Q: d.Quote, Keys: t.KeyTable(), Limit: limit})
+	return statements.MustRenderNamed("keysql."+name, names{Dialect: d, Q: d.Quote, Keys: t.KeyTable(), Outbox: t.Outbox, Limit: limit})
 }
 
 // Keys is the data keys of one outbox on one connection or transaction:
@@ -123,6 +124,23 @@ func (k Keys) Shred(ctx context.Context, s store.Shred) (int64, error) {
 		return 0, err
 	}
 	return k.Conn.Exec(ctx, render(k.Dialect, k.Tables, "shred", 0), s.Actor, s.Reason, s.Subject)
+}
+
+// SealPending stores the sealed payloads of rows still PENDING, and
+// returns how many it changed.
+func (k Keys) SealPending(ctx context.Context, rows []store.SealedPayload) (int64, error) {
+	var n int64
+	for _, r := range rows {
+		if !encrypt.IsSealed(r.Payload) {
+			return n, fmt.Errorf("%w: the payload of row %d is not a sealed envelope", outbox.ErrInvalidConfig, r.ID)
+		}
+		changed, err := k.Conn.Exec(ctx, render(k.Dialect, k.Tables, "seal_pending", 0), string(r.Payload), r.ID, r.EventID.String())
+		if err != nil {
+			return n, err
+		}
+		n += changed
+	}
+	return n, nil
 }
 
 // Page reads up to limit keys after the cursor, in (subject, version)

@@ -29,6 +29,12 @@
 {{define "keysql.rewrap"}}UPDATE {{.Q}}{{.Keys}}{{.Q}} SET wrapped_key = {{.P 1}}, kek_id = {{.P 2}}, rewrapped_at_ms = {{.ClockMS}}
 		WHERE subject = {{.P 3}} AND version = {{.P 4}} AND kek_id = {{.P 5}} AND wrapped_key IS NOT NULL{{end}}
 
+-- keysql.seal_pending replaces the plain payload of an event not yet
+-- finished with its envelope (a claimed event stays PENDING; its claim
+-- lives in the claims table). The event id must match the one sealed in.
+{{define "keysql.seal_pending"}}UPDATE {{.Q}}{{.Outbox}}{{.Q}} SET payload = {{.P 1}}
+		WHERE id = {{.P 2}} AND event_id = {{.P 3}} AND status = 'PENDING'{{end}}
+
 -- keysql.shred deletes every version of a subject's data key and records
 -- when, by whom and why.
 {{define "keysql.shred"}}UPDATE {{.Q}}{{.Keys}}{{.Q}} SET wrapped_key = NULL, shredded_at_ms = {{.ClockMS}}, shredded_by = {{.P 1}},
