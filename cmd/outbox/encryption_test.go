@@ -162,3 +162,59 @@ func writeKey(t *testing.T, dir, name string) string {
 	}
 	return text
 }
+
+// TestFanOutEncrypted: with a destinations file and encryption on, each
+// destination's relay opens the sealed payloads copied into its table with
+// the data keys of the outbox table they came from: both destinations
+// receive the plaintext, and `events show --config` shows every copy
+// sealed. On each database.
+func TestFanOutEncrypted(t *testing.T) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, table := bc.dsn(t), newTable()
+			dir := t.TempDir()
+			writeKey(t, dir, "kek")
+			key := filepath.Join(dir, "kek")
+			var mu sync.Mutex
+			got := map[string][]string{}
+			record := func(name string) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					b, _ := io.ReadAll(r.Body)
+					mu.Lock()
+					got[name] = append(got[name], string(b))
+					mu.Unlock()
+				})
+			}
+			gw, audit := httptest.NewServer(record("gateway")), httptest.NewServer(record("audit"))
+			t.Cleanup(gw.Close)
+			t.Cleanup(audit.Close)
+			file := filepath.Join(dir, "destinations.yaml")
+			body := "destinations:\n  gateway: { url: \"" + gw.URL + "\" }\n  audit: { url: \"" + audit.URL + "\" }\n" +
+				"routes:\n  - match: { aggregate_type: payment }\n    to: [gateway, audit]\n"
+			if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			const marker = "MARKER-5500000000000004"
+			mustCLI(t, "", "migrate", "--db", dsn, "--table", table, "--config", file)
+			ids := strings.Fields(mustCLI(t, `{"aggregate_type":"payment","aggregate_id":"f-1","event_type":"Approved","payload":{"card":"`+marker+`"}}`,
+				"enqueue", "--db", dsn, "--table", table, "--encryption-key-file", key))
+			if len(ids) != 1 {
+				t.Fatalf("enqueue printed %v", ids)
+			}
+			mustCLI(t, "", "relay", "--db", dsn, "--table", table, "--config", file, "--drain", "--poll-interval", "10ms",
+				"--progress", "0", "--encryption-key-file", key)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, name := range []string{"gateway", "audit"} {
+				if len(got[name]) != 1 || !strings.Contains(got[name][0], marker) {
+					t.Errorf("destination %s received %q; want the plaintext once", name, got[name])
+				}
+			}
+			show := mustCLI(t, "", "events", "show", ids[0], "--db", dsn, "--table", table, "--config", file)
+			if strings.Contains(show, marker) || strings.Count(show, "encrypted (subject payment/f-1, key version 1)") != 3 {
+				t.Errorf("events show --config should show the event and its two copies sealed:\n%s", show)
+			}
+		})
+	}
+}
