@@ -26,6 +26,13 @@ type Event struct {
 	// Payload is the event body. It must be valid JSON; it is delivered
 	// byte for byte as given.
 	Payload json.RawMessage
+	// EncryptionSubject names whose data key seals the payload when the
+	// writer encrypts payloads (docs/ENCRYPTION.md): a merchant or a
+	// customer, e.g. "customer/981", so that shredding that subject's key
+	// makes every payload about it unreadable. Empty means the aggregate,
+	// "<AggregateType>/<AggregateID>". It is ignored when encryption is
+	// off, and is not stored apart from the sealed payload.
+	EncryptionSubject string
 	// Headers travel with the event: trace context, a correlation id, or
 	// anything else. Keys are HTTP-token characters; values must not
 	// contain control characters.
@@ -74,6 +81,9 @@ const (
 	MaxAggregateTypeLen = 100
 	MaxAggregateIDLen   = 100
 	MaxEventTypeLen     = 200
+	// MaxEncryptionSubjectLen bounds Event.EncryptionSubject (the data
+	// keys' table holds 256 characters).
+	MaxEncryptionSubjectLen = 256
 )
 
 // Limits bounds what one event may carry. The zero value means the defaults.
@@ -139,6 +149,16 @@ func (e *Event) validate(i int, l Limits) error {
 		}
 		if hasControl(f.value) {
 			return bad(f.name, "contains a control character; use printable text")
+		}
+	}
+	if sub := e.EncryptionSubject; sub != "" {
+		switch n := utf8.RuneCountInString(sub); {
+		case !utf8.ValidString(sub):
+			return bad("encryption_subject", "is not valid UTF-8")
+		case n > MaxEncryptionSubjectLen:
+			return bad("encryption_subject", "is %d characters long; the limit is %d", n, MaxEncryptionSubjectLen)
+		case hasControl(sub):
+			return bad("encryption_subject", "contains a control character; use printable text")
 		}
 	}
 	if len(e.Payload) == 0 {

@@ -329,6 +329,15 @@ func (h *Handler) detail(r *http.Request, id outbox.EventID, who Identity) (even
 		}
 	} else {
 		d.Payload, d.Headers = rec.Payload, rec.Headers
+		// A sealed payload is never opened here: the admin holds no
+		// key-encryption key. It shows whose data key sealed it instead.
+		info, sealed, err := store.DescribeSealed(r.Context(), h.st, rec.Payload)
+		if err != nil {
+			return eventDetail{}, err
+		}
+		if sealed {
+			d.Payload = info.Placeholder()
+		}
 	}
 	for _, a := range atts {
 		d.Attempts = append(d.Attempts, attemptFromStore(a))

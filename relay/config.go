@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/sink"
 )
 
@@ -113,6 +114,18 @@ type Config struct {
 	// StopTimeout bounds how long a stopping relay keeps publishing the
 	// batch in flight before it releases the rest. Default 10s.
 	StopTimeout time.Duration
+
+	// Encryption opens sealed payloads (docs/ENCRYPTION.md) before they
+	// reach the sink, which receives the plaintext; the store keeps the
+	// sealed bytes in every table. Nil: a sealed payload is given back
+	// unsent, for a relay that has the key. A payload whose data key was
+	// shredded ends FAILED, never sent. A payload a producer wrote in plain
+	// is sealed in its row (under its aggregate's key) when the relay
+	// claims it, before it is sent.
+	Encryption *encrypt.Keyring
+	// Keys is where Encryption reads the data keys; default the Store
+	// (every store.Store keeps them in <table>_keys).
+	Keys encrypt.KeyStore
 
 	// Breaker configures the circuit breaker of each route (see
 	// BreakerConfig). The store keeps its state (Store.Routes and
@@ -224,6 +237,8 @@ func (c Config) validate() error {
 		return bad("relay needs a Store")
 	case c.Sink == nil:
 		return bad("relay needs a Sink")
+	case c.Encryption != nil && c.keyStore() == nil:
+		return bad("relay has Encryption but no key store: set Config.Keys, or use a store that keeps data keys")
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return bad("batch size %d is out of range: use 1 to 10000", c.BatchSize)
 	case c.PollInterval < time.Millisecond:

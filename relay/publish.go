@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/textlimit"
 	"github.com/txoutbox/outbox/sink"
 	"github.com/txoutbox/outbox/store"
@@ -37,6 +38,12 @@ type batch struct {
 	// stopped lists the aggregates this batch left undelivered, so that a
 	// later batch in flight holds their events back too.
 	stopped map[string]aggregateState
+	// keys opens sealed payloads, reading each data key once per batch
+	// (decrypt.go); nil until the first sealed one.
+	keys *encrypt.Batch
+	// toSeal are the envelopes of the plain payloads admit found, stored
+	// in their rows before the batch is sent (decrypt.go).
+	toSeal []store.SealedPayload
 }
 
 // dbTime converts a local time to the database clock, anchored at the
@@ -66,6 +73,7 @@ func (b *batch) deliver(ctx context.Context, held map[string]aggregateState) []s
 	// The aggregates whose events this batch gave back unsent stay held
 	// for the batches claimed behind it.
 	b.stopped = plan.heldHere
+	b.sealPlain(ctx)
 	if len(plan.msgs) == 0 {
 		return plan.outcomes
 	}
@@ -167,10 +175,17 @@ func (b *batch) admit(ctx context.Context, held map[string]aggregateState) sendP
 			heldHere[ev.OrderingKey()] = aggregateState{stopped: true, retryIn: wait}
 			continue
 		}
+		payload, err := b.openPayload(ctx, ev)
+		if err != nil {
+			b.unreadable(ev, &outcomes[i], err, heldHere)
+			continue
+		}
 		if ad.kind == admitProbe {
 			probeAt[route] = len(plan.msgs)
 		}
+		b.sealLater(ctx, ev)
 		m := ev.Message
+		m.Payload = payload
 		m.Deadline = deadline
 		m.Headers = withAggregateSeq(m.Headers, m.AggregateSeq)
 		plan.msgs = append(plan.msgs, m)

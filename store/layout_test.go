@@ -31,6 +31,7 @@ var backendSteps = []string{
 	"sweep.go",    // the sweeper: expired leases, expiry, block/unblock
 	"compensate.go",
 	"routes.go",   // the circuit breaker's stored state
+	"keys.go",     // the data keys of payload encryption
 	"admin.go",    // the operator: stats, list, requeue, skip, purge
 	"snapshot.go", // the metrics' snapshot
 	"fanout.go",   // the fan-out: copies into a destination's table, event types

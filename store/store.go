@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 )
 
 // Store is the whole contract between the relay, the operator's tools
@@ -108,6 +109,38 @@ type Store interface {
 	// unfinished events (PENDING, PROCESSING, BLOCKED, FAILED), ordered by
 	// event type then aggregate type, with how many events each has.
 	EventTypes(ctx context.Context) ([]EventTypes, error)
+
+	// --- payload encryption: the subjects' data keys, wrapped by a
+	// key-encryption key the store never sees, in <table>_keys (see
+	// keys.go and package encrypt). The first three make the store an
+	// encrypt.KeyStore ---
+
+	// CreateDataKey stores k unless the subject has a key of that version;
+	// it returns the stored key (the other one when it lost a race).
+	CreateDataKey(ctx context.Context, k encrypt.DataKey) (encrypt.DataKey, error)
+	// LatestDataKey returns the subject's key of the highest version,
+	// shredded or not; ok is false when it has none.
+	LatestDataKey(ctx context.Context, subject string) (k encrypt.DataKey, ok bool, err error)
+	// DataKeyVersion returns one version of the subject's key; ok is false
+	// when there is none.
+	DataKeyVersion(ctx context.Context, subject string, version int) (k encrypt.DataKey, ok bool, err error)
+	// DataKeys returns up to limit keys after the cursor, in (subject,
+	// version) order: what a rotation walks.
+	DataKeys(ctx context.Context, after DataKeyCursor, limit int) ([]encrypt.DataKey, error)
+	// RewrapDataKey stores k's new wrapping (k.Wrapped, k.KEKID) only if
+	// the key is still wrapped by fromKEK and not shredded, and reports
+	// whether it did.
+	RewrapDataKey(ctx context.Context, k encrypt.DataKey, fromKEK string) (bool, error)
+	// SealPending replaces the payloads of rows a producer that does not
+	// encrypt wrote in plain with their envelopes, each only while the row
+	// is PENDING (a claimed row is; the relay seals what it claims); it
+	// refuses a payload that is not an envelope and returns how many rows
+	// it changed.
+	SealPending(ctx context.Context, rows []SealedPayload) (int64, error)
+	// ShredDataKeys deletes the wrapped bytes of every version of a
+	// subject's data key, keeping the rows with when, by whom and why; it
+	// returns how many versions it shredded (0 when none was left).
+	ShredDataKeys(ctx context.Context, s Shred) (int64, error)
 
 	// --- the operator: figures, reads and actions on events ---
 

@@ -270,7 +270,9 @@ func TestUpgradeTableAdoptedEarlier(t *testing.T) {
 				`DELETE FROM ` + tt.table + `_dead_letters`,
 				`DELETE FROM ` + tt.table + `_attempts WHERE outcome = 'ADOPTED'`,
 				`UPDATE ` + tt.table + ` SET last_error = NULL`,
-				`DELETE FROM ` + tt.table + `_schema_migrations WHERE version_id = ` + version,
+				// That migration and the later ones, which the earlier
+				// release did not have.
+				`DELETE FROM ` + tt.table + `_schema_migrations WHERE version_id >= ` + version,
 			}
 			if tt.kind == "postgres" {
 				undo = append(undo, `ALTER TABLE `+tt.table+` ALTER COLUMN event_id SET DEFAULT gen_random_uuid()`)
@@ -284,8 +286,8 @@ func TestUpgradeTableAdoptedEarlier(t *testing.T) {
 				}
 			}
 			out := mustCLI(t, "", append([]string{"migrate"}, args...)...)
-			if !strings.Contains(out, "applied migrations ["+version+"]") {
-				t.Errorf("migrate printed %q; want migration %s applied", out, version)
+			if !strings.Contains(out, "applied migrations ["+version+"]") && !strings.Contains(out, "applied migrations ["+version+" ") {
+				t.Errorf("migrate printed %q; want migration %s applied first", out, version)
 			}
 			checkAdoptedFailed(t, tt, 2, "")
 			if id := plainInsertEventID(t, tt, 3); id[14] != '7' {

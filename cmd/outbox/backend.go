@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/mysql"
 	"github.com/txoutbox/outbox/store/postgres"
@@ -27,6 +28,12 @@ type backend struct {
 const dsnForms = "postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or user:pass@tcp(host:3306)/db), sqlite:///abs/path.db or sqlite://relative.db"
 
 func openBackend(ctx context.Context, dsn, table string, limits outbox.Limits, log *slog.Logger) (*backend, error) {
+	return openBackendSealing(ctx, dsn, table, limits, log, nil)
+}
+
+// openBackendSealing is openBackend whose enqueue seals payloads with ring
+// (nil: in plain).
+func openBackendSealing(ctx context.Context, dsn, table string, limits outbox.Limits, log *slog.Logger, ring *encrypt.Keyring) (*backend, error) {
 	if dsn == "" {
 		return nil, fmt.Errorf("no database given: pass --db or set OUTBOX_DB (%s)", dsnForms)
 	}
@@ -42,7 +49,7 @@ func openBackend(ctx context.Context, dsn, table string, limits outbox.Limits, l
 	}
 	switch strings.ToLower(scheme) {
 	case "mysql", "mariadb":
-		s, err := mysql.Open(ctx, dsn, mysql.Config{Table: table, Limits: limits, Logger: log})
+		s, err := mysql.Open(ctx, dsn, mysql.Config{Table: table, Limits: limits, Logger: log, Encryption: ring})
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +62,7 @@ func openBackend(ctx context.Context, dsn, table string, limits outbox.Limits, l
 			close: func() { s.Close() },
 		}, nil
 	case "postgres", "postgresql":
-		s, err := postgres.Open(ctx, dsn, postgres.Config{Table: table, Limits: limits, Logger: log})
+		s, err := postgres.Open(ctx, dsn, postgres.Config{Table: table, Limits: limits, Logger: log, Encryption: ring})
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +84,7 @@ func openBackend(ctx context.Context, dsn, table string, limits outbox.Limits, l
 			close: func() { s.Close() },
 		}, nil
 	case "sqlite", "file":
-		s, err := sqlite.Open(ctx, dsn, sqlite.Config{Table: table, Limits: limits, Logger: log})
+		s, err := sqlite.Open(ctx, dsn, sqlite.Config{Table: table, Limits: limits, Logger: log, Encryption: ring})
 		if err != nil {
 			return nil, err
 		}

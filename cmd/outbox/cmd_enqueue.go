@@ -32,7 +32,11 @@ func (c *EnqueueCmd) Run(ctx context.Context, g *Globals) error {
 	if len(events) == 0 {
 		return fmt.Errorf("no events on stdin: give one JSON object per line, e.g. {\"aggregate_type\":\"payment\",\"aggregate_id\":\"tx-1\",\"event_type\":\"ApprovalRequested\",\"payload\":{}}")
 	}
-	b, err := openBackend(ctx, g.DB, g.Table, limits, g.logger)
+	ring, err := g.keyring()
+	if err != nil {
+		return err
+	}
+	b, err := openBackendSealing(ctx, g.DB, g.Table, limits, g.logger, ring)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -80,7 +81,12 @@ func short(s string, n int) string {
 	return string([]rune(s)[:n]) + "..."
 }
 
+// recordJSON is an event as the JSON output shows it; a sealed payload is
+// replaced by whose key sealed it (store.SealedInfo), never shown.
 func recordJSON(r store.Record) map[string]any {
+	if info, sealed, _ := store.DescribeSealed(context.Background(), nil, r.Payload); sealed {
+		r.Payload = info.Placeholder()
+	}
 	m := map[string]any{
 		"id": r.ID, "event_id": r.EventID.String(), "aggregate_type": r.AggregateType, "aggregate_id": r.AggregateID,
 		"event_type": r.EventType, "status": r.Status, "retry_count": r.RetryCount, "payload": r.Payload,
@@ -138,13 +144,29 @@ func ShowEvent(ctx context.Context, w io.Writer, s store.Store, id outbox.EventI
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(w).Encode(eventJSON(r, atts))
+		m := eventJSON(r, atts)
+		return json.NewEncoder(w).Encode(withSealedInfo(ctx, s, r, m))
 	}
-	return printEvent(w, r, atts)
+	return printEvent(ctx, w, r, atts, s)
+}
+
+// withSealedInfo puts in m, in place of a sealed payload, whose data key
+// sealed it and whether that key (read from keys) was shredded.
+func withSealedInfo(ctx context.Context, keys encrypt.KeyStore, r store.Record, m map[string]any) map[string]any {
+	if info, sealed, err := store.DescribeSealed(ctx, keys, r.Payload); sealed && err == nil {
+		m["payload"] = info.Placeholder()
+	}
+	return m
 }
 
 // printEvent prints an event and its attempts as text.
-func printEvent(w io.Writer, r store.Record, atts []store.Attempt) error {
+// A sealed payload is shown as whose data key sealed it (and whether keys
+// says that key was shredded), never opened.
+func printEvent(ctx context.Context, w io.Writer, r store.Record, atts []store.Attempt, keys encrypt.KeyStore) error {
+	info, sealed, err := store.DescribeSealed(ctx, keys, r.Payload)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "event\t%s (row %d)\n", r.EventID, r.ID)
 	fmt.Fprintf(tw, "aggregate\t%s/%s\n", r.AggregateType, r.AggregateID)
@@ -163,7 +185,11 @@ func printEvent(w io.Writer, r store.Record, atts []store.Attempt) error {
 	if id := r.Headers[outbox.HeaderCompensates]; id != "" {
 		fmt.Fprintf(tw, "compensates\t%s (it expired)\n", id)
 	}
-	fmt.Fprintf(tw, "payload\t%s\n", short(string(r.Payload), 200))
+	if sealed {
+		fmt.Fprintf(tw, "payload\t%s\n", info)
+	} else {
+		fmt.Fprintf(tw, "payload\t%s\n", short(string(r.Payload), 200))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

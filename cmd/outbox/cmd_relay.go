@@ -104,7 +104,12 @@ func (c *RelayCmd) relayBase(g *Globals) (relay.Config, error) {
 	if err != nil {
 		return relay.Config{}, err
 	}
+	ring, err := g.keyring()
+	if err != nil {
+		return relay.Config{}, err
+	}
 	return relay.Config{
+		Encryption:    ring,
 		BatchSize:     c.Batch,
 		StrictFIFO:    c.StrictFIFO,
 		FIFOShare:     c.FIFOShare,
@@ -247,6 +252,7 @@ func (c *RelayCmd) Run(ctx context.Context, g *Globals) error {
 	defer stopTracing()
 	rc := base
 	rc.Observer, rc.Tracer, rc.Store, rc.Sink, rc.RelayID = observer, tracer, relayStore, sk, c.RelayID
+	rc.Keys = b.store // the data keys, whatever source claims
 	r, err := relay.New(rc)
 	if err != nil {
 		return err

@@ -197,7 +197,7 @@ func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outb
 	}
 	everywhere := routed && r.Status == outbox.StatusProcessed && delivered == len(route)
 	if c.JSON {
-		m := eventJSON(r, atts)
+		m := withSealedInfo(ctx, outboxStore, r, eventJSON(r, atts))
 		m["route"] = route
 		m["delivered_everywhere"] = everywhere
 		byName := map[string]any{}
@@ -206,14 +206,14 @@ func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outb
 				byName[d.name] = map[string]any{"table": d.table, "status": nil}
 				continue
 			}
-			dm := eventJSON(*d.r, d.atts)
+			dm := withSealedInfo(ctx, outboxStore, *d.r, eventJSON(*d.r, d.atts))
 			dm["table"] = d.table
 			byName[d.name] = dm
 		}
 		m["destinations"] = byName
 		return json.NewEncoder(g.stdout).Encode(m)
 	}
-	if err := printEvent(g.stdout, r, atts); err != nil {
+	if err := printEvent(ctx, g.stdout, r, atts, outboxStore); err != nil {
 		return err
 	}
 	switch {
@@ -231,7 +231,7 @@ func (c *EventsShowCmd) showAtDestinations(ctx context.Context, g *Globals, outb
 			continue
 		}
 		var buf strings.Builder
-		if err := printEvent(&buf, *d.r, d.atts); err != nil {
+		if err := printEvent(ctx, &buf, *d.r, d.atts, outboxStore); err != nil {
 			return err
 		}
 		for line := range strings.Lines(buf.String()) {

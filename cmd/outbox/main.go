@@ -31,6 +31,8 @@ type Globals struct {
 	// Config and Destination: see destinations.go.
 	Config      string `help:"A destinations file (docs/DESTINATIONS.md): relay delivers to its destinations, migrate creates their tables, status and events show report each destination." env:"OUTBOX_CONFIG" placeholder:"FILE"`
 	Destination string `help:"With --config: status, events and routes act on this destination's table (its delivery state) instead of the outbox table." env:"OUTBOX_DESTINATION" placeholder:"NAME"`
+	// The key-encryption keys of payload encryption: see encryption.go.
+	EncryptionFlags
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -51,6 +53,7 @@ type CLI struct {
 	Audit   AuditCmd   `cmd:"" help:"The audit trail: an event's delivery receipt; verify the tamper-evident chain, anchor it with your key."`
 	Admin   AdminCmd   `cmd:"" help:"Serve the admin API and dashboard (no relay)."`
 	Routes  RoutesCmd  `cmd:"" help:"List the routes' circuit breakers, or open or close one by hand (audited)."`
+	Keys    KeysCmd    `cmd:"" help:"The data keys of payload encryption: list, rotate the key-encryption key, crypto-shred a subject."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmark this project on PostgreSQL: drain, steady and latency (docs/BENCHMARKS.md)."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }

@@ -127,6 +127,9 @@ func (c *RelayCmd) runFanOut(ctx context.Context, g *Globals) error {
 	if err := checkEventTypes(ctx, b.store, cfg); err != nil {
 		return fileRefused(g, g.Config, err)
 	}
+	// Every leg opens the sealed payloads it copied with the data keys of
+	// the outbox table they came from.
+	base.Keys = b.store
 
 	legMetrics := c.newFanOutMetrics(g, adminSrv, b.store)
 	defer legMetrics.stop()

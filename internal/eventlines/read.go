@@ -38,6 +38,8 @@ type eventLine struct {
 	Delay         json.RawMessage `json:"delay"`
 	AvailableAt   json.RawMessage `json:"available_at"`
 	OnExpired     json.RawMessage `json:"on_expired"`
+	// EncryptionSubject: see outbox.Event.EncryptionSubject.
+	EncryptionSubject json.RawMessage `json:"encryption_subject"`
 }
 
 // onExpiredLine is the "on_expired" object of a line.
@@ -122,6 +124,7 @@ func Parse(line []byte) (outbox.Event, error) {
 		{"aggregate_type", l.AggregateType, &ev.AggregateType},
 		{"aggregate_id", l.AggregateID, &ev.AggregateID},
 		{"event_type", l.EventType, &ev.EventType},
+		{"encryption_subject", l.EncryptionSubject, &ev.EncryptionSubject},
 	}
 	for _, f := range texts {
 		if *f.dst, err = jsonText(f.field, f.raw); err != nil {

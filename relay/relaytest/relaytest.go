@@ -21,13 +21,14 @@ import (
 )
 
 // Run runs the whole suite: the groups Relay, Outcome, Producers,
-// Deadlines and Breaker.
+// Deadlines, Breaker and Encryption.
 func Run(t *testing.T, newHarness storetest.Factory) {
 	t.Run("Relay", func(t *testing.T) { RunRelay(t, newHarness) })
 	t.Run("Outcome", func(t *testing.T) { RunOutcome(t, newHarness) })
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
 	t.Run("Breaker", func(t *testing.T) { RunBreaker(t, newHarness) })
+	t.Run("Encryption", func(t *testing.T) { RunEncryption(t, newHarness) })
 }
 
 // RunRelay checks the guarantees end to end through the real relay.

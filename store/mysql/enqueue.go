@@ -11,6 +11,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/compensation"
+	"github.com/txoutbox/outbox/store/internal/keysql"
 )
 
 // Limits of one INSERT: rows, and bytes of payload and headers, well under
@@ -57,6 +58,10 @@ func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Eve
 					"payload nests arrays and objects %d levels deep; MariaDB's JSON_VALID refuses more than %d", d, maxJSONDepth-1)}
 			}
 		}
+	}
+	events, err := backend.SealPayloads(ctx, s.cfg.Encryption, s.keys(keysql.SQL(tx)), events)
+	if err != nil {
+		return err
 	}
 	if err := s.lockAggregates(ctx, tx, events); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store"
@@ -96,9 +97,19 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		},
 		// Another table on the same database, for the fan-out's copies.
 		NewTable: func(t *testing.T) *storetest.Harness { return newHarness(t) },
-		Scale:    scale(),
-		SQL:      db,
-		Table:    s.Table(),
+		Sealing: func(t *testing.T, ring *encrypt.Keyring) func(ctx context.Context) (storetest.Tx, error) {
+			s2, err := mysql.New(db, mysql.Config{Table: s.Table(), Encryption: ring})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(ctx context.Context) (storetest.Tx, error) {
+				tx, err := db.BeginTx(ctx, nil)
+				return myTx{tx, s2}, err
+			}
+		},
+		Scale: scale(),
+		SQL:   db,
+		Table: s.Table(),
 		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, EnqueueObserver: true,
 			GaugeLeaser: true, AdoptionReporter: true},
 	}

@@ -13,6 +13,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/lanes"
@@ -40,6 +41,11 @@ type Config struct {
 	// every event Enqueue writes, e.g. tracing.InjectHeaders for the W3C
 	// traceparent of the caller's span (see outbox.ContextHeaders).
 	ContextHeaders func(ctx context.Context, headers map[string]string)
+	// Encryption, when set, seals every payload Enqueue writes with its
+	// subject's data key (docs/ENCRYPTION.md), and makes the subject's key
+	// in the producer's transaction when it has none. Nil writes payloads
+	// in plain, as given.
+	Encryption *encrypt.Keyring
 }
 
 // Store is the MySQL/MariaDB outbox. It is safe for concurrent use.

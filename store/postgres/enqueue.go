@@ -37,7 +37,11 @@ func (s *Store) WriteEvents(ctx context.Context, tx pgx.Tx, events []outbox.Even
 	if tx == nil {
 		return store.ErrNilTx
 	}
-	err := s.writeChunks(events, func(query string, args []any) error {
+	events, err := backend.SealPayloads(ctx, s.cfg.Encryption, s.keys(tx), events)
+	if err != nil {
+		return err
+	}
+	err = s.writeChunks(events, func(query string, args []any) error {
 		_, err := tx.Exec(ctx, query, args...)
 		return err
 	})
@@ -83,6 +87,10 @@ func (w SQLWriter) Enqueue(ctx context.Context, tx *sql.Tx, events ...outbox.Eve
 func (w SQLWriter) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
 	if tx == nil {
 		return store.ErrNilTx
+	}
+	events, err := backend.SealPayloads(ctx, w.s.cfg.Encryption, w.s.sqlKeys(tx), events)
+	if err != nil {
+		return err
 	}
 	exec := func(query string, args []any) error {
 		_, err := tx.ExecContext(ctx, query, args...)

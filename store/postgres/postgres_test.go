@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/internal/testenv/pgtest"
 	"github.com/txoutbox/outbox/relay/relaytest"
@@ -104,10 +105,20 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		},
 		// Another table on the same database, for the fan-out's copies.
 		NewTable: func(t *testing.T) *storetest.Harness { return newHarness(t) },
-		Scale:    scale(),
-		SQL:      db,
-		Table:    table,
-		Bind:     pgtest.DollarPlaceholders,
+		Sealing: func(t *testing.T, ring *encrypt.Keyring) func(ctx context.Context) (storetest.Tx, error) {
+			s2, err := postgres.New(pool, postgres.Config{Table: table, Encryption: ring})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(ctx context.Context) (storetest.Tx, error) {
+				tx, err := pool.Begin(ctx)
+				return pgTx{tx, s2}, err
+			}
+		},
+		Scale: scale(),
+		SQL:   db,
+		Table: table,
+		Bind:  pgtest.DollarPlaceholders,
 		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, Listener: true, EnqueueObserver: true,
 			CursorGuard: true, GaugeLeaser: true, AdoptionReporter: true},
 	}

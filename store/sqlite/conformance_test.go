@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/internal/testenv"
 	"github.com/txoutbox/outbox/relay/relaytest"
 	"github.com/txoutbox/outbox/store"
@@ -75,7 +76,17 @@ func newConformanceHarnessAt(t testing.TB, path string) *storetest.Harness {
 			return s2
 		},
 		// Another table in the same file, for the fan-out's copies.
-		NewTable:     func(t *testing.T) *storetest.Harness { return newConformanceHarnessAt(t, path) },
+		NewTable: func(t *testing.T) *storetest.Harness { return newConformanceHarnessAt(t, path) },
+		Sealing: func(t *testing.T, ring *encrypt.Keyring) func(ctx context.Context) (storetest.Tx, error) {
+			w, err := sqlite.New(app, sqlite.Config{Table: table, Encryption: ring})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(ctx context.Context) (storetest.Tx, error) {
+				tx, err := app.BeginTx(ctx, nil)
+				return sqlTx{tx, w}, err
+			}
+		},
 		SingleWriter: true,
 		// The relay's writers queue for the write lock in Go and hand it on
 		// at once, while the application's transactions poll for it in

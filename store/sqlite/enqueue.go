@@ -9,6 +9,7 @@ import (
 	"github.com/txoutbox/outbox/store"
 	"github.com/txoutbox/outbox/store/internal/backend"
 	"github.com/txoutbox/outbox/store/internal/compensation"
+	"github.com/txoutbox/outbox/store/internal/keysql"
 )
 
 // maxRowsPerInsert keeps one INSERT well under SQLite's default limit of
@@ -33,6 +34,10 @@ func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, events ...outbox.Event)
 func (s *Store) WriteEvents(ctx context.Context, tx *sql.Tx, events []outbox.Event) error {
 	if tx == nil {
 		return store.ErrNilTx
+	}
+	events, err := backend.SealPayloads(ctx, s.cfg.Encryption, s.keys(keysql.SQL(tx)), events)
+	if err != nil {
+		return err
 	}
 	for start := 0; start < len(events); start += maxRowsPerInsert {
 		end := min(start+maxRowsPerInsert, len(events))

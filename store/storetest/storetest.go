@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/store"
 )
 
@@ -71,6 +72,10 @@ type Harness struct {
 	// busy_timeout on SQLite): an application retries such a transaction as
 	// a whole, and so do the producer tests.
 	Conflict func(err error) bool
+	// Sealing returns a way to open producer transactions, on the same
+	// tables, whose Enqueue seals payloads with ring (the backend's
+	// Config.Encryption). The encryption tests fail without it.
+	Sealing func(t *testing.T, ring *encrypt.Keyring) func(ctx context.Context) (Tx, error)
 	// Promises lists the optional capabilities the backend promises;
 	// RunFeatures checks that Store.Features declares exactly these.
 	Promises Capabilities
@@ -88,6 +93,8 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("Replay", func(t *testing.T) { RunReplay(t, newHarness) })
 	t.Run("Producers", func(t *testing.T) { RunProducers(t, newHarness) })
 	t.Run("Routes", func(t *testing.T) { RunRoutes(t, newHarness) })
+	t.Run("DataKeys", func(t *testing.T) { RunDataKeys(t, newHarness) })
+	t.Run("Sealing", func(t *testing.T) { RunSealing(t, newHarness) })
 	t.Run("Deadlines", func(t *testing.T) { RunDeadlines(t, newHarness) })
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
@@ -108,8 +115,14 @@ func TableName(prefix string) string {
 // test if it cannot, and returns their ids.
 func Enqueue(t testing.TB, h *Harness, events ...outbox.Event) []outbox.EventID {
 	t.Helper()
+	return EnqueueIn(t, h.Begin, events...)
+}
+
+// EnqueueIn writes events in one committed transaction that begin opens.
+func EnqueueIn(t testing.TB, begin func(ctx context.Context) (Tx, error), events ...outbox.Event) []outbox.EventID {
+	t.Helper()
 	ctx := context.Background()
-	tx, err := h.Begin(ctx)
+	tx, err := begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
