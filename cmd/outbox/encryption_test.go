@@ -116,6 +116,14 @@ func TestCLIEncryption(t *testing.T) {
 			if !strings.Contains(show, "FAILED") || !strings.Contains(show, "payload unreadable, never sent") {
 				t.Fatalf("events show of the shredded subject's event after the relay:\n%s", show)
 			}
+			// The shredding is in the audit log, and the chain (over the
+			// stored bytes, which shredding leaves) still verifies.
+			var report struct {
+				ByKind map[string]int `json:"by_kind"`
+			}
+			if err := json.Unmarshal([]byte(run("", with("audit", "verify", "--json")...)), &report); err != nil || report.ByKind["note"] != 1 {
+				t.Fatalf("audit verify after the shred: %+v, %v; want it to verify with the shred's note chained", report, err)
+			}
 
 			// Bad keys are refused, naming the file and never the key.
 			short := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))

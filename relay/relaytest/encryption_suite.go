@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/outbox"
+	"github.com/txoutbox/outbox/audit"
 	"github.com/txoutbox/outbox/encrypt"
 	"github.com/txoutbox/outbox/sink/httpsink"
 	"github.com/txoutbox/outbox/store"
@@ -418,6 +419,15 @@ func testShreddedSubject(t *testing.T, h *storetest.Harness) {
 		if !sent || !bytes.Equal(compact(t, got), compact(t, events[2+i].Payload)) {
 			t.Fatalf("event %s of the other subject reached the sink as %s (sent %v)", id, got, sent)
 		}
+	}
+	// The audit chain hashes what is stored, which shredding leaves as it
+	// was: the trail (the FAILED attempt of the shredded subject, the
+	// deliveries' audit) still verifies.
+	chain := h.Store.AuditChain()
+	defer chain.Close()
+	r, err := audit.Verify(ctx, chain, h.Table, audit.Options{})
+	if err != nil || !r.OK() || r.ByKind[store.ChainAttempt] == 0 {
+		t.Fatalf("audit chain after the shredding: %+v, %v; want it to verify, with the FAILED attempt chained", r, err)
 	}
 }
 
