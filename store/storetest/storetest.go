@@ -71,6 +71,10 @@ type Harness struct {
 	// busy_timeout on SQLite): an application retries such a transaction as
 	// a whole, and so do the producer tests.
 	Conflict func(err error) bool
+	// SetFinishedAt sets the finish time (processed_at) of event id in the
+	// hot table by SQL, for the history's tests of months in the past; nil
+	// skips them.
+	SetFinishedAt func(t testing.TB, id outbox.EventID, at time.Time)
 	// Promises lists the optional capabilities the backend promises;
 	// RunFeatures checks that Store.Features declares exactly these.
 	Promises Capabilities
@@ -91,6 +95,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("StoreGuarantees", func(t *testing.T) { RunStoreGuarantees(t, newHarness) })
 	t.Run("FanOut", func(t *testing.T) { RunFanOut(t, newHarness) })
 	t.Run("AdminQueries", func(t *testing.T) { RunAdminQueries(t, newHarness) })
+	t.Run("History", func(t *testing.T) { RunHistory(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
