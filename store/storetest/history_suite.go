@@ -215,8 +215,18 @@ func testHistoryRetentionMonths(t *testing.T, h *Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(drop.Months) != 1 || !drop.Months[0].Month.Equal(store.MonthStart(old)) || drop.Events() != 1 || drop.Months[0].Attempts != 0 {
-		t.Fatalf("drop before this month = %+v; want the old month alone, with its 1 event", drop)
+	// The old month goes, with its one event; a backend may have kept
+	// empty months between it and this one, which go too. Every month
+	// dropped ends at or before the cutoff.
+	droppedOld := false
+	for _, m := range drop.Months {
+		if m.End().After(drop.Cutoff) {
+			t.Fatalf("drop before this month dropped %s, which ends after the cutoff: %+v", m.Label(), drop)
+		}
+		droppedOld = droppedOld || m.Month.Equal(store.MonthStart(old))
+	}
+	if !droppedOld || drop.Events() != 1 {
+		t.Fatalf("drop before this month = %+v; want the old month, with its 1 event", drop)
 	}
 	if _, err := h.Store.GetEvent(ctx, ids[0]); !errors.Is(err, outbox.ErrNotFound) {
 		t.Fatalf("event of a dropped month: %v; want not found", err)
