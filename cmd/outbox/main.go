@@ -48,6 +48,7 @@ type CLI struct {
 	Relay   RelayCmd   `cmd:"" help:"Deliver committed events to a sink."`
 	Status  StatusCmd  `cmd:"" help:"Counts by status, oldest pending age and blocked aggregates."`
 	Events  EventsCmd  `cmd:"" help:"List, show, retry, skip or purge events."`
+	History HistoryCmd `cmd:"" help:"Move finished events into the history by hand, list its months, or drop the months past a retention."`
 	Admin   AdminCmd   `cmd:"" help:"Serve the admin API and dashboard (no relay)."`
 	Routes  RoutesCmd  `cmd:"" help:"List the routes' circuit breakers, or open or close one by hand (audited)."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmark this project on PostgreSQL: drain, steady and latency (docs/BENCHMARKS.md)."`
