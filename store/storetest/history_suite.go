@@ -141,6 +141,25 @@ func testHistoryUnfinishedStays(t *testing.T, h *Harness) {
 			t.Fatalf("event %s after a move = %+v, %v; want it unfinished (or FAILED) in the hot table", id, r, err)
 		}
 	}
+	// Once an operator skips the FAILED event it is finished: it moves,
+	// with its attempts (the failure and the operator's row).
+	if err := h.Store.Skip(ctx, store.OperatorAction{EventID: ids[0], Actor: "alice", Reason: "refunded by hand"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := moveToHistory(t, h, store.HistoryMoveRequest{}); n != 1 {
+		t.Fatalf("moved %d after the skip; want the SKIPPED event alone", n)
+	}
+	r, err := h.Store.GetEvent(ctx, ids[0])
+	if err != nil || !r.FromHistory || r.Status != outbox.StatusSkipped {
+		t.Fatalf("skipped event after the move = %+v, %v; want it SKIPPED from history", r, err)
+	}
+	atts, err := h.Store.Attempts(ctx, ids[0])
+	if err != nil || len(atts) != 2 || atts[0].Outcome != store.Failed || atts[1].Outcome != store.Skipped {
+		t.Fatalf("attempts of the skipped event from history = %+v, %v; want FAILED then SKIPPED", atts, err)
+	}
+	if r, err := h.Store.GetEvent(ctx, ids[1]); err != nil || r.FromHistory {
+		t.Fatalf("the event behind the skipped one = %+v, %v; want it in the hot table", r, err)
+	}
 }
 
 func testHistoryEnqueueMovedID(t *testing.T, h *Harness) {
