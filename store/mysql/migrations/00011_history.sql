@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS `{{.Outbox}}_history` (
     aggregate_id          VARCHAR(100) NOT NULL,
     aggregate_seq         BIGINT       NULL,
     event_type            VARCHAR(200) NOT NULL,
-    payload               LONGTEXT     NOT NULL,
+    payload               {{.JSONText "payload"}},
     headers               LONGTEXT     NOT NULL,
     status                VARCHAR(20)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     retry_count           INT          NOT NULL,
