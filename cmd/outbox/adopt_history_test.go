@@ -272,13 +272,15 @@ func TestUpgradeTableAdoptedEarlier(t *testing.T) {
 			teamHistory(t, tt, 1, 2)
 			args := []string{"--db", tt.dsn, "--table", tt.table}
 			mustCLI(t, "", append([]string{"migrate", "--adopt", "--aggregate-type", "payment"}, args...)...)
-			// Back to what the earlier release left.
+			// Back to what the earlier release left: the migrations from
+			// the adoption's (11 on PostgreSQL, 8 on MySQL) on were not
+			// applied yet.
 			version := map[string]string{"postgres": "11", "mysql": "8"}[tt.kind]
 			undo := []string{
 				`DELETE FROM ` + tt.table + `_dead_letters`,
 				`DELETE FROM ` + tt.table + `_attempts WHERE outcome = 'ADOPTED'`,
 				`UPDATE ` + tt.table + ` SET last_error = NULL`,
-				`DELETE FROM ` + tt.table + `_schema_migrations WHERE version_id = ` + version,
+				`DELETE FROM ` + tt.table + `_schema_migrations WHERE version_id >= ` + version,
 			}
 			if tt.kind == "postgres" {
 				undo = append(undo, `ALTER TABLE `+tt.table+` ALTER COLUMN event_id SET DEFAULT gen_random_uuid()`)
@@ -292,8 +294,8 @@ func TestUpgradeTableAdoptedEarlier(t *testing.T) {
 				}
 			}
 			out := mustCLI(t, "", append([]string{"migrate"}, args...)...)
-			if !strings.Contains(out, "applied migrations ["+version+"]") {
-				t.Errorf("migrate printed %q; want migration %s applied", out, version)
+			if !strings.Contains(out, "applied migrations ["+version+" ") && !strings.Contains(out, "applied migrations ["+version+"]") {
+				t.Errorf("migrate printed %q; want migration %s applied first", out, version)
 			}
 			checkAdoptedFailed(t, tt, 2, "")
 			if id := plainInsertEventID(t, tt, 3); id[14] != '7' {
