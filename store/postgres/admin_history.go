@@ -182,6 +182,9 @@ func (s *Store) DropHistoryBefore(ctx context.Context, cutoff time.Time) (store.
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		drop.Months = drop.Months[:0]
+		if _, err := tx.Exec(ctx, s.q.historyLockTimeout); err != nil {
+			return err
+		}
 		for _, hm := range doomed {
 			m := backend.HistoryMonthOf(s.t, hm.Month)
 			got := store.HistoryMonth{Month: hm.Month}

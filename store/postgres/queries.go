@@ -94,11 +94,11 @@ type queries struct {
 	attempts, moveDelivery                        string
 
 	// The history's statements (admin_history.go) that name no month.
-	historyMove, historyMonths, historyPurgeDeliveries string
-	historyNow, historyPartitions, historyRecordDrop   string
-	historyGetEvent, historyAttempts                   string
-	idOrder, scanBehind                                string
-	snapshot                                           snapshotsql.Statements
+	historyMove, historyMonths, historyPurgeDeliveries   string
+	historyNow, historyPartitions, historyRecordDrop     string
+	historyGetEvent, historyAttempts, historyLockTimeout string
+	idOrder, scanBehind                                  string
+	snapshot                                             snapshotsql.Statements
 
 	// The operator's statements (admin.go). listEvents, countMatching and
 	// selectMatching are the fixed heads of statements whose WHERE is
@@ -160,6 +160,7 @@ func buildQueries(t store.Tables) queries {
 		historyRecordDrop:      stmt("admin_history.record_drop"),
 		historyGetEvent:        stmt("admin_history.get_event"),
 		historyAttempts:        stmt("admin_history.attempts"),
+		historyLockTimeout:     stmt("admin_history.lock_timeout"),
 		overdue:                stmt("overdue.groups"),
 		missingIDs:             stmt("claim.missing_ids"),
 		snapshot:               snapshotStatements(stmt),

@@ -141,3 +141,8 @@ ORDER BY 1, 5, 4{{end}}
 
 -- admin_history.now reads the database clock.
 {{define "admin_history.now"}}SELECT now(){{end}}
+
+-- admin_history.lock_timeout bounds the wait of a retention's DROP TABLE
+-- for the history's lock: while it waits, every read and move of the
+-- history queues behind it.
+{{define "admin_history.lock_timeout"}}SET LOCAL lock_timeout = '5s'{{end}}
