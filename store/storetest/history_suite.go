@@ -107,6 +107,14 @@ func testHistoryMoveAndReadBack(t *testing.T, h *Harness) {
 	if months, err := h.Store.HistoryMonths(ctx); err != nil || len(months) == 0 {
 		t.Fatalf("history months = %+v, %v; want this month", months, err)
 	}
+	// The aggregates keep counting and the lanes keep delivering: a new
+	// event of hm-a is its second, and is claimed.
+	Enqueue(t, h, PaymentEvent("hm-a", 2))
+	next := claim(t, h.Store, 10, time.Minute, true)
+	if len(next.Events) != 1 || next.Events[0].AggregateID != "hm-a" || next.Events[0].AggregateSeq != 2 {
+		t.Fatalf("claim after the move = %+v; want hm-a's second event (aggregate seq 2)", next.Events)
+	}
+	complete(t, h.Store, next, true, outcomes(next, store.Delivered))
 }
 
 func testHistoryUnfinishedStays(t *testing.T, h *Harness) {
