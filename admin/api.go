@@ -186,6 +186,7 @@ type eventJSON struct {
 	ExpiresAt     *time.Time        `json:"expires_at,omitempty"`
 	ProcessedAt   *time.Time        `json:"processed_at,omitempty"`
 	LastError     string            `json:"last_error,omitempty"`
+	FromHistory   bool              `json:"from_history,omitempty"`
 	Payload       json.RawMessage   `json:"payload,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Redacted      bool              `json:"redacted,omitempty"`
@@ -202,7 +203,7 @@ func (h *Handler) eventJSON(r store.Record) eventJSON {
 	return eventJSON{EventID: r.EventID.String(), Status: r.Status, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 		EventType: r.EventType, Route: h.cfg.Route(r.AggregateType, r.AggregateID, r.EventType), RetryCount: r.RetryCount,
 		CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt, ExpiresAt: optTime(r.ExpiresAt), ProcessedAt: optTime(r.ProcessedAt),
-		LastError: r.LastError}
+		LastError: r.LastError, FromHistory: r.FromHistory}
 }
 
 // routeScanBudget bounds the rows one page of a route-filtered list reads:

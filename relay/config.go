@@ -96,14 +96,21 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// SweepInterval is how often the reaper runs. Default 5s.
 	SweepInterval time.Duration
-	// Retention deletes PROCESSED and EXPIRED events (and their audit rows)
-	// this long after they finished. 0 keeps them forever. On a table that
-	// outbox adopted, it deletes only the events that finished after the
-	// adoption, unless PurgeAdopted.
+	// Retention moves finished events (PROCESSED, EXPIRED, SKIPPED) and
+	// their audit rows out of the hot table into the history this long
+	// after they finished (docs/HISTORY.md); nothing is deleted. 0 leaves
+	// them in the hot table. It is also the window of the idempotent
+	// enqueue: an event id stays taken while its event is in the hot table.
+	// On a table that outbox adopted, it moves only the events that
+	// finished after the adoption, unless PurgeAdopted.
 	Retention time.Duration
-	// PurgeAdopted lets Retention delete, on an adopted table, the rows
+	// PurgeAdopted lets Retention move, on an adopted table, the rows
 	// that had finished before the adoption too (the team's history).
 	PurgeAdopted bool
+	// HistoryKeepDays, when above 0, drops the months of history that
+	// ended more than this many days ago, whole (docs/HISTORY.md). 0 keeps
+	// the history forever.
+	HistoryKeepDays int
 	// OnFailure chooses what a FAILED event does to its aggregate.
 	OnFailure FailurePolicy
 	// MaxBatchesInFlight is how many claimed batches may be on their way
@@ -253,6 +260,8 @@ func (c Config) validate() error {
 		return bad("sweep interval %s is too short: use at least 10ms", c.SweepInterval)
 	case c.Retention < 0:
 		return bad("retention %s is negative", c.Retention)
+	case c.HistoryKeepDays < 0:
+		return bad("history retention of %d days is negative (0 keeps the history forever)", c.HistoryKeepDays)
 	case c.MaxBatchesInFlight < 1 || c.MaxBatchesInFlight > 16:
 		return bad("max batches in flight %d is out of range: use 1 to 16", c.MaxBatchesInFlight)
 	case c.StopTimeout < 0:

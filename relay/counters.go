@@ -28,7 +28,7 @@ type Stats struct {
 	SweptExpired    int64 // waiting events expired by the sweeper
 	Blocked         int64
 	Unblocked       int64
-	Purged          int64 // rows deleted by retention
+	Purged          int64 // finished events moved into the history by retention
 	SweepErrors     int64
 }
 

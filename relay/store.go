@@ -23,8 +23,11 @@ type Store interface {
 	GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error)
 	// Sweep reaps expired leases, expires events and keeps BLOCKED in step.
 	Sweep(ctx context.Context, req store.SweepRequest) (store.SweepResult, error)
-	// Purge deletes final events past the retention.
-	Purge(ctx context.Context, req store.PurgeRequest) (int64, error)
+	// MoveToHistory moves finished events past the retention into the
+	// history; DropHistoryBefore drops the months of history past its
+	// retention, whole.
+	MoveToHistory(ctx context.Context, req store.HistoryMoveRequest) (int64, error)
+	DropHistoryBefore(ctx context.Context, cutoff time.Time) (store.HistoryDrop, error)
 	// CountMovable counts the events a relay can still move, to tell when
 	// the outbox is drained.
 	CountMovable(ctx context.Context, failedBlocks bool) (int64, error)

@@ -3,9 +3,9 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,55 +40,106 @@ func TestSweepErrorsCounted(t *testing.T) {
 	}
 }
 
-// purgeCounter is a Store that counts Purge calls.
-type purgeCounter struct {
+// historyCounter is a Store that records the moves into history and the
+// history's retention runs.
+type historyCounter struct {
 	featuresOnly
-	mu     sync.Mutex
-	purges []store.PurgeRequest
+	mu      sync.Mutex
+	moves   []store.HistoryMoveRequest
+	cutoffs []time.Time
 }
 
-func (*purgeCounter) Sweep(context.Context, store.SweepRequest) (store.SweepResult, error) {
+func (*historyCounter) Sweep(context.Context, store.SweepRequest) (store.SweepResult, error) {
 	return store.SweepResult{}, nil
 }
 
-func (p *purgeCounter) Purge(_ context.Context, req store.PurgeRequest) (int64, error) {
+func (p *historyCounter) MoveToHistory(_ context.Context, req store.HistoryMoveRequest) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.purges = append(p.purges, req)
+	p.moves = append(p.moves, req)
 	return 0, nil
 }
 
-// With a retention, the sweeper purges (at its first sweep, then every
-// purgeEvery), PROCESSED and EXPIRED events older than the retention.
-func TestRetentionPurgeRuns(t *testing.T) {
-	s := &purgeCounter{}
+func (p *historyCounter) DropHistoryBefore(_ context.Context, cutoff time.Time) (store.HistoryDrop, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutoffs = append(p.cutoffs, cutoff)
+	return store.HistoryDrop{Cutoff: cutoff}, nil
+}
+
+// With a retention, the sweeper moves the finished events older than it
+// into the history (at its first sweep, then every purgeEvery); with
+// HistoryKeepDays it also drops the months of history that ended that
+// many days ago.
+func TestRetentionMovesIntoHistory(t *testing.T) {
+	s := &historyCounter{}
 	r, err := New(Config{Store: s, Sink: nopSink{}, SweepInterval: 10 * time.Millisecond, Retention: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		PurgeAdopted: true, HistoryKeepDays: 30, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	started := time.Now()
 	defer runSweeper(r)()
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
 		s.mu.Lock()
-		n := len(s.purges)
+		n, m := len(s.moves), len(s.cutoffs)
 		s.mu.Unlock()
-		if n > 0 {
+		if n > 0 && m > 0 {
 			break
 		}
 		select {
 		case <-deadline:
-			t.Fatal("after 30s the sweeper had not purged once, with a retention set")
+			t.Fatalf("after 30s the sweeper had moved %d times and run the history's retention %d times; want both", n, m)
 		case <-tick.C:
 		}
 	}
 	s.mu.Lock()
-	req := s.purges[0]
+	req, cutoff := s.moves[0], s.cutoffs[0]
 	s.mu.Unlock()
-	if req.OlderThan != time.Hour || fmt.Sprint(req.Statuses) != "[PROCESSED EXPIRED]" {
-		t.Fatalf("purge %+v, want PROCESSED and EXPIRED older than the retention", req)
+	if req.OlderThan != time.Hour || !req.Adopted {
+		t.Fatalf("move %+v, want the events older than the retention, adopted rows too", req)
+	}
+	if want := started.AddDate(0, 0, -30); cutoff.Before(want.Add(-time.Minute)) || cutoff.After(time.Now().AddDate(0, 0, -30)) {
+		t.Fatalf("history retention cutoff %s; want 30 days before now (%s)", cutoff, want)
+	}
+}
+
+// Without HistoryKeepDays the history is kept: no retention runs.
+func TestHistoryKeptWithoutKeepDays(t *testing.T) {
+	s := &historyCounter{}
+	r, err := New(Config{Store: s, Sink: nopSink{}, SweepInterval: 10 * time.Millisecond, Retention: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runSweeper(r)
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for done := false; !done; {
+		s.mu.Lock()
+		done = len(s.moves) > 0
+		s.mu.Unlock()
+		select {
+		case <-deadline:
+			t.Fatal("after 30s the sweeper had not moved once, with a retention set")
+		case <-tick.C:
+		}
+	}
+	stop()
+	if len(s.cutoffs) != 0 {
+		t.Fatalf("the history's retention ran %d times without HistoryKeepDays; want never", len(s.cutoffs))
+	}
+}
+
+// A negative HistoryKeepDays is refused.
+func TestNegativeHistoryKeepDaysRefused(t *testing.T) {
+	_, err := New(Config{Store: &historyCounter{}, Sink: nopSink{}, HistoryKeepDays: -1})
+	if err == nil || !strings.Contains(err.Error(), "history retention") {
+		t.Fatalf("New with HistoryKeepDays -1: %v; want a refusal", err)
 	}
 }
 

@@ -2,7 +2,8 @@
 // one interface and one declaration:
 //
 //   - [Store] is everything every backend does, grouped by role: the
-//     relay's claims, completions, sweeps and purges; the lanes; the
+//     relay's claims, completions, sweeps, purges and moves into the
+//     history (docs/HISTORY.md); the lanes; the
 //     routes' circuit breakers; the operator's reads and actions and the
 //     admin API's queries ([AdminQueries]); the schema's migrations,
 //     checks and adoption.
@@ -14,7 +15,8 @@
 //     assertion.
 //
 // Beside them are the request and result types with their defaults and
-// validation ([PurgeRequest.Normalize], [SweepRequest.Normalize],
+// validation ([PurgeRequest.Normalize], [HistoryMoveRequest.Normalize],
+// [SweepRequest.Normalize],
 // [ClaimRequest.Validate]), table-name validation ([TablesFor]), the
 // operator actions' rules ([OperatorChange]) and the typed errors. The
 // plumbing the backends share (configuration, error wrapping, the headers

@@ -107,6 +107,8 @@ type GaugeLease interface {
 type AdoptionReporter interface {
 	// AdoptedAt returns when outbox adopted the table, on the database's
 	// clock, and false when outbox created the table. A purge without
-	// [PurgeRequest.Adopted] deletes only rows that finished after it.
+	// [PurgeRequest.Adopted] deletes only rows that finished after it, and
+	// a move into the history without [HistoryMoveRequest.Adopted] moves
+	// only those.
 	AdoptedAt(ctx context.Context) (time.Time, bool, error)
 }

@@ -50,6 +50,21 @@ type Store interface {
 	// retention, in batches; it returns how many events it deleted.
 	Purge(ctx context.Context, req PurgeRequest) (int64, error)
 
+	// MoveToHistory moves finished events (PROCESSED, EXPIRED, SKIPPED)
+	// older than req.OlderThan, with their attempts and their delivery's
+	// audit, from the hot table into the history (<table>_history and
+	// <table>_attempts_history, kept by month of the event's finish time),
+	// one transaction per batch; it returns how many events it moved.
+	// History rows are only ever inserted. See docs/HISTORY.md.
+	MoveToHistory(ctx context.Context, req HistoryMoveRequest) (int64, error)
+	// DropHistoryBefore drops the months of history that end at or before
+	// cutoff, whole (never row by row), records each in
+	// <table>_history_drops, and returns them with their row counts.
+	DropHistoryBefore(ctx context.Context, cutoff time.Time) (HistoryDrop, error)
+	// HistoryMonths returns the months the history holds, oldest first,
+	// with their row counts (estimates where the backend has them cheap).
+	HistoryMonths(ctx context.Context) ([]HistoryMonth, error)
+
 	// Overdue tells a starting relay what passed its deadline while no
 	// relay ran: the events still waiting (PENDING, BLOCKED, or PROCESSING
 	// under a lease that ended) whose expires_at is behind the database
@@ -157,10 +172,12 @@ type Store interface {
 
 	// ListEvents returns events matching the filter, newest first.
 	ListEvents(ctx context.Context, f ListFilter) ([]Record, error)
-	// GetEvent returns one event by its id, or outbox.ErrNotFound.
+	// GetEvent returns one event by its id, from the hot table or else
+	// from the history (Record.FromHistory), or outbox.ErrNotFound.
 	GetEvent(ctx context.Context, id outbox.EventID) (Record, error)
 	// Attempts returns the audit trail of one event in attempt order,
-	// oldest first within an attempt.
+	// oldest first within an attempt, from the hot tables or else from
+	// the history.
 	Attempts(ctx context.Context, id outbox.EventID) ([]Attempt, error)
 	// DeadLetters returns dead-letter rows, newest first.
 	DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error)
@@ -415,6 +432,9 @@ type Record struct {
 	LockedUntil   time.Time // zero if not claimed
 	LockToken     string
 	LastError     string
+	// FromHistory: the event was read from the history (it finished and
+	// moved out of the hot table).
+	FromHistory bool
 }
 
 // Attempt is one row of the audit trail.

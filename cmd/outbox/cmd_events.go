@@ -107,6 +107,9 @@ func recordJSON(r store.Record) map[string]any {
 	if r.LastError != "" {
 		m["last_error"] = r.LastError
 	}
+	if r.FromHistory {
+		m["from_history"] = true
+	}
 	return m
 }
 
@@ -172,6 +175,9 @@ func printEvent(ctx context.Context, w io.Writer, r store.Record, atts []store.A
 	fmt.Fprintf(tw, "aggregate\t%s/%s\n", r.AggregateType, r.AggregateID)
 	fmt.Fprintf(tw, "type\t%s\n", r.EventType)
 	fmt.Fprintf(tw, "status\t%s (retry_count %d)\n", r.Status, r.RetryCount)
+	if r.FromHistory {
+		fmt.Fprintf(tw, "from history\tyes: it finished and moved out of the hot table (outbox history)\n")
+	}
 	fmt.Fprintf(tw, "created\t%s\n", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	if !r.ExpiresAt.IsZero() {
 		fmt.Fprintf(tw, "expires\t%s\n", r.ExpiresAt.UTC().Format(time.RFC3339Nano))

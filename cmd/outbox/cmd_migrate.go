@@ -133,7 +133,7 @@ func (c *MigrateCmd) adopt(ctx context.Context, g *Globals, sm store.Store) erro
 	}
 	fmt.Fprintf(g.stdout, "%s: adopted: %d rows kept, %d PROCESSING set to PENDING (audited), %d FAILED kept as dead letters; later migrations applied %v\n",
 		g.Table, res.Rows, res.Requeued, res.DeadLettered, res.Applied)
-	fmt.Fprintf(g.stdout, "note: the relay's retention deletes only events that finish from now on; the %d rows that had finished before the adoption are kept (outbox relay --purge-adopted deletes them too once past --retention)\n", res.Finished+res.DeadLettered)
+	fmt.Fprintf(g.stdout, "note: the relay's retention moves into the history only events that finish from now on; the %d rows that had finished before the adoption are kept (outbox relay --purge-adopted moves them too once past --retention)\n", res.Finished+res.DeadLettered)
 	return nil
 }
 

@@ -30,8 +30,9 @@ type RelayCmd struct {
 	BackoffMin    time.Duration `help:"First retry delay (exponential, with jitter)." default:"1s" env:"OUTBOX_BACKOFF_MIN"`
 	BackoffMax    time.Duration `help:"Largest retry delay." default:"5m" env:"OUTBOX_BACKOFF_MAX"`
 	SweepInterval time.Duration `help:"How often the reaper returns ended leases and expires waiting events." default:"5s" env:"OUTBOX_SWEEP_INTERVAL"`
-	Retention     time.Duration `help:"Delete PROCESSED and EXPIRED events this long after they finished (0 keeps them). On an adopted table only the events that finished after the adoption." default:"168h" env:"OUTBOX_RETENTION"`
-	PurgeAdopted  bool          `name:"purge-adopted" help:"On an adopted table, let --retention delete the rows that had finished before the adoption too (the team's history)." env:"OUTBOX_PURGE_ADOPTED"`
+	Retention     time.Duration `help:"Move finished events (PROCESSED, EXPIRED, SKIPPED) into the history this long after they finished (0 leaves them in the hot table); an event id can be enqueued again once its event moved. On an adopted table only the events that finished after the adoption." default:"168h" env:"OUTBOX_RETENTION"`
+	PurgeAdopted  bool          `name:"purge-adopted" help:"On an adopted table, let --retention move the rows that had finished before the adoption into the history too (the team's history)." env:"OUTBOX_PURGE_ADOPTED"`
+	HistoryKeep   int           `name:"history-keep-days" help:"Drop the months of history that ended more than this many days ago, whole (0 keeps the history forever)." default:"0" env:"OUTBOX_HISTORY_KEEP_DAYS"`
 	OnFailure     string        `help:"What a FAILED event does to later events of its aggregate: block (until an operator acts) or continue." default:"block" enum:"block,continue" env:"OUTBOX_ON_FAILURE"`
 	StrictFIFO    bool          `name:"strict-fifo" help:"Turn earliest-deadline-first off: claim strictly the oldest due events, whatever their deadlines." env:"OUTBOX_STRICT_FIFO"`
 	FIFOShare     float64       `name:"fifo-share" help:"Part of each claim (above 0, at most 1) that goes to the oldest due events in id order; the rest goes to the aggregates holding the nearest deadlines." default:"0.5" env:"OUTBOX_FIFO_SHARE"`
@@ -109,23 +110,24 @@ func (c *RelayCmd) relayBase(g *Globals) (relay.Config, error) {
 		return relay.Config{}, err
 	}
 	return relay.Config{
-		Encryption:    ring,
-		BatchSize:     c.Batch,
-		StrictFIFO:    c.StrictFIFO,
-		FIFOShare:     c.FIFOShare,
-		PollInterval:  c.PollInterval,
-		Linger:        c.Linger,
-		Lease:         c.Lease,
-		MaxRetries:    c.MaxRetries,
-		NoRetries:     c.MaxRetries == 0,
-		BackoffMin:    c.BackoffMin,
-		BackoffMax:    c.BackoffMax,
-		SweepInterval: c.SweepInterval,
-		Retention:     c.Retention,
-		PurgeAdopted:  c.PurgeAdopted,
-		OnFailure:     policy,
-		StopTimeout:   c.StopTimeout,
-		Logger:        g.logger,
+		Encryption:      ring,
+		BatchSize:       c.Batch,
+		StrictFIFO:      c.StrictFIFO,
+		FIFOShare:       c.FIFOShare,
+		PollInterval:    c.PollInterval,
+		Linger:          c.Linger,
+		Lease:           c.Lease,
+		MaxRetries:      c.MaxRetries,
+		NoRetries:       c.MaxRetries == 0,
+		BackoffMin:      c.BackoffMin,
+		BackoffMax:      c.BackoffMax,
+		SweepInterval:   c.SweepInterval,
+		Retention:       c.Retention,
+		PurgeAdopted:    c.PurgeAdopted,
+		OnFailure:       policy,
+		HistoryKeepDays: c.HistoryKeep,
+		StopTimeout:     c.StopTimeout,
+		Logger:          g.logger,
 
 		MaxBatchesInFlight: c.InFlight,
 		Breaker:            breaker,

@@ -42,8 +42,17 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	history, err := b.store.HistoryMonths(ctx)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		out := map[string]any{}
+		months := []map[string]any{}
+		for _, m := range history {
+			months = append(months, historyMonthJSON(m))
+		}
+		out["history"] = months
 		if hasPos {
 			out["cdc_binlog_stream"] = pos.Slot
 			out["cdc_binlog_position"] = pos.Position.String()
@@ -99,6 +108,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Fprintf(tw, "oldest due pending\t%s\n", dueText)
 	fmt.Fprintf(tw, "dead letters\t%d\n", st.DeadLetters)
 	fmt.Fprintf(tw, "blocked aggregates\t%d\n", st.BlockedAggregateCount)
+	fmt.Fprintf(tw, "history\t%s\n", historySummary(history))
 	if hasSlot {
 		state := "idle"
 		if lag.Active {
@@ -149,4 +159,21 @@ func readStatus(ctx context.Context, st store.Store, failedBlocks bool) (store.S
 		BlockedAggregateCount: snap.BlockedAggregateCount,
 		DeadLetters:           snap.DeadLetters,
 	}, snap.OldestDuePendingAge, nil
+}
+
+// historySummary says how many months the history holds and their rows
+// per month ("~" before the planner's estimates).
+func historySummary(months []store.HistoryMonth) string {
+	if len(months) == 0 {
+		return "empty"
+	}
+	text := fmt.Sprintf("%d months:", len(months))
+	for _, m := range months {
+		approx := ""
+		if m.Estimated {
+			approx = "~"
+		}
+		text += fmt.Sprintf(" %s %s%d events", m.Label(), approx, m.Events)
+	}
+	return text
 }

@@ -51,6 +51,7 @@ type CLI struct {
 	Status  StatusCmd  `cmd:"" help:"Counts by status, oldest pending age and blocked aggregates."`
 	Events  EventsCmd  `cmd:"" help:"List, show, retry, skip or purge events."`
 	Audit   AuditCmd   `cmd:"" help:"The audit trail: an event's delivery receipt; verify the tamper-evident chain, anchor it with your key."`
+	History HistoryCmd `cmd:"" help:"Move finished events into the history by hand, list its months, or drop the months past a retention."`
 	Admin   AdminCmd   `cmd:"" help:"Serve the admin API and dashboard (no relay)."`
 	Routes  RoutesCmd  `cmd:"" help:"List the routes' circuit breakers, or open or close one by hand (audited)."`
 	Keys    KeysCmd    `cmd:"" help:"The data keys of payload encryption: list, rotate the key-encryption key, crypto-shred a subject."`

@@ -152,14 +152,23 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
 	r, err := scanRecord(s.db.QueryRowContext(ctx, s.q.getRecord, id.String()))
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, backend.EventNotFound(id)
+		return s.eventFromHistory(ctx, id)
 	}
 	return r, s.wrap("get event", err)
 }
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.attempts, id.String(), id.String())
+	out, err := s.scanAttempts(ctx, s.q.attempts, id)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	return s.attemptsFromHistory(ctx, id)
+}
+
+// scanAttempts runs an attempts query of event id (bound twice).
+func (s *Store) scanAttempts(ctx context.Context, query string, id outbox.EventID) ([]store.Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, query, id.String(), id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/encrypt"
@@ -110,6 +111,13 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		Scale: scale(),
 		SQL:   db,
 		Table: s.Table(),
+		SetFinishedAt: func(t testing.TB, id outbox.EventID, at time.Time) {
+			t.Helper()
+			if _, err := db.ExecContext(context.Background(), "UPDATE `"+table+"` SET processed_at = ? WHERE event_id = ?",
+				at.UTC().Format("2006-01-02 15:04:05.000000"), id.String()); err != nil {
+				t.Fatalf("set the finish time of %s: %v", id, err)
+			}
+		},
 		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, EnqueueObserver: true,
 			GaugeLeaser: true, AdoptionReporter: true},
 	}

@@ -157,14 +157,23 @@ func (s *Store) ListEvents(ctx context.Context, f store.ListFilter) ([]store.Rec
 func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, error) {
 	r, err := scanRecord(s.pool.QueryRow(ctx, s.q.getEvent, id.String()))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, backend.EventNotFound(id)
+		return s.eventFromHistory(ctx, id)
 	}
 	return r, s.wrap("get event", err)
 }
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
-	rows, err := s.pool.Query(ctx, s.q.attempts, id.String())
+	out, err := s.scanAttempts(ctx, s.q.attempts, id)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	return s.attemptsFromHistory(ctx, id)
+}
+
+// scanAttempts runs an attempts query of event id.
+func (s *Store) scanAttempts(ctx context.Context, query string, id outbox.EventID) ([]store.Attempt, error) {
+	rows, err := s.pool.Query(ctx, query, id.String())
 	if err != nil {
 		return nil, s.wrap("attempts", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -119,6 +120,12 @@ func newHarnessOn(t testing.TB, table string) *storetest.Harness {
 		SQL:   db,
 		Table: table,
 		Bind:  pgtest.DollarPlaceholders,
+		SetFinishedAt: func(t testing.TB, id outbox.EventID, at time.Time) {
+			t.Helper()
+			if _, err := pool.Exec(context.Background(), `UPDATE "`+table+`" SET processed_at = $1 WHERE event_id = $2::uuid`, at, id.String()); err != nil {
+				t.Fatalf("set the finish time of %s: %v", id, err)
+			}
+		},
 		Promises: storetest.Capabilities{SkipLocked: true, ClaimBehindOwn: true, Listener: true, EnqueueObserver: true,
 			CursorGuard: true, GaugeLeaser: true, AdoptionReporter: true},
 	}

@@ -92,8 +92,13 @@ type queries struct {
 	deadLetterCount                               string
 	purge, purgeDeliveries, overdue, missingIDs   string
 	attempts, moveDelivery                        string
-	idOrder, scanBehind                           string
-	snapshot                                      snapshotsql.Statements
+
+	// The history's statements (admin_history.go) that name no month.
+	historyMove, historyMonths, historyPurgeDeliveries   string
+	historyNow, historyPartitions, historyRecordDrop     string
+	historyGetEvent, historyAttempts, historyLockTimeout string
+	idOrder, scanBehind                                  string
+	snapshot                                             snapshotsql.Statements
 
 	// The operator's statements (admin.go). listEvents, countMatching and
 	// selectMatching are the fixed heads of statements whose WHERE is
@@ -149,9 +154,19 @@ func buildQueries(t store.Tables) queries {
 		purgeDeliveries: stmt("admin.purge_deliveries"),
 		attempts:        stmt("admin.attempts"),
 		moveDelivery:    stmt("admin.move_delivery"),
-		overdue:         stmt("overdue.groups"),
-		missingIDs:      stmt("claim.missing_ids"),
-		snapshot:        snapshotStatements(stmt),
+
+		historyMove:            stmt("admin_history.move"),
+		historyMonths:          stmt("admin_history.months"),
+		historyPurgeDeliveries: stmt("admin_history.purge_deliveries"),
+		historyNow:             stmt("admin_history.now"),
+		historyPartitions:      stmt("admin_history.partitions"),
+		historyRecordDrop:      stmt("admin_history.record_drop"),
+		historyGetEvent:        stmt("admin_history.get_event"),
+		historyAttempts:        stmt("admin_history.attempts"),
+		historyLockTimeout:     stmt("admin_history.lock_timeout"),
+		overdue:                stmt("overdue.groups"),
+		missingIDs:             stmt("claim.missing_ids"),
+		snapshot:               snapshotStatements(stmt),
 
 		listEvents:          stmt("admin.list_events"),
 		getEvent:            stmt("admin.get_event"),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,6 +65,9 @@ type Store struct {
 	notify  *notifier
 	claimer *lanes.Claimer
 	analyze analyzer
+	// historyParts holds the months whose history partitions this store
+	// created or found (admin_history.go).
+	historyParts sync.Map
 }
 
 var (

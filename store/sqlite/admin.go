@@ -179,17 +179,26 @@ func (s *Store) GetEvent(ctx context.Context, id outbox.EventID) (store.Record, 
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, backend.EventNotFound(id)
+		return s.eventFromHistory(ctx, id)
 	}
 	return r, s.wrap("get event", err)
 }
 
 // Attempts implements store.Store.
 func (s *Store) Attempts(ctx context.Context, id outbox.EventID) ([]store.Attempt, error) {
+	out, err := s.scanAttempts(ctx, s.q.attempts, id)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	return s.attemptsFromHistory(ctx, id)
+}
+
+// scanAttempts runs an attempts query of event id.
+func (s *Store) scanAttempts(ctx context.Context, query string, id outbox.EventID) ([]store.Attempt, error) {
 	var out []store.Attempt
 	err := retryBusy(ctx, func() error {
 		out = nil
-		rows, err := s.db.QueryContext(ctx, s.q.attempts, id.String())
+		rows, err := s.db.QueryContext(ctx, query, id.String())
 		if err != nil {
 			return err
 		}

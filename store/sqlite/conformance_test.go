@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/outbox"
 	"github.com/txoutbox/outbox/encrypt"
@@ -97,6 +98,13 @@ func newConformanceHarnessAt(t testing.TB, path string) *storetest.Harness {
 		SQL:              app,
 		Table:            table,
 		NoDeadlineTiming: noTiming,
+		SetFinishedAt: func(t testing.TB, id outbox.EventID, at time.Time) {
+			t.Helper()
+			if _, err := app.ExecContext(context.Background(), `UPDATE "`+table+`" SET processed_at = ? WHERE event_id = ?`,
+				at.UTC().Format("2006-01-02 15:04:05.000"), id.String()); err != nil {
+				t.Fatalf("set the finish time of %s: %v", id, err)
+			}
+		},
 		// Promises: none; SQLite declares no optional capability.
 	}
 }

@@ -54,6 +54,12 @@ type queries struct {
 	purgeAttempts, purgeDeadLetters             string
 	purgeEvents                                 string
 
+	// The history's statements (admin_history.go).
+	historyPage, historyInsertEvents, historyInsertAttempts string
+	historyDeleteAttempts, historyDeleteEvents              string
+	historyMonths, historyDropEvents, historyDropAttempts   string
+	historyRecordDrop, historyGetEvent, historyAttempts     string
+
 	// enqueueHead is the fixed head of the multi-row insert (enqueue.go),
 	// whose VALUES rows are written per call from placeholders and fixed
 	// expressions; eventExists tells whether event ? exists.
@@ -155,21 +161,33 @@ func buildQueries(t store.Tables) queries {
 		purgeAttempts:       stmt("admin.purge_attempts"),
 		purgeDeadLetters:    stmt("admin.purge_dead_letters"),
 		purgeEvents:         stmt("admin.purge_events"),
-		enqueueHead:         stmt("enqueue.head"),
-		eventExists:         stmt("compensate.event_exists"),
-		eventTypes:          stmt("fanout.event_types"),
-		countUnfinished:     stmt("migrate.count_unfinished"),
-		columnsOf:           stmt("migrate.columns_of"),
-		snapshot:            stmt("snapshot.figures"),
-		finalCounts:         stmt("snapshot.final_counts"),
-		overdue:             stmt("overdue.groups"),
-		now:                 stmt("store.now"),
-		databaseFile:        stmt("tx.database_file"),
-		beginImmediate:      stmt("tx.begin_immediate"),
-		beginDeferred:       stmt("tx.begin_deferred"),
-		commit:              stmt("tx.commit"),
-		rollback:            stmt("tx.rollback"),
-		busyTimeout:         stmt("tx.busy_timeout"),
+
+		historyPage:           stmt("admin_history.page"),
+		historyInsertEvents:   stmt("admin_history.insert_events"),
+		historyInsertAttempts: stmt("admin_history.insert_attempts"),
+		historyDeleteAttempts: stmt("admin_history.delete_attempts"),
+		historyDeleteEvents:   stmt("admin_history.delete_events"),
+		historyMonths:         stmt("admin_history.months"),
+		historyDropEvents:     stmt("admin_history.drop_events"),
+		historyDropAttempts:   stmt("admin_history.drop_attempts"),
+		historyRecordDrop:     stmt("admin_history.record_drop"),
+		historyGetEvent:       stmt("admin_history.get_event"),
+		historyAttempts:       stmt("admin_history.attempts"),
+		enqueueHead:           stmt("enqueue.head"),
+		eventExists:           stmt("compensate.event_exists"),
+		eventTypes:            stmt("fanout.event_types"),
+		countUnfinished:       stmt("migrate.count_unfinished"),
+		columnsOf:             stmt("migrate.columns_of"),
+		snapshot:              stmt("snapshot.figures"),
+		finalCounts:           stmt("snapshot.final_counts"),
+		overdue:               stmt("overdue.groups"),
+		now:                   stmt("store.now"),
+		databaseFile:          stmt("tx.database_file"),
+		beginImmediate:        stmt("tx.begin_immediate"),
+		beginDeferred:         stmt("tx.begin_deferred"),
+		commit:                stmt("tx.commit"),
+		rollback:              stmt("tx.rollback"),
+		busyTimeout:           stmt("tx.busy_timeout"),
 	}
 }
 

@@ -159,7 +159,7 @@ func testSealConcurrentProducers(t *testing.T, h *Harness) {
 			e.EncryptionSubject = "merchant/1"
 			for try := 0; try < 20; try++ {
 				var got []outbox.EventID
-				got, errs[i] = enqueueOnce(ctx, begin, e)
+				got, errs[i] = enqueueIn(ctx, begin, e)
 				if errs[i] == nil {
 					ids[i] = got[0]
 					return
@@ -188,7 +188,9 @@ func testSealConcurrentProducers(t *testing.T, h *Harness) {
 	}
 }
 
-func enqueueOnce(ctx context.Context, begin func(context.Context) (Tx, error), e outbox.Event) ([]outbox.EventID, error) {
+// enqueueIn enqueues e in a transaction of begin's, committed unless it
+// fails.
+func enqueueIn(ctx context.Context, begin func(context.Context) (Tx, error), e outbox.Event) ([]outbox.EventID, error) {
 	tx, err := begin(ctx)
 	if err != nil {
 		return nil, err

@@ -76,6 +76,10 @@ type Harness struct {
 	// tables, whose Enqueue seals payloads with ring (the backend's
 	// Config.Encryption). The encryption tests fail without it.
 	Sealing func(t *testing.T, ring *encrypt.Keyring) func(ctx context.Context) (Tx, error)
+	// SetFinishedAt sets the finish time (processed_at) of event id in the
+	// hot table by SQL, for the history's tests of months in the past; nil
+	// skips them.
+	SetFinishedAt func(t testing.TB, id outbox.EventID, at time.Time)
 	// Promises lists the optional capabilities the backend promises;
 	// RunFeatures checks that Store.Features declares exactly these.
 	Promises Capabilities
@@ -101,6 +105,7 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("AdminQueries", func(t *testing.T) { RunAdminQueries(t, newHarness) })
 	t.Run("AuditChain", func(t *testing.T) { RunAuditChain(t, newHarness) })
 	t.Run("Receipts", func(t *testing.T) { RunReceipts(t, newHarness) })
+	t.Run("History", func(t *testing.T) { RunHistory(t, newHarness) })
 }
 
 var tableSeq atomic.Int64
