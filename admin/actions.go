@@ -495,6 +495,10 @@ func (h *Handler) purge(w http.ResponseWriter, r *http.Request, who Identity) er
 			return h.partial(w, &res, err)
 		}
 		h.log.Info("admin purge", "actor", who.Name, "older_than", older.String(), "statuses", store.StatusNames(req.Statuses), "deleted", n)
+		if err := store.RecordRetention(context.WithoutCancel(r.Context()), h.st, req.OlderThan, n, "operator:"+who.Name,
+			"final events and their attempts and dead letters, by the admin API's purge"); err != nil {
+			return h.partial(w, &res, fmt.Errorf("the purge is done, but could not be noted in the audit log: %w", err))
+		}
 		res.summarize()
 	}
 	writeJSON(w, http.StatusOK, res)

@@ -92,6 +92,9 @@ func (r *Relay) historyRetentionOnce(ctx context.Context) {
 		r.log.Warn("history retention dropped a month of history", "month", m.Label(), "events", m.Events, "attempts", m.Attempts,
 			"keep_days", r.cfg.HistoryKeepDays)
 	}
+	if nerr := store.RecordHistoryDrop(ctx, r.cfg.Store, drop, "relay:"+r.cfg.RelayID); nerr != nil && ctx.Err() == nil {
+		r.log.Warn("could not note the history retention in the audit log: the audit chain's verifier will count the dropped months as deleted by hand", "err", nerr)
+	}
 	if err != nil && ctx.Err() == nil {
 		r.hooks.storeError(OpPurge, err)
 		r.log.Warn("history retention failed", "err", err)

@@ -36,13 +36,16 @@ const (
 	// ChainRoute is a row of the route log: a breaker change, by a relay or
 	// by hand. Ref: the row's id.
 	ChainRoute ChainKind = "route"
+	// ChainEvent is a row of the history: a finished event as it moved
+	// out of the hot table, with its delivery. Ref: the event id.
+	ChainEvent ChainKind = "event"
 	// ChainNote is a row of the audit log: a retention run, an anchor of
 	// the chain, another note of an operator. Ref: the row's id.
 	ChainNote ChainKind = "note"
 )
 
 // ChainKinds lists the kinds a verifier checks, in a fixed order.
-var ChainKinds = []ChainKind{ChainAttempt, ChainRoute, ChainNote}
+var ChainKinds = []ChainKind{ChainAttempt, ChainRoute, ChainEvent, ChainNote}
 
 // GenesisHash is the hash before the first link: 64 zeros.
 var GenesisHash = strings.Repeat("0", 64)
@@ -57,14 +60,18 @@ type ChainLink struct {
 	// ChainedMS is the database clock, in Unix milliseconds, when the
 	// record was chained.
 	ChainedMS int64
+	// RecordMS dates the record for retention, in Unix milliseconds: an
+	// event of the history by when it finished, the other kinds by
+	// ChainedMS.
+	RecordMS int64
 }
 
 // LinkHash returns the hash a link must carry after the link whose hash is
-// prev: the hex SHA-256 of "prev:seq:kind:ref:digest:chained_ms". The
-// schema's triggers compute the same.
+// prev: the hex SHA-256 of "prev:seq:kind:ref:digest:chained_ms:record_ms".
+// The schema's triggers compute the same.
 func LinkHash(prev string, l ChainLink) string {
 	sum := sha256.Sum256([]byte(prev + ":" + strconv.FormatInt(l.Seq, 10) + ":" + string(l.Kind) + ":" +
-		l.Ref + ":" + l.Digest + ":" + strconv.FormatInt(l.ChainedMS, 10)))
+		l.Ref + ":" + l.Digest + ":" + strconv.FormatInt(l.ChainedMS, 10) + ":" + strconv.FormatInt(l.RecordMS, 10)))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -164,6 +171,34 @@ func RecordRetention(ctx context.Context, s any, olderThan time.Duration, delete
 	c := keeper.AuditChain()
 	defer c.Close()
 	detail, err := json.Marshal(Retention{OlderThanMS: olderThan.Milliseconds(), Deleted: deleted, What: what})
+	if err != nil {
+		return err
+	}
+	_, err = c.AddNote(ctx, AuditNote{Kind: NoteRetention, Actor: actor, Detail: string(detail)})
+	return err
+}
+
+// RecordHistoryDrop writes a retention note to the audit log of s after a
+// drop of whole months of history: the audit chain's verifier then counts
+// the events and attempts of those months as retained. actor names who
+// dropped them.
+func RecordHistoryDrop(ctx context.Context, s any, drop HistoryDrop, actor string) error {
+	keeper, ok := s.(interface{ AuditChain() AuditChain })
+	if !ok || len(drop.Months) == 0 {
+		return nil
+	}
+	var end time.Time
+	labels := make([]string, len(drop.Months))
+	for i, m := range drop.Months {
+		labels[i] = m.Label()
+		if m.End().After(end) {
+			end = m.End()
+		}
+	}
+	c := keeper.AuditChain()
+	defer c.Close()
+	detail, err := json.Marshal(Retention{CutoffMS: end.UnixMilli(), Deleted: drop.Events(),
+		What: "history months " + strings.Join(labels, ", ") + " dropped whole, with their attempts"})
 	if err != nil {
 		return err
 	}

@@ -129,6 +129,9 @@ func (c *HistoryRetentionCmd) Run(ctx context.Context, g *Globals) error {
 		g.logger.Warn("history retention dropped a month of history", "month", m.Label(), "events", m.Events, "attempts", m.Attempts,
 			"keep_days", c.KeepDays)
 	}
+	if nerr := store.RecordHistoryDrop(ctx, b.store, drop, "operator:"+actorName("")); nerr != nil {
+		return fmt.Errorf("dropped %d months, but could not note it in the audit log (outbox audit verify will count them as deleted by hand): %w", len(drop.Months), nerr)
+	}
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,8 @@ func RunAuditChain(t *testing.T, newHarness Factory) {
 		{"DeletedTailNeedsAnAnchor", testChainDeletedTail},
 		{"RetentionExcusesOlderRecords", testChainRetention},
 		{"PurgeIsNotTampering", testChainPurge},
+		{"HistoryKeepsTheTrail", testChainHistory},
+		{"HistoryDropIsNotTampering", testChainHistoryDrop},
 		{"ConcurrentWritersChainInOrder", testChainConcurrentWriters},
 	}
 	for _, tc := range tests {
@@ -363,5 +365,69 @@ func testChainPurge(t *testing.T, h *Harness) {
 	r := verify(t, h, audit.Options{})
 	if !r.OK() || r.Retained != 2 {
 		t.Fatalf("OK %v, retained %d, problems %v; want the FAILED and REQUEUED rows of the purged event retained", r.OK(), r.Retained, r.Problems)
+	}
+}
+
+// chainHistory delivers the trail's two events and moves them into the
+// history, returning the failed-then-requeued event's id.
+func chainHistory(t *testing.T, h *Harness) outbox.EventID {
+	t.Helper()
+	failed := chainTrail(t, h)
+	// The requeued event is due (the retried one waits an hour).
+	c := claim(t, h.Store, 10, time.Minute, true)
+	if len(c.Events) != 1 || c.Events[0].EventID != failed {
+		t.Fatalf("claimed %v, want the requeued event %s", ids(c), failed)
+	}
+	complete(t, h.Store, c, true, outcomes(c, store.Delivered))
+	if n := moveToHistory(t, h, store.HistoryMoveRequest{}); n != 1 {
+		t.Fatalf("moved %d events into history, want the delivered one", n)
+	}
+	return failed
+}
+
+// testChainHistory: an event moved into the history is chained there, its
+// attempts, moved into the attempts' history, still match their links, and
+// an UPDATE of a history row or a DELETE of a moved attempt is named.
+func testChainHistory(t *testing.T, h *Harness) {
+	failed := chainHistory(t, h)
+	r := verify(t, h, audit.Options{})
+	if !r.OK() || r.ByKind[store.ChainEvent] != 1 {
+		t.Fatalf("after the move: OK %v, %d event links, problems %v; want it to verify with the moved event chained", r.OK(), r.ByKind[store.ChainEvent], r.Problems)
+	}
+	tables := tablesOf(t, h)
+	exec(t, h, "UPDATE "+tables.Outbox+"_history SET last_error = 'never failed' WHERE event_id = ?", failed.String())
+	wantProblem(t, verify(t, h, audit.Options{}), store.ChainEvent, failed.String(), "changed")
+	exec(t, h, "UPDATE "+tables.Outbox+"_history SET last_error = NULL WHERE event_id = ?", failed.String())
+	if r := verify(t, h, audit.Options{}); !r.OK() {
+		t.Fatalf("the history row put back does not verify: %v", r.Problems)
+	}
+	if n := exec(t, h, "DELETE FROM "+tables.Outbox+"_attempts_history WHERE event_id = ? AND outcome = 'FAILED'", failed.String()); n != 1 {
+		t.Fatalf("deleted %d moved attempts, want 1", n)
+	}
+	wantProblem(t, verify(t, h, audit.Options{}), store.ChainAttempt, failed.String(), "/FAILED", "deleted")
+}
+
+// testChainHistoryDrop: dropping a month of history with its note is not
+// tampering; without the note it is named.
+func testChainHistoryDrop(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	chainHistory(t, h)
+	// A cutoff two months ahead drops this month, whatever the clocks.
+	now := time.Now().UTC()
+	drop, err := h.Store.DropHistoryBefore(ctx, time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, 2, 0))
+	if err != nil || drop.Events() != 1 {
+		t.Fatalf("drop = %+v, %v; want this month's one event", drop, err)
+	}
+	if r := verify(t, h, audit.Options{}); r.OK() {
+		t.Fatal("verify passed after months were dropped without a note; want their records named")
+	}
+	if err := store.RecordHistoryDrop(ctx, h.Store, drop, "relay:test"); err != nil {
+		t.Fatal(err)
+	}
+	r := verify(t, h, audit.Options{})
+	// The event (its delivery on its history row) and its FAILED and
+	// REQUEUED attempts went with the month.
+	if !r.OK() || r.Retained != 3 {
+		t.Fatalf("OK %v, retained %d, problems %v; want the dropped month's records retained", r.OK(), r.Retained, r.Problems)
 	}
 }

@@ -33,8 +33,9 @@ type names struct {
 	// insert returns its id.
 	Clock     string
 	Returning bool
-	// Conds is a list of key conditions (Digests).
-	Conds string
+	// Conds is a list of key conditions (Digests); Moved is the table the
+	// kind's records move into, if any, and MovedConds the conditions on it.
+	Conds, Moved, MovedConds string
 }
 
 // P renders the n-th placeholder.
@@ -71,12 +72,20 @@ func (c *Chain) Close() error {
 	return nil
 }
 
-// sql renders the statement name for the records of kind (or none).
-func (c *Chain) sql(name string, kind store.ChainKind, conds string) string {
+// sql renders the statement name for the records of kind (or none);
+// conds are the key conditions of Digests, on the kind's table and then on
+// the table its records move into.
+func (c *Chain) sql(name string, kind store.ChainKind, conds ...string) string {
 	n := names{d: c.d, f: c.f, kind: kind, Q: c.d.Quote, Head: c.t.ChainHeadTable(), Chain: c.t.ChainTable(),
-		Log: c.t.AuditLogTable(), Clock: c.d.ClockMS, Returning: c.f != MySQL, Conds: conds}
+		Log: c.t.AuditLogTable(), Clock: c.d.ClockMS, Returning: c.f != MySQL}
 	if r, ok := records[kind]; ok {
 		n.Table, n.Written = r.table(c.t), r.written
+		if r.moved != nil && len(conds) == 2 {
+			n.Moved, n.MovedConds = r.moved(c.t), conds[1]
+		}
+	}
+	if len(conds) > 0 {
+		n.Conds = conds[0]
 	}
 	return statements.MustRenderNamed(name, n)
 }
@@ -89,7 +98,7 @@ func (c *Chain) wrap(op string, err error) error {
 func (c *Chain) Head(ctx context.Context) (store.ChainHead, error) {
 	var h store.ChainHead
 	var genesis int64
-	err := c.db.QueryRowContext(ctx, c.sql("chain.head", "", "")).
+	err := c.db.QueryRowContext(ctx, c.sql("chain.head", "")).
 		Scan(&h.Seq, &h.Hash, &genesis)
 	if err != nil {
 		return h, c.wrap("read the head", err)
@@ -100,7 +109,7 @@ func (c *Chain) Head(ctx context.Context) (store.ChainHead, error) {
 
 // Links implements store.AuditChain.
 func (c *Chain) Links(ctx context.Context, afterSeq int64, limit int) ([]store.ChainLink, error) {
-	rows, err := c.db.QueryContext(ctx, c.sql("chain.links", "", ""), afterSeq, limit)
+	rows, err := c.db.QueryContext(ctx, c.sql("chain.links", ""), afterSeq, limit)
 	if err != nil {
 		return nil, c.wrap("read links", err)
 	}
@@ -109,7 +118,7 @@ func (c *Chain) Links(ctx context.Context, afterSeq int64, limit int) ([]store.C
 	for rows.Next() {
 		var l store.ChainLink
 		var kind string
-		if err := rows.Scan(&l.Seq, &kind, &l.Ref, &l.Digest, &l.Hash, &l.ChainedMS); err != nil {
+		if err := rows.Scan(&l.Seq, &kind, &l.Ref, &l.Digest, &l.Hash, &l.ChainedMS, &l.RecordMS); err != nil {
 			return nil, c.wrap("read links", err)
 		}
 		l.Kind = store.ChainKind(kind)
@@ -137,6 +146,38 @@ func (c *Chain) Digests(ctx context.Context, kind store.ChainKind, refs []string
 	if len(refs) == 0 {
 		return out, nil
 	}
+	conds, args := c.keyConds(r, refs, 0)
+	if len(conds) == 0 {
+		return out, nil
+	}
+	all := []string{strings.Join(conds, " OR ")}
+	if r.moved != nil {
+		moved, more := c.keyConds(r, refs, len(args))
+		all = append(all, strings.Join(moved, " OR "))
+		args = append(args, more...)
+	}
+	rows, err := c.db.QueryContext(ctx, c.sql("chain.digests", kind, all...), args...)
+	if err != nil {
+		return nil, c.wrap("read "+string(kind)+" records", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ref, digest string
+		if err := rows.Scan(&ref, &digest); err != nil {
+			return nil, c.wrap("read "+string(kind)+" records", err)
+		}
+		out[ref] = digest
+	}
+	if err := rows.Err(); err != nil {
+		return nil, c.wrap("read "+string(kind)+" records", err)
+	}
+	return out, nil
+}
+
+// keyConds writes a condition on the key columns per ref, its
+// placeholders numbered after the first n; a ref no row can have is left
+// out.
+func (c *Chain) keyConds(r record, refs []string, n int) ([]string, []any) {
 	var conds []string
 	var args []any
 	for _, ref := range refs {
@@ -157,32 +198,14 @@ func (c *Chain) Digests(ctx context.Context, kind store.ChainKind, refs []string
 				arg = n
 			}
 			args = append(args, arg)
-			eq = append(eq, k+" = "+c.d.P(len(args)))
+			eq = append(eq, k+" = "+c.d.P(n+len(args)))
 		}
 		if !ok {
 			continue
 		}
 		conds = append(conds, "("+strings.Join(eq, " AND ")+")")
 	}
-	if len(conds) == 0 {
-		return out, nil
-	}
-	rows, err := c.db.QueryContext(ctx, c.sql("chain.digests", kind, strings.Join(conds, " OR ")), args...)
-	if err != nil {
-		return nil, c.wrap("read "+string(kind)+" records", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ref, digest string
-		if err := rows.Scan(&ref, &digest); err != nil {
-			return nil, c.wrap("read "+string(kind)+" records", err)
-		}
-		out[ref] = digest
-	}
-	if err := rows.Err(); err != nil {
-		return nil, c.wrap("read "+string(kind)+" records", err)
-	}
-	return out, nil
+	return conds, args
 }
 
 // Unchained implements store.AuditChain.
@@ -200,11 +223,11 @@ func (c *Chain) Unchained(ctx context.Context, kind store.ChainKind) (store.Unch
 	if r.writtenMS {
 		since = head.Genesis.UnixMilli()
 	}
-	if err := c.db.QueryRowContext(ctx, c.sql("chain.count_unchained", kind, ""), since, string(kind)).Scan(&u.Count); err != nil {
+	if err := c.db.QueryRowContext(ctx, c.sql("chain.count_unchained", kind), since, string(kind)).Scan(&u.Count); err != nil {
 		return u, c.wrap("count unchained "+string(kind)+" records", err)
 	}
 	if u.Count > 0 {
-		rows, err := c.db.QueryContext(ctx, c.sql("chain.sample_unchained", kind, ""), since, string(kind))
+		rows, err := c.db.QueryContext(ctx, c.sql("chain.sample_unchained", kind), since, string(kind))
 		if err != nil {
 			return u, c.wrap("read unchained "+string(kind)+" records", err)
 		}
@@ -220,7 +243,7 @@ func (c *Chain) Unchained(ctx context.Context, kind store.ChainKind) (store.Unch
 			return u, c.wrap("read unchained "+string(kind)+" records", err)
 		}
 	}
-	err = c.db.QueryRowContext(ctx, c.sql("chain.count_before", kind, ""), since).Scan(&u.Before)
+	err = c.db.QueryRowContext(ctx, c.sql("chain.count_before", kind), since).Scan(&u.Before)
 	if err != nil {
 		return u, c.wrap("count "+string(kind)+" records older than the chain", err)
 	}
@@ -232,7 +255,7 @@ func (c *Chain) AddNote(ctx context.Context, n store.AuditNote) (int64, error) {
 	if n.Kind == "" || n.Actor == "" {
 		return 0, fmt.Errorf("audit note: kind and actor are required")
 	}
-	insert := c.sql("chain.add_note", "", "")
+	insert := c.sql("chain.add_note", "")
 	if c.f == MySQL {
 		res, err := c.db.ExecContext(ctx, insert, n.Kind, n.Actor, n.Detail)
 		if err != nil {
@@ -253,7 +276,7 @@ func (c *Chain) AddNote(ctx context.Context, n store.AuditNote) (int64, error) {
 
 // Notes implements store.AuditChain.
 func (c *Chain) Notes(ctx context.Context, kind string) ([]store.AuditNote, error) {
-	rows, err := c.db.QueryContext(ctx, c.sql("chain.notes", "", ""), kind)
+	rows, err := c.db.QueryContext(ctx, c.sql("chain.notes", ""), kind)
 	if err != nil {
 		return nil, c.wrap("read notes", err)
 	}

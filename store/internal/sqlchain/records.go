@@ -58,6 +58,13 @@ type record struct {
 	// says it holds Unix milliseconds (otherwise a stored time).
 	written   string
 	writtenMS bool
+	// moved, when set, is the table the records move into (the attempts'
+	// history): a record is looked for there too.
+	moved func(store.Tables) string
+	// recordedAt, when set, is the stored time column that dates the
+	// record for retention (store.ChainLink.RecordMS); otherwise the
+	// time it was chained does.
+	recordedAt string
 }
 
 // records holds the chained kinds. Append columns only (see the package
@@ -70,6 +77,7 @@ var records = map[store.ChainKind]record{
 			{"error", text}, {"trace_id", text}, {"receipt", text}},
 		key:     []string{"event_id", "claim_token", "outcome"},
 		written: "finished_at",
+		moved:   func(t store.Tables) string { return t.Outbox + "_attempts_history" },
 	},
 	store.ChainRoute: {
 		table: func(t store.Tables) string { return t.RouteLogTable() },
@@ -77,6 +85,18 @@ var records = map[store.ChainKind]record{
 			{"from_state", text}, {"to_state", text}, {"reason", text}, {"last_error", text}},
 		key:     []string{"id"},
 		written: "at_ms", writtenMS: true,
+	},
+	store.ChainEvent: {
+		table: func(t store.Tables) string { return t.Outbox + "_history" },
+		columns: []column{{"id", integer}, {"event_id", uuid}, {"aggregate_type", text}, {"aggregate_id", text},
+			{"aggregate_seq", integer}, {"event_type", text}, {"payload", json}, {"headers", json}, {"status", text},
+			{"retry_count", integer}, {"created_at", timestamp}, {"available_at", timestamp}, {"expires_at", timestamp},
+			{"finished_at", timestamp}, {"last_error", text}, {"delivered_relay_id", text}, {"delivered_attempt", integer},
+			{"delivered_token", uuid}, {"delivered_started_at", timestamp}, {"delivered_finished_at", timestamp},
+			{"delivered_trace_id", text}},
+		key:        []string{"event_id"},
+		written:    "moved_at",
+		recordedAt: "finished_at",
 	},
 	store.ChainNote: {
 		table: func(t store.Tables) string { return t.AuditLogTable() },
@@ -179,6 +199,25 @@ func (f Flavor) Hash(x string) string {
 	}
 }
 
+// RecordMS renders the time that dates a row of kind for retention, in
+// Unix milliseconds, or chained (the time it is chained) for a kind dated
+// by that.
+func (f Flavor) RecordMS(kind store.ChainKind, pre, chained string) string {
+	r := spec(kind)
+	if r.recordedAt == "" {
+		return chained
+	}
+	x := pre + r.recordedAt
+	switch f {
+	case Postgres:
+		return "(extract(epoch FROM " + x + ") * 1000)::bigint"
+	case MySQL:
+		return "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + x + ") DIV 1000 AS SIGNED)"
+	default:
+		return "CAST((julianday(" + x + ") - 2440587.5) * 86400000 AS INTEGER)"
+	}
+}
+
 // Ref renders the ref of a row of kind.
 func (f Flavor) Ref(kind store.ChainKind, pre string) string {
 	r := spec(kind)
@@ -195,15 +234,16 @@ func (f Flavor) Ref(kind store.ChainKind, pre string) string {
 	return f.concat(parts...)
 }
 
-// LinkHash renders the link hash of the trigger (store.LinkHash) from text
-// expressions: prev, seq, kind (a literal), ref, digest, ms.
-func (f Flavor) LinkHash(prev, seq string, kind store.ChainKind, ref, digest, ms string) string {
+// LinkHash renders the link hash of the trigger (store.LinkHash) from
+// expressions: prev, seq, kind (a literal), ref, digest, ms (when it was
+// chained) and rms (the record's time).
+func (f Flavor) LinkHash(prev, seq string, kind store.ChainKind, ref, digest, ms, rms string) string {
 	if f == Postgres {
-		seq, ms = seq+"::text", ms+"::text"
+		seq, ms, rms = seq+"::text", ms+"::text", rms+"::text"
 	} else if f == SQLite {
-		seq, ms = "CAST("+seq+" AS TEXT)", "CAST("+ms+" AS TEXT)"
+		seq, ms, rms = "CAST("+seq+" AS TEXT)", "CAST("+ms+" AS TEXT)", "CAST("+rms+" AS TEXT)"
 	}
-	return f.Hash(f.concat(prev, "':'", seq, "':"+string(kind)+":'", ref, "':'", digest, "':'", ms))
+	return f.Hash(f.concat(prev, "':'", seq, "':"+string(kind)+":'", ref, "':'", digest, "':'", ms, "':'", rms))
 }
 
 // Names is what a backend's migration template renders the chain's
@@ -236,8 +276,14 @@ func (n Names) ChainDigest(kind, pre string) string {
 }
 
 // ChainLink renders the link hash from its parts' expressions.
-func (n Names) ChainLink(kind, prev, seq, ref, digest, ms string) string {
-	return n.Flavor.LinkHash(prev, seq, store.ChainKind(kind), ref, digest, ms)
+func (n Names) ChainLink(kind, prev, seq, ref, digest, ms, rms string) string {
+	return n.Flavor.LinkHash(prev, seq, store.ChainKind(kind), ref, digest, ms, rms)
+}
+
+// ChainRecordMS renders the time that dates the row prefixed by pre, or
+// chained.
+func (n Names) ChainRecordMS(kind, pre, chained string) string {
+	return n.Flavor.RecordMS(store.ChainKind(kind), pre, chained)
 }
 
 // ChainClockMS is the database clock in Unix milliseconds.

@@ -1,5 +1,5 @@
 -- The audit chain (store/chain.go). Every row inserted into the attempts
--- table, the route log and the audit log is chained in the inserting
+-- table, the route log, the history and the audit log is chained in the inserting
 -- transaction by an AFTER INSERT trigger: it adds one link to
 -- <outbox>_chain with the record's kind, its ref (key), the SHA-256 of its
 -- content (digest) and the link hash over the previous link's hash. The
@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS `{{.Outbox}}_chain` (
     digest     CHAR(64)     CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     hash       CHAR(64)     CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     chained_ms BIGINT       NOT NULL,
+    record_ms  BIGINT       NOT NULL,
     PRIMARY KEY (seq),
     INDEX `{{.Outbox}}_chain_ref_idx` (kind, ref)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
@@ -49,15 +50,17 @@ BEGIN
     DECLARE r VARCHAR(400);
     DECLARE d CHAR(64);
     DECLARE ms BIGINT;
+    DECLARE rm BIGINT;
     DECLARE s BIGINT;
     DECLARE h CHAR(64);
     SET r = {{$.ChainRef . "NEW."}};
     SET d = {{$.ChainDigest . "NEW."}};
     SET ms = {{$.ChainClockMS}};
+    SET rm = {{$.ChainRecordMS . "NEW." "ms"}};
     SELECT seq + 1, hash INTO s, h FROM `{{$.Outbox}}_chain_head` WHERE id = 1 FOR UPDATE;
-    SET h = {{$.ChainLink . "h" "s" "r" "d" "ms"}};
+    SET h = {{$.ChainLink . "h" "s" "r" "d" "ms" "rm"}};
     UPDATE `{{$.Outbox}}_chain_head` SET seq = s, hash = h WHERE id = 1;
-    INSERT INTO `{{$.Outbox}}_chain` (seq, kind, ref, digest, hash, chained_ms) VALUES (s, '{{.}}', r, d, h, ms);
+    INSERT INTO `{{$.Outbox}}_chain` (seq, kind, ref, digest, hash, chained_ms, record_ms) VALUES (s, '{{.}}', r, d, h, ms, rm);
 END;
 -- +goose StatementEnd
 {{end}}

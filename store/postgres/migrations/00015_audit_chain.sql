@@ -1,5 +1,5 @@
 -- The audit chain (store/chain.go). Every row inserted into the attempts
--- table, the route log and the audit log is chained in the inserting
+-- table, the route log, the history and the audit log is chained in the inserting
 -- transaction by an AFTER INSERT trigger: it adds one link to
 -- <outbox>_chain with the record's kind, its ref (key), the SHA-256 of its
 -- content (digest) and the link hash over the previous link's hash. The
@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_chain" (
     ref        VARCHAR(400) NOT NULL,
     digest     VARCHAR(64)  NOT NULL,
     hash       VARCHAR(64)  NOT NULL,
-    chained_ms BIGINT       NOT NULL
+    chained_ms BIGINT       NOT NULL,
+    record_ms  BIGINT       NOT NULL
 );
 CREATE INDEX IF NOT EXISTS "{{.Outbox}}_chain_ref_idx" ON "{{.Outbox}}_chain" (kind, ref);
 
@@ -50,12 +51,13 @@ DECLARE
     r  text   := {{$.ChainRef . "NEW."}};
     d  text   := {{$.ChainDigest . "NEW."}};
     ms bigint := {{$.ChainClockMS}};
+    rm bigint := {{$.ChainRecordMS . "NEW." "ms"}};
     s  bigint;
     h  text;
 BEGIN
-    UPDATE "{{$.Outbox}}_chain_head" SET seq = seq + 1, hash = {{$.ChainLink . "hash" "(seq + 1)" "r" "d" "ms"}}
+    UPDATE "{{$.Outbox}}_chain_head" SET seq = seq + 1, hash = {{$.ChainLink . "hash" "(seq + 1)" "r" "d" "ms" "rm"}}
     WHERE id = 1 RETURNING seq, hash INTO s, h;
-    INSERT INTO "{{$.Outbox}}_chain" (seq, kind, ref, digest, hash, chained_ms) VALUES (s, '{{.}}', r, d, h, ms);
+    INSERT INTO "{{$.Outbox}}_chain" (seq, kind, ref, digest, hash, chained_ms, record_ms) VALUES (s, '{{.}}', r, d, h, ms, rm);
     RETURN NULL;
 END $fn$;
 -- +goose StatementEnd

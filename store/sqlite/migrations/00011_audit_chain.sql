@@ -1,5 +1,5 @@
 -- The audit chain (store/chain.go). Every row inserted into the attempts
--- table, the route log and the audit log is chained in the inserting
+-- table, the route log, the history and the audit log is chained in the inserting
 -- transaction by an AFTER INSERT trigger: it adds one link to
 -- <outbox>_chain with the record's kind, its ref (key), the SHA-256 of its
 -- content (digest, by outbox_sha256: store/sqlite/chain.go) and the link
@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_chain" (
     ref        TEXT    NOT NULL,
     digest     TEXT    NOT NULL,
     hash       TEXT    NOT NULL,
-    chained_ms INTEGER NOT NULL
+    chained_ms INTEGER NOT NULL,
+    record_ms  INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS "{{.Outbox}}_chain_ref_idx" ON "{{.Outbox}}_chain" (kind, ref);
 
@@ -43,10 +44,11 @@ VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000'
 CREATE TRIGGER IF NOT EXISTS "{{$.Outbox}}_chain_{{.}}" AFTER INSERT ON "{{$.ChainTableOf .}}" FOR EACH ROW
 BEGIN
     UPDATE "{{$.Outbox}}_chain_head" SET seq = seq + 1, last_ms = {{$.ChainClockMS}},
-        hash = {{$.ChainLink . "hash" "(seq + 1)" ($.ChainRef . "NEW.") ($.ChainDigest . "NEW.") $.ChainClockMS}}
+        hash = {{$.ChainLink . "hash" "(seq + 1)" ($.ChainRef . "NEW.") ($.ChainDigest . "NEW.") $.ChainClockMS ($.ChainRecordMS . "NEW." $.ChainClockMS)}}
     WHERE id = 1;
-    INSERT INTO "{{$.Outbox}}_chain" (seq, kind, ref, digest, hash, chained_ms)
-    SELECT seq, '{{.}}', {{$.ChainRef . "NEW."}}, {{$.ChainDigest . "NEW."}}, hash, last_ms FROM "{{$.Outbox}}_chain_head" WHERE id = 1;
+    INSERT INTO "{{$.Outbox}}_chain" (seq, kind, ref, digest, hash, chained_ms, record_ms)
+    SELECT seq, '{{.}}', {{$.ChainRef . "NEW."}}, {{$.ChainDigest . "NEW."}}, hash, last_ms, {{$.ChainRecordMS . "NEW." "last_ms"}}
+    FROM "{{$.Outbox}}_chain_head" WHERE id = 1;
 END;
 -- +goose StatementEnd
 {{end}}

@@ -8,10 +8,14 @@
 
 {{define "chain.head"}}SELECT seq, hash, genesis_ms FROM {{.Q}}{{.Head}}{{.Q}} WHERE id = 1{{end}}
 
-{{define "chain.links"}}SELECT seq, kind, ref, digest, hash, chained_ms FROM {{.Q}}{{.Chain}}{{.Q}}
+{{define "chain.links"}}SELECT seq, kind, ref, digest, hash, chained_ms, record_ms FROM {{.Q}}{{.Chain}}{{.Q}}
 WHERE seq > {{.P 1}} ORDER BY seq LIMIT {{.P 2}}{{end}}
 
-{{define "chain.digests"}}SELECT {{.Ref ""}}, {{.Digest ""}} FROM {{.Q}}{{.Table}}{{.Q}} WHERE {{.Conds}}{{end}}
+-- chain.digests reads the records of a kind by key; a kind whose records
+-- move (the attempts, into the attempts' history) is read in both tables,
+-- the moved ones under MovedConds.
+{{define "chain.digests"}}SELECT {{.Ref ""}}, {{.Digest ""}} FROM {{.Q}}{{.Table}}{{.Q}} WHERE {{.Conds}}
+{{- if .Moved}} UNION ALL SELECT {{.Ref ""}}, {{.Digest ""}} FROM {{.Q}}{{.Moved}}{{.Q}} WHERE {{.MovedConds}}{{end}}{{end}}
 
 -- chain.unchained: the records of a kind written since the chain began ($1)
 -- that no link of that kind ($2) names.
