@@ -11,7 +11,8 @@ import (
 )
 
 // RunHistory checks the history (docs/HISTORY.md): finished events move
-// out of the hot table with their attempts, read back from the history,
+// out of the hot table with their attempts and their receipts, read back
+// from the history,
 // unfinished events never move, an enqueue of a moved event id is a new
 // event, and retention drops whole months only.
 func RunHistory(t *testing.T, newHarness Factory) {
@@ -44,7 +45,10 @@ func moveToHistory(t testing.TB, h *Harness, req store.HistoryMoveRequest) int64
 func testHistoryMoveAndReadBack(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	ids := Enqueue(t, h, PaymentEvent("hm-a", 1), PaymentEvent("hm-b", 1))
-	// hm-a is retried once, then delivered: two attempts, one of each.
+	// hm-a is retried once, then delivered: two attempts, one of each,
+	// each with its receipt; hm-b is delivered with its receipt in the
+	// first batch.
+	retryReceipt, deliveredReceipt, bReceipt := receiptOf("hm-a-retry", 504), receiptOf("hm-a", 200), receiptOf("hm-b", 201)
 	c := claim(t, h.Store, 10, time.Minute, true)
 	if len(c.Events) != 2 {
 		t.Fatalf("claimed %d events, want 2", len(c.Events))
@@ -52,7 +56,9 @@ func testHistoryMoveAndReadBack(t *testing.T, h *Harness) {
 	outs := outcomes(c, store.Delivered)
 	for i := range outs {
 		if outs[i].EventID == ids[0] {
-			outs[i].Kind, outs[i].Error = store.Retry, "gateway timeout"
+			outs[i].Kind, outs[i].Error, outs[i].Receipt = store.Retry, "gateway timeout", retryReceipt
+		} else {
+			outs[i].Receipt = bReceipt
 		}
 	}
 	complete(t, h.Store, c, true, outs)
@@ -61,10 +67,17 @@ func testHistoryMoveAndReadBack(t *testing.T, h *Harness) {
 		retried = claim(t, h.Store, 10, time.Minute, true)
 		return len(retried.Events) == 1, nil
 	})
-	complete(t, h.Store, retried, true, outcomes(retried, store.Delivered))
+	outs = outcomes(retried, store.Delivered)
+	outs[0].Receipt = deliveredReceipt
+	complete(t, h.Store, retried, true, outs)
 	before, err := h.Store.Attempts(ctx, ids[0])
-	if err != nil || len(before) != 2 {
-		t.Fatalf("attempts before the move = %+v, %v; want RETRY then DELIVERED", before, err)
+	if err != nil || len(before) != 2 || string(before[0].Receipt) != string(retryReceipt) ||
+		string(before[1].Receipt) != string(deliveredReceipt) {
+		t.Fatalf("attempts before the move = %+v, %v; want RETRY then DELIVERED, with their receipts", before, err)
+	}
+	beforeB, err := h.Store.Attempts(ctx, ids[1])
+	if err != nil || len(beforeB) != 1 || string(beforeB[0].Receipt) != string(bReceipt) {
+		t.Fatalf("attempts of hm-b before the move = %+v, %v; want its delivery with its receipt", beforeB, err)
 	}
 	hot, err := h.Store.GetEvent(ctx, ids[0])
 	if err != nil || hot.FromHistory {
@@ -94,11 +107,22 @@ func testHistoryMoveAndReadBack(t *testing.T, h *Harness) {
 	if err != nil || len(after) != 2 {
 		t.Fatalf("attempts from history = %+v, %v; want the 2 attempts", after, err)
 	}
-	for i := range before {
-		b, a := before[i], after[i]
+	afterB, err := h.Store.Attempts(ctx, ids[1])
+	if err != nil || len(afterB) != 1 {
+		t.Fatalf("attempts of hm-b from history = %+v, %v; want its delivery", afterB, err)
+	}
+	// Each attempt reads back as it was, its receipt byte for byte (and
+	// none where there was none).
+	wantAll := append(append([]store.Attempt(nil), before...), beforeB...)
+	gotAll := append(append([]store.Attempt(nil), after...), afterB...)
+	for i, b := range wantAll {
+		a := gotAll[i]
 		if a.Attempt != b.Attempt || a.Outcome != b.Outcome || a.RelayID != b.RelayID || a.ClaimToken != b.ClaimToken ||
 			a.Error != b.Error || !a.StartedAt.Equal(b.StartedAt) || !a.FinishedAt.Equal(b.FinishedAt) {
 			t.Fatalf("attempt %d from history = %+v; want %+v", i, a, b)
+		}
+		if string(a.Receipt) != string(b.Receipt) || (a.Receipt == nil) != (b.Receipt == nil) {
+			t.Fatalf("attempt %d (%s) from history has receipt %q; want %q", i, a.Outcome, a.Receipt, b.Receipt)
 		}
 	}
 	if n := moveToHistory(t, h, store.HistoryMoveRequest{}); n != 0 {

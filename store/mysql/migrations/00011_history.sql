@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS `{{.Outbox}}_history` (
     delivered_started_at  DATETIME(6)  NULL,
     delivered_finished_at DATETIME(6)  NULL,
     delivered_trace_id    CHAR(32)     CHARACTER SET ascii COLLATE ascii_bin NULL,
+    delivered_receipt     TEXT         NULL,
     moved_at              DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (month, id),
     KEY `{{.Outbox}}_history_event_idx` (event_id)
@@ -55,6 +56,7 @@ CREATE TABLE IF NOT EXISTS `{{.Outbox}}_attempts_history` (
     finished_at       DATETIME(6)  NOT NULL,
     `error`           TEXT         NULL,
     trace_id          CHAR(32)     CHARACTER SET ascii COLLATE ascii_bin NULL,
+    receipt           TEXT         NULL,
     event_finished_at DATETIME(6)  NOT NULL,
     moved_at          DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (month, event_id, claim_token, outcome),

@@ -8,10 +8,10 @@
 -- them names them: history rows are only ever inserted.
 {{define "admin_history.event_columns"}}month, id, event_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, headers,
     status, retry_count, created_at, available_at, expires_at, finished_at, last_error, delivered_relay_id, delivered_attempt,
-    delivered_token, delivered_started_at, delivered_finished_at, delivered_trace_id{{end}}
+    delivered_token, delivered_started_at, delivered_finished_at, delivered_trace_id, delivered_receipt{{end}}
 
 {{define "admin_history.attempt_columns"}}month, event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at,
-    finished_at, `error`, trace_id, event_finished_at{{end}}
+    finished_at, `error`, trace_id, receipt, event_finished_at{{end}}
 
 -- admin_history.page reads the page after id ? (? rows) without locks and
 -- tells which rows move (finished: PROCESSED, EXPIRED, SKIPPED, before the
@@ -30,18 +30,19 @@ AND status IN ('PROCESSED', 'EXPIRED', 'SKIPPED') AND processed_at <= CAST(? AS 
 ORDER BY id FOR UPDATE SKIP LOCKED{{end}}
 
 -- admin_history.insert_events copies the locked rows IDs into the history,
--- with the delivery recorded on each row.
+-- with the delivery recorded on each row and its receipt.
 {{define "admin_history.insert_events"}}INSERT INTO `{{.Outbox}}_history` ({{template "admin_history.event_columns" .}})
 SELECT EXTRACT(YEAR_MONTH FROM processed_at), id, event_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload,
     headers, status, retry_count, created_at, available_at, expires_at, processed_at, last_error, delivered_relay_id,
-    delivered_attempt, delivered_token, delivered_started_at, delivered_finished_at, delivered_trace_id
+    delivered_attempt, delivered_token, delivered_started_at, delivered_finished_at, delivered_trace_id, delivered_receipt
 FROM `{{.Outbox}}` WHERE id IN ({{.IDs}}){{end}}
 
 -- admin_history.insert_attempts copies the attempts of the rows IDs into
--- the attempts' history, each with its event's finish time and month.
+-- the attempts' history, each with its receipt and its event's finish
+-- time and month.
 {{define "admin_history.insert_attempts"}}INSERT INTO `{{.Outbox}}_attempts_history` ({{template "admin_history.attempt_columns" .}})
 SELECT EXTRACT(YEAR_MONTH FROM o.processed_at), a.event_id, a.claim_token, a.outcome, a.outbox_id, a.attempt, a.relay_id,
-    a.started_at, a.finished_at, a.`error`, a.trace_id, o.processed_at
+    a.started_at, a.finished_at, a.`error`, a.trace_id, a.receipt, o.processed_at
 FROM `{{.Attempts}}` a JOIN `{{.Outbox}}` o ON o.event_id = a.event_id WHERE o.id IN ({{.IDs}}){{end}}
 
 -- admin_history.delete_attempts and admin_history.delete_events remove
@@ -90,11 +91,13 @@ VALUES (?, ?, ?, CAST(? AS DATETIME(6))){{end}}
 FROM `{{.Outbox}}_history` WHERE event_id = ? ORDER BY finished_at DESC LIMIT 1{{end}}
 
 -- admin_history.attempts reads the audit trail of an event (? twice) from
--- the history: its attempts' rows and the delivery kept on its event row.
-{{define "admin_history.attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, '')
+-- the history: its attempts' rows and the delivery kept on its event row,
+-- each with its receipt (as admin.attempts reads them).
+{{define "admin_history.attempts"}}SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(`error`, ''), COALESCE(trace_id, ''),
+    receipt
 FROM `{{.Outbox}}_attempts_history` WHERE event_id = ?
 UNION ALL
 SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, ''), delivered_started_at, delivered_finished_at,
-    'DELIVERED', '', COALESCE(delivered_trace_id, '')
+    'DELIVERED', '', COALESCE(delivered_trace_id, ''), delivered_receipt
 FROM `{{.Outbox}}_history` WHERE event_id = ? AND delivered_relay_id IS NOT NULL
 ORDER BY 1, 5, 4{{end}}

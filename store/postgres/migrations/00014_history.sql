@@ -4,8 +4,9 @@
 -- SKIPPED), self-contained: the event's fields, its final status, retry
 -- count, times, last error, and its delivery's audit resolved from where
 -- the hot tables keep it (the deliveries table, or the delivered_* columns
--- of migration 7). <outbox>_attempts_history holds the attempts rows of
--- the moved events, each with its event's finish time. Both are
+-- of migration 7) with its receipt (delivered_receipt, migration 12).
+-- <outbox>_attempts_history holds the attempts rows of the moved events,
+-- each with its receipt and its event's finish time. Both are
 -- partitioned by RANGE on that finish time, one partition per month
 -- (<outbox>_history_<YYYYMM> and <outbox>_history_a_<YYYYMM>), created by the mover ahead of the rows; retention
 -- drops whole partitions and records each drop in <outbox>_history_drops.
@@ -36,6 +37,7 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_history" (
     delivered_started_at  TIMESTAMPTZ,
     delivered_finished_at TIMESTAMPTZ,
     delivered_trace_id    VARCHAR(32),
+    delivered_receipt     TEXT,
     moved_at              TIMESTAMPTZ  NOT NULL DEFAULT now()
 ) PARTITION BY RANGE (finished_at);
 CREATE INDEX IF NOT EXISTS "{{.Outbox}}_history_event_idx" ON "{{.Outbox}}_history" (event_id);
@@ -51,6 +53,7 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_attempts_history" (
     finished_at       TIMESTAMPTZ  NOT NULL,
     error             TEXT,
     trace_id          VARCHAR(32),
+    receipt           TEXT,
     event_finished_at TIMESTAMPTZ  NOT NULL,
     moved_at          TIMESTAMPTZ  NOT NULL DEFAULT now()
 ) PARTITION BY RANGE (event_finished_at);

@@ -8,10 +8,10 @@
 -- them names them: history rows are only ever inserted.
 {{define "admin_history.event_columns"}}id, event_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, headers, status,
     retry_count, created_at, available_at, expires_at, finished_at, last_error, delivered_relay_id, delivered_attempt,
-    delivered_token, delivered_started_at, delivered_finished_at, delivered_trace_id{{end}}
+    delivered_token, delivered_started_at, delivered_finished_at, delivered_trace_id, delivered_receipt{{end}}
 
 {{define "admin_history.attempt_columns"}}event_id, claim_token, outcome, outbox_id, attempt, relay_id, started_at, finished_at,
-    error, trace_id, event_finished_at{{end}}
+    error, trace_id, receipt, event_finished_at{{end}}
 
 -- admin_history.movable says which rows of a page ($2 rows after id $1)
 -- move: the finished rows (PROCESSED, EXPIRED, SKIPPED) that finished
@@ -36,12 +36,13 @@ FROM "{{.Outbox}}" o JOIN p ON p.id = o.id WHERE {{template "admin_history.movab
 -- another transaction holds: each event row is deleted from the hot table
 -- and inserted into the history with its delivery's audit (the
 -- delivered_* columns of the row, or its batch's row in the deliveries
--- table: the one of its lane whose completed_at is its processed_at), and
--- its attempts rows move into the attempts' history. It returns how many
--- events moved, the page's last id, how many of the page's rows are older
--- than the cutoff, and the earliest finish time of a PROCESSED row past
--- the cutoff that stayed (a row another transaction held): the deliveries
--- table keeps its rows from then on.
+-- table: the one of its lane whose completed_at is its processed_at) and
+-- its receipt (delivered_receipt, kept on the row in either case), and its
+-- attempts rows move into the attempts' history with their receipts. It
+-- returns how many events moved, the page's last id, how many of the
+-- page's rows are older than the cutoff, and the earliest finish time of
+-- a PROCESSED row past the cutoff that stayed (a row another transaction
+-- held): the deliveries table keeps its rows from then on.
 {{define "admin_history.move"}}
 WITH p AS (SELECT id, created_at FROM "{{.Outbox}}" WHERE id > $1 ORDER BY id LIMIT $2),
 d AS (
@@ -53,7 +54,7 @@ del AS (
     RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.aggregate_seq, o.event_type, o.payload, o.headers,
         o.status, o.retry_count, o.created_at, o.available_at, o.expires_at, o.processed_at, o.last_error, o.lane,
         o.delivered_relay_id, o.delivered_attempt, o.delivered_token, o.delivered_started_at, o.delivered_finished_at,
-        o.delivered_trace_id
+        o.delivered_trace_id, o.delivered_receipt
 ),
 h AS (
     INSERT INTO "{{.Outbox}}_history" ({{template "admin_history.event_columns" .}})
@@ -63,7 +64,8 @@ h AS (
         del.expires_at, del.processed_at, del.last_error::text,
         COALESCE(del.delivered_relay_id, dv.relay_id), COALESCE(del.delivered_attempt, CASE WHEN dv.relay_id IS NOT NULL THEN del.retry_count + 1 END),
         COALESCE(del.delivered_token, dv.token), COALESCE(del.delivered_started_at, dv.started_at),
-        COALESCE(del.delivered_finished_at, dv.finished_at), COALESCE(del.delivered_trace_id, dv.trace_id)
+        COALESCE(del.delivered_finished_at, dv.finished_at), COALESCE(del.delivered_trace_id, dv.trace_id),
+        del.delivered_receipt
     FROM del LEFT JOIN LATERAL (
         SELECT x.relay_id, x.token, x.started_at, x.finished_at, NULLIF(x.trace_ids[array_position(x.ids, del.id)], '') AS trace_id
         FROM "{{.Outbox}}_deliveries" x
@@ -74,7 +76,7 @@ h AS (
 ma AS (
     DELETE FROM "{{.Attempts}}" a USING del WHERE a.event_id = del.event_id
     RETURNING a.event_id, a.claim_token, a.outcome, a.outbox_id, a.attempt, a.relay_id, a.started_at, a.finished_at,
-        a.error, a.trace_id, del.processed_at
+        a.error, a.trace_id, a.receipt, del.processed_at
 ),
 ha AS (INSERT INTO "{{.Outbox}}_attempts_history" ({{template "admin_history.attempt_columns" .}}) SELECT * FROM ma)
 SELECT (SELECT count(*) FROM del), COALESCE((SELECT max(id) FROM p), 0),
@@ -129,13 +131,14 @@ VALUES ($1::date, $2, $3, $4::timestamptz){{end}}
 FROM "{{.Outbox}}_history" WHERE event_id = $1::uuid ORDER BY finished_at DESC LIMIT 1{{end}}
 
 -- admin_history.attempts reads the audit trail of an event from the
--- history: its attempts' rows and the delivery kept on its event row.
+-- history: its attempts' rows and the delivery kept on its event row,
+-- each with its receipt (as admin.attempts reads them).
 {{define "admin_history.attempts"}}
-SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, '')
+SELECT attempt, relay_id, claim_token, started_at, finished_at, outcome, COALESCE(error, ''), COALESCE(trace_id, ''), receipt
 FROM "{{.Outbox}}_attempts_history" WHERE event_id = $1::uuid
 UNION ALL
 SELECT delivered_attempt, delivered_relay_id, COALESCE(delivered_token, '00000000-0000-0000-0000-000000000000'::uuid),
-    delivered_started_at, delivered_finished_at, 'DELIVERED', '', COALESCE(delivered_trace_id, '')
+    delivered_started_at, delivered_finished_at, 'DELIVERED', '', COALESCE(delivered_trace_id, ''), delivered_receipt
 FROM "{{.Outbox}}_history" WHERE event_id = $1::uuid AND delivered_relay_id IS NOT NULL
 ORDER BY 1, 5, 4{{end}}
 

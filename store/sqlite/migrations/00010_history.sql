@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_history" (
     delivered_started_at  TEXT,
     delivered_finished_at TEXT,
     delivered_trace_id    TEXT,
+    delivered_receipt     TEXT,
     month                 TEXT    NOT NULL,
     moved_at              TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
@@ -49,6 +50,7 @@ CREATE TABLE IF NOT EXISTS "{{.Outbox}}_attempts_history" (
     finished_at       TEXT    NOT NULL,
     error             TEXT,
     trace_id          TEXT,
+    receipt           TEXT,
     event_finished_at TEXT    NOT NULL,
     month             TEXT    NOT NULL,
     moved_at          TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
