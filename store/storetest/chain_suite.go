@@ -395,9 +395,17 @@ func testChainHistory(t *testing.T, h *Harness) {
 		t.Fatalf("after the move: OK %v, %d event links, problems %v; want it to verify with the moved event chained", r.OK(), r.ByKind[store.ChainEvent], r.Problems)
 	}
 	tables := tablesOf(t, h)
-	exec(t, h, "UPDATE "+tables.Outbox+"_history SET last_error = 'never failed' WHERE event_id = ?", failed.String())
+	var retries int
+	q := "SELECT retry_count FROM " + tables.Outbox + "_history WHERE event_id = ?"
+	if h.Bind != nil {
+		q = h.Bind(q)
+	}
+	if err := h.SQL.QueryRowContext(context.Background(), q, failed.String()).Scan(&retries); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, h, "UPDATE "+tables.Outbox+"_history SET retry_count = ? WHERE event_id = ?", retries+5, failed.String())
 	wantProblem(t, verify(t, h, audit.Options{}), store.ChainEvent, failed.String(), "changed")
-	exec(t, h, "UPDATE "+tables.Outbox+"_history SET last_error = NULL WHERE event_id = ?", failed.String())
+	exec(t, h, "UPDATE "+tables.Outbox+"_history SET retry_count = ? WHERE event_id = ?", retries, failed.String())
 	if r := verify(t, h, audit.Options{}); !r.OK() {
 		t.Fatalf("the history row put back does not verify: %v", r.Problems)
 	}

@@ -93,7 +93,7 @@ var records = map[store.ChainKind]record{
 			{"retry_count", integer}, {"created_at", timestamp}, {"available_at", timestamp}, {"expires_at", timestamp},
 			{"finished_at", timestamp}, {"last_error", text}, {"delivered_relay_id", text}, {"delivered_attempt", integer},
 			{"delivered_token", uuid}, {"delivered_started_at", timestamp}, {"delivered_finished_at", timestamp},
-			{"delivered_trace_id", text}},
+			{"delivered_trace_id", text}, {"delivered_receipt", text}},
 		key:        []string{"event_id"},
 		written:    "moved_at",
 		recordedAt: "finished_at",
