@@ -2,8 +2,10 @@
 //
 // The trail is the attempts table (every attempt that is not a delivery
 // recorded on the event, and every operator action on an event), the route
-// log (every breaker change, by a relay or by hand) and the audit log
-// (anchors, retention runs, operators' notes). The schema chains each of
+// log (every breaker change, by a relay or by hand), the history (each
+// finished event with its delivery, as it moves out of the hot table) and
+// the audit log (anchors, retention runs, key shredding, operators'
+// notes). The schema chains each of
 // these records as it is inserted, in the inserting transaction (see
 // store.AuditChain): a link holds the SHA-256 of the record's content and
 // a hash over the previous link.
@@ -22,8 +24,9 @@
 // anchor of the audit log and any kept elsewhere (Options.External)
 // against the chain: an anchor past the chain's end shows a cut tail.
 //
-// What the chain does not cover: a delivery recorded on the event row (the
-// hot path writes no attempts row for it) and the event rows themselves.
+// What the chain does not cover: an event and its delivery while the
+// event is in the hot table (the hot path writes no attempts row for a
+// delivery); they are chained when the event moves into the history.
 // A record written by someone with SQL access in the same way outbox
 // writes it is chained like any other; the chain shows changes and
 // deletions, not who may write.
