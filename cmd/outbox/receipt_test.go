@@ -132,6 +132,26 @@ func TestAuditReceiptHTTP(t *testing.T) {
 				t.Errorf("events show:\n%s\nwant the receipts of both attempts", show)
 			}
 			t.Logf("outbox events show %s:\n%s", id, show)
+			// Once the event moved into the history, its receipts read back
+			// from there, the same.
+			mustCLI(t, "", "history", "move", "--older-than", "0", "--db", dsn, "--table", table)
+			for i, want := range []struct{ attempt, status int }{{0, 200}, {1, 503}} {
+				var args []string
+				if want.attempt != 0 {
+					args = []string{"--attempt", strconv.Itoa(want.attempt)}
+				}
+				d, r := auditReceipt(t, dsn, table, id, args...)
+				g := seen[1-i]
+				if r.HTTP == nil || r.HTTP.Status != want.status || r.HTTP.BodySHA256 != g.bodySHA256 || r.HTTP.Signature != g.signature {
+					t.Fatalf("receipt of attempt %d of the moved event: %s; want the one the gateway answered (status %d)", want.attempt, d.Receipt, g.status)
+				}
+			}
+			moved := mustCLI(t, "", "audit", "receipt", id, "--db", dsn, "--table", table)
+			for _, want := range []string{"http status 200", "body sha256 " + seen[1].bodySHA256, "signature " + seen[1].signature, "attempt 2 (DELIVERED)"} {
+				if !hasLine(moved, want) {
+					t.Errorf("audit receipt of the moved event printed:\n%s\nwant a line with %q", moved, want)
+				}
+			}
 		})
 	}
 }
