@@ -99,6 +99,9 @@ func (h *Handler) replayCore(ctx context.Context, req store.ReplayRequest, desti
 	if err != nil {
 		return replayResult{}, err
 	}
+	if err := store.RecordReplay(ctx, t.st, req, res); err != nil {
+		return replayResult{}, fmt.Errorf("the replay is done (%d events), but could not be noted in the audit log: %w", res.Events, err)
+	}
 	msg := "replay"
 	if req.DryRun {
 		msg = "replay dry run"

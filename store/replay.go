@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -116,4 +118,24 @@ type HeldAggregate struct {
 func (h HeldAggregate) String() string {
 	return fmt.Sprintf("aggregate %s/%s: event %s is %s (%d matching events not replayed)",
 		h.AggregateType, h.AggregateID, h.EventID, h.Status, h.Matched)
+}
+
+// RecordReplay writes a replay's record to the audit log of s (kind
+// "replay"), the dry run's too: who asked, why, the filter and what it
+// took (or would take). The events a replay takes also get an audit row
+// each (REPLAYED).
+func RecordReplay(ctx context.Context, s any, req ReplayRequest, res ReplayResult) error {
+	keeper, ok := s.(interface{ AuditChain() AuditChain })
+	if !ok {
+		return nil
+	}
+	c := keeper.AuditChain()
+	defer c.Close()
+	detail, err := json.Marshal(map[string]any{"dry_run": req.DryRun, "filter": req.Filter.String(), "reason": req.Action.Reason,
+		"events": res.Events, "aggregates": res.Aggregates, "held_aggregates": len(res.Held)})
+	if err != nil {
+		return err
+	}
+	_, err = c.AddNote(ctx, AuditNote{Kind: "replay", Actor: "operator:" + req.Action.Actor, Detail: string(detail)})
+	return err
 }

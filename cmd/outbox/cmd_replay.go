@@ -45,6 +45,9 @@ func (c *EventsReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if err := store.RecordReplay(ctx, b.store, req, res); err != nil {
+		return fmt.Errorf("the replay is done (%d events), but could not be noted in the audit log: %w", res.Events, err)
+	}
 	msg := "replay"
 	if req.DryRun {
 		msg = "replay dry run"

@@ -57,6 +57,21 @@ func TestCLIReplayAggregate(t *testing.T) {
 			if show := mustCLI(t, "", append([]string{"events", "show", x[0]}, db...)...); strings.Contains(show, "REPLAYED") {
 				t.Fatalf("the dry run wrote an audit row:\n%s", show)
 			}
+			// The dry run is in the audit log (a chained note), and so is
+			// the replay below.
+			notes := func() int {
+				t.Helper()
+				var r struct {
+					ByKind map[string]int `json:"by_kind"`
+				}
+				if err := json.Unmarshal([]byte(mustCLI(t, "", append([]string{"audit", "verify", "--json"}, db...)...)), &r); err != nil {
+					t.Fatal(err)
+				}
+				return r.ByKind["note"]
+			}
+			if n := notes(); n != 1 {
+				t.Fatalf("audit log notes after the dry run: %d, want its record", n)
+			}
 
 			if out, errOut, code := replay(target...); code == 0 || !strings.Contains(errOut, "--yes") {
 				t.Fatalf("a replay without --yes: exit %d, %q %q; want a refusal naming --yes", code, out, errOut)
@@ -73,6 +88,9 @@ func TestCLIReplayAggregate(t *testing.T) {
 			}
 			if st := statusJSON(t, dsn, table); count(st, "PROCESSED") != 3 || count(st, "PENDING") != 3 {
 				t.Fatalf("after the replay: %v, want tx-0's 3 events PENDING and tx-1's PROCESSED", st)
+			}
+			if n := notes(); n != 2 {
+				t.Fatalf("audit log notes after the replay: %d, want the dry run's and the replay's", n)
 			}
 
 			drain()

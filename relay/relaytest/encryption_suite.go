@@ -143,6 +143,11 @@ func testMarkerInNoTable(t *testing.T, h *storetest.Harness) {
 	if err != nil || len(dls) != 2 {
 		t.Fatalf("dead letters = %d, %v; want 2", len(dls), err)
 	}
+	// The delivered events move into the history, as the sweeper moves
+	// them once they are older than --retention.
+	if n, err := h.Store.MoveToHistory(ctx, store.HistoryMoveRequest{}); err != nil || n != 4 {
+		t.Fatalf("moved %d events into history, %v; want the 4 delivered", n, err)
+	}
 
 	// Every table of the outbox, read back as text by SQL.
 	seen := map[string]int{}
@@ -153,7 +158,7 @@ func testMarkerInNoTable(t *testing.T, h *storetest.Harness) {
 			t.Errorf("table %s holds the plaintext marker", table)
 		}
 	}
-	for _, suffix := range []string{"", "_attempts", "_dead_letters", "_keys"} {
+	for _, suffix := range []string{"", "_attempts", "_dead_letters", "_keys", "_history"} {
 		if seen[suffix] == 0 {
 			t.Errorf("table %s%s was not read or is empty (read: %v): the check must see every table's rows", h.Table, suffix, seen)
 		}
