@@ -17,7 +17,7 @@ import (
 // The global --config FILE names a destinations file: `outbox relay`
 // delivers to its destinations, `outbox migrate` creates their tables,
 // `outbox status` and `outbox events show` report each destination. With
-// --destination NAME, status, events and routes act on that destination's
+// --destination NAME, status, events, routes and audit act on that destination's
 // table instead of the outbox table (retry or skip an event at one
 // destination, read its breakers).
 

@@ -280,7 +280,7 @@ func TestDestinationFlagRefusals(t *testing.T) {
 	}{
 		{[]string{"status", "--db", db, "--destination", "gateway"}, "--destination gateway needs the destinations file that defines it: give --config FILE"},
 		{[]string{"status", "--db", db, "--config", file, "--destination", "ledger"}, "--destination ledger is not a destination of " + file + " (it defines gateway, events)"},
-		{[]string{"relay", "--db", db, "--config", file, "--destination", "gateway"}, "--destination goes with status, events, routes, not with relay"},
+		{[]string{"relay", "--db", db, "--config", file, "--destination", "gateway"}, "--destination goes with status, events, routes, audit, not with relay"},
 		{[]string{"migrate", "--db", db, "--config", file, "--adopt"}, "--config (or OUTBOX_CONFIG) goes with migrate, --dry-run, --status or --check"},
 	} {
 		_, errOut, code := cli(t, "", tc.args...)

@@ -30,7 +30,7 @@ type Globals struct {
 	LogFormat string `help:"Log format: text or json." default:"text" env:"OUTBOX_LOG_FORMAT" enum:"text,json"`
 	// Config and Destination: see destinations.go.
 	Config      string `help:"A destinations file (docs/DESTINATIONS.md): relay delivers to its destinations, migrate creates their tables, status and events show report each destination." env:"OUTBOX_CONFIG" placeholder:"FILE"`
-	Destination string `help:"With --config: status, events and routes act on this destination's table (its delivery state) instead of the outbox table." env:"OUTBOX_DESTINATION" placeholder:"NAME"`
+	Destination string `help:"With --config: status, events, routes and audit act on this destination's table (its delivery state) instead of the outbox table." env:"OUTBOX_DESTINATION" placeholder:"NAME"`
 	// The key-encryption keys of payload encryption: see encryption.go.
 	EncryptionFlags
 
