@@ -75,7 +75,7 @@ func LinkHash(prev string, l ChainLink) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ChainHead is the head row of the chain.
+// ChainHead is the chain's end: its last link, and when it began.
 type ChainHead struct {
 	// Seq and Hash are the last link's (0 and GenesisHash before the
 	// first).
@@ -120,7 +120,7 @@ type Unchained struct {
 
 // AuditChain reads the audit chain of an outbox and writes its notes.
 type AuditChain interface {
-	// Head returns the head row.
+	// Head returns the last link and when the chain began.
 	Head(ctx context.Context) (ChainHead, error)
 	// Links returns up to limit links with seq > afterSeq, in seq order.
 	Links(ctx context.Context, afterSeq int64, limit int) ([]ChainLink, error)

@@ -30,9 +30,10 @@ type names struct {
 	// record was written.
 	Q, Head, Chain, Log, Table, Written string
 	// Clock is the database clock in Unix milliseconds; Returning says the
-	// insert returns its id.
-	Clock     string
-	Returning bool
+	// insert returns its id; Genesis is the hash before the first link, as
+	// a literal.
+	Clock, Genesis string
+	Returning      bool
 	// Conds is a list of key conditions (Digests); Moved is the table the
 	// kind's records move into, if any, and MovedConds the conditions on it.
 	Conds, Moved, MovedConds string
@@ -77,7 +78,7 @@ func (c *Chain) Close() error {
 // the table its records move into.
 func (c *Chain) sql(name string, kind store.ChainKind, conds ...string) string {
 	n := names{d: c.d, f: c.f, kind: kind, Q: c.d.Quote, Head: c.t.ChainHeadTable(), Chain: c.t.ChainTable(),
-		Log: c.t.AuditLogTable(), Clock: c.d.ClockMS, Returning: c.f != MySQL}
+		Log: c.t.AuditLogTable(), Clock: c.d.ClockMS, Genesis: "'" + store.GenesisHash + "'", Returning: c.f != MySQL}
 	if r, ok := records[kind]; ok {
 		n.Table, n.Written = r.table(c.t), r.written
 		if r.moved != nil && len(conds) == 2 {

@@ -3,11 +3,14 @@
 -- transaction by an AFTER INSERT trigger: it adds one link to
 -- <outbox>_chain with the record's kind, its ref (key), the SHA-256 of its
 -- content (digest) and the link hash over the previous link's hash. The
--- triggers are deferred to the transaction's commit, and the UPDATE of the
--- single head row takes its row lock there, so links are numbered and
--- hashed in the order their transactions commit, without gaps, and a
--- writer of the trail holds the head only while it commits: it never waits
--- on the head while holding another lock a writer needs. A delivery on the
+-- triggers are deferred to the transaction's commit, where they take a
+-- transaction-level advisory lock of the chain and read the last link, so
+-- links are numbered and hashed in the order their transactions commit,
+-- without gaps, and a writer of the trail holds the lock only while it
+-- commits: it never waits on it while holding another lock a writer
+-- needs. The last link is the head (the head row keeps when the chain
+-- began): a transaction that chains many records appends rows and
+-- rewrites none. A delivery on the
 -- hot path writes no attempts row, so it takes no part in this.
 --
 -- Records written before this migration are not chained: the head's
@@ -55,8 +58,14 @@ DECLARE
     s  bigint;
     h  text;
 BEGIN
-    UPDATE "{{$.Outbox}}_chain_head" SET seq = seq + 1, hash = {{$.ChainLink . "hash" "(seq + 1)" "r" "d" "ms" "rm"}}
-    WHERE id = 1 RETURNING seq, hash INTO s, h;
+    PERFORM pg_advisory_xact_lock(hashtextextended('{{$.Outbox}}_chain', 0));
+    SELECT c.seq, c.hash INTO s, h FROM "{{$.Outbox}}_chain" c ORDER BY c.seq DESC LIMIT 1;
+    IF NOT FOUND THEN
+        s := 0;
+        h := repeat('0', 64);
+    END IF;
+    s := s + 1;
+    h := {{$.ChainLink . "h" "s" "r" "d" "ms" "rm"}};
     INSERT INTO "{{$.Outbox}}_chain" (seq, kind, ref, digest, hash, chained_ms, record_ms) VALUES (s, '{{.}}', r, d, h, ms, rm);
     RETURN NULL;
 END $fn$;

@@ -6,7 +6,10 @@
 -- chain triggers use; Conds is a list of key conditions made of
 -- placeholders. Every value is a bind parameter.
 
-{{define "chain.head"}}SELECT seq, hash, genesis_ms FROM {{.Q}}{{.Head}}{{.Q}} WHERE id = 1{{end}}
+-- chain.head reads the last link (none: link 0, the genesis hash) and when
+-- the chain began.
+{{define "chain.head"}}SELECT COALESCE(l.seq, 0), COALESCE(l.hash, {{.Genesis}}), h.genesis_ms FROM {{.Q}}{{.Head}}{{.Q}} h
+LEFT JOIN (SELECT seq, hash FROM {{.Q}}{{.Chain}}{{.Q}} ORDER BY seq DESC LIMIT 1) l ON 1 = 1 WHERE h.id = 1{{end}}
 
 {{define "chain.links"}}SELECT seq, kind, ref, digest, hash, chained_ms, record_ms FROM {{.Q}}{{.Chain}}{{.Q}}
 WHERE seq > {{.P 1}} ORDER BY seq LIMIT {{.P 2}}{{end}}
