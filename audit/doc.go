@@ -11,14 +11,14 @@
 // a hash over the previous link.
 //
 // Verify walks the chain and names the first record that no longer matches
-// its link: a record changed or deleted by SQL, a link edited or deleted, a
-// head set back, or a record written with the chain's trigger disabled
-// (the safety net behind the trigger: every record written since the chain
-// began must be in a link).
+// its link: a record changed or deleted by SQL, a link edited or deleted,
+// or a record written with the chain's trigger disabled (the safety net
+// behind the trigger: every record written since the chain began must be
+// in a link).
 //
 // The chain alone cannot show that its tail was cut together with the
-// records it names and the head set back. Anchors can: an anchor is the
-// head (link number and hash) signed with an Ed25519 key the operator
+// records it names. Anchors can: an anchor is the head (its last link's
+// number and hash) signed with an Ed25519 key the operator
 // holds outside the database (NewAnchor; the relay writes one
 // periodically with --audit-anchor-key and logs it). Verify checks every
 // anchor of the audit log and any kept elsewhere (Options.External)

@@ -210,7 +210,8 @@ func testChainHiddenRecord(t *testing.T, h *Harness) {
 }
 
 // testChainDeletedTail deletes the tail of the chain with its records and
-// sets the head back: only an anchor kept outside the database shows it.
+// sets the head back (MySQL's and SQLite's head row; PostgreSQL's head is
+// the last link): only an anchor kept outside the database shows it.
 func testChainDeletedTail(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	chainTrail(t, h)
