@@ -57,42 +57,10 @@ func (s *Store) replayAggregate(ctx context.Context, f store.ReplayFilter, agg p
 	err := s.writeTx(ctx, func(c *sql.Conn, now string) error {
 		n, held = 0, nil
 		where, args := filter.Replay(f, requeueFilterSQL, agg.Type, agg.ID)
-		rows, err := c.QueryContext(ctx, s.q.replayRows+where+` ORDER BY id`, args...)
-		if err != nil {
-			return err
-		}
 		var ids []outbox.EventID
-		for rows.Next() {
-			var rowID int64
-			var id string
-			if err := rows.Scan(&rowID, &id); err != nil {
-				rows.Close()
-				return err
-			}
-			eid, err := outbox.ParseEventID(id)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, eid)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil || len(ids) == 0 {
-			return err
-		}
-		var heldBy, status string
-		switch err := c.QueryRowContext(ctx, s.q.replayHeld, agg.Type, agg.ID).Scan(&heldBy, &status); {
-		case err == nil:
-			eid, err := outbox.ParseEventID(heldBy)
-			if err != nil {
-				return err
-			}
-			held = &store.HeldAggregate{AggregateType: agg.Type, AggregateID: agg.ID, EventID: eid,
-				Status: outbox.Status(status), Matched: int64(len(ids))}
-			return nil
-		case !errors.Is(err, sql.ErrNoRows):
+		var err error
+		ids, held, err = pages.ReplayRows(ctx, c, s.q.replayRows+where+` ORDER BY id`, args, s.q.replayHeld, agg)
+		if err != nil || held != nil || len(ids) == 0 {
 			return err
 		}
 		n = int64(len(ids))

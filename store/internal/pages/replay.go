@@ -2,6 +2,8 @@ package pages
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/txoutbox/outbox"
@@ -72,4 +74,57 @@ func Replay(ctx context.Context, req store.ReplayRequest, b ReplayBackend) (stor
 			return res, nil
 		}
 	}
+}
+
+// Querier reads in a transaction: a *sql.Tx or a *sql.Conn.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ReplayRows reads, through q, the event ids of one aggregate's rows that a
+// replay matches (rowsQuery with args, each row its id and event id, in id
+// order), then the event that holds the aggregate back (heldQuery with the
+// aggregate's type and id, a row of its event id and status; no row:
+// none). It returns the ids, or held (with how many matched) when an event
+// holds the aggregate back; both are empty when nothing matched.
+func ReplayRows(ctx context.Context, q Querier, rowsQuery string, args []any, heldQuery string, agg Aggregate) ([]outbox.EventID, *store.HeldAggregate, error) {
+	rows, err := q.QueryContext(ctx, rowsQuery, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []outbox.EventID
+	for rows.Next() {
+		var rowID int64
+		var id string
+		if err := rows.Scan(&rowID, &id); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		eid, err := outbox.ParseEventID(id)
+		if err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		ids = append(ids, eid)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, nil, err
+	}
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return nil, nil, err
+	}
+	var heldBy, status string
+	switch err := q.QueryRowContext(ctx, heldQuery, agg.Type, agg.ID).Scan(&heldBy, &status); {
+	case err == nil:
+		eid, err := outbox.ParseEventID(heldBy)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, &store.HeldAggregate{AggregateType: agg.Type, AggregateID: agg.ID, EventID: eid,
+			Status: outbox.Status(status), Matched: int64(len(ids))}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, nil, err
+	}
+	return ids, nil, nil
 }
