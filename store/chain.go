@@ -157,25 +157,34 @@ func (r Retention) Cutoff(n AuditNote) int64 {
 	return n.At.UnixMilli() - r.OlderThanMS
 }
 
-// RecordRetention writes a retention note to the audit log of s, when s
-// keeps one (every backend of this module does), after a deletion of the
-// final events older than olderThan with their attempts: the audit
-// chain's verifier then counts the records it removed as retained rather
-// than deleted by hand. actor names who deleted ("relay:<id>",
+// RecordNote writes a note of kind to the audit log of s, when s keeps one
+// (every backend of this module does): detail is marshalled as JSON, and
+// the schema chains the note. actor names who acted ("relay:<id>",
 // "operator:<name>").
-func RecordRetention(ctx context.Context, s any, olderThan time.Duration, deleted int64, actor, what string) error {
+func RecordNote(ctx context.Context, s any, kind, actor string, detail any) error {
 	keeper, ok := s.(interface{ AuditChain() AuditChain })
-	if !ok || deleted == 0 {
+	if !ok {
 		return nil
 	}
-	c := keeper.AuditChain()
-	defer c.Close()
-	detail, err := json.Marshal(Retention{OlderThanMS: olderThan.Milliseconds(), Deleted: deleted, What: what})
+	text, err := json.Marshal(detail)
 	if err != nil {
 		return err
 	}
-	_, err = c.AddNote(ctx, AuditNote{Kind: NoteRetention, Actor: actor, Detail: string(detail)})
+	c := keeper.AuditChain()
+	defer c.Close()
+	_, err = c.AddNote(ctx, AuditNote{Kind: kind, Actor: actor, Detail: string(text)})
 	return err
+}
+
+// RecordRetention writes a retention note to the audit log of s after a
+// deletion of the final events older than olderThan with their attempts
+// (nothing when none was deleted): the audit chain's verifier then counts
+// the records it removed as retained rather than deleted by hand.
+func RecordRetention(ctx context.Context, s any, olderThan time.Duration, deleted int64, actor, what string) error {
+	if deleted == 0 {
+		return nil
+	}
+	return RecordNote(ctx, s, NoteRetention, actor, Retention{OlderThanMS: olderThan.Milliseconds(), Deleted: deleted, What: what})
 }
 
 // RecordHistoryDrop writes a retention note to the audit log of s after a
@@ -183,8 +192,7 @@ func RecordRetention(ctx context.Context, s any, olderThan time.Duration, delete
 // the events and attempts of those months as retained. actor names who
 // dropped them.
 func RecordHistoryDrop(ctx context.Context, s any, drop HistoryDrop, actor string) error {
-	keeper, ok := s.(interface{ AuditChain() AuditChain })
-	if !ok || len(drop.Months) == 0 {
+	if len(drop.Months) == 0 {
 		return nil
 	}
 	var end time.Time
@@ -195,15 +203,8 @@ func RecordHistoryDrop(ctx context.Context, s any, drop HistoryDrop, actor strin
 			end = m.End()
 		}
 	}
-	c := keeper.AuditChain()
-	defer c.Close()
-	detail, err := json.Marshal(Retention{CutoffMS: end.UnixMilli(), Deleted: drop.Events(),
+	return RecordNote(ctx, s, NoteRetention, actor, Retention{CutoffMS: end.UnixMilli(), Deleted: drop.Events(),
 		What: "history months " + strings.Join(labels, ", ") + " dropped whole, with their attempts"})
-	if err != nil {
-		return err
-	}
-	_, err = c.AddNote(ctx, AuditNote{Kind: NoteRetention, Actor: actor, Detail: string(detail)})
-	return err
 }
 
 // ChainTable, ChainHeadTable and AuditLogTable name the audit chain's

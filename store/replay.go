@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -125,17 +124,7 @@ func (h HeldAggregate) String() string {
 // took (or would take). The events a replay takes also get an audit row
 // each (REPLAYED).
 func RecordReplay(ctx context.Context, s any, req ReplayRequest, res ReplayResult) error {
-	keeper, ok := s.(interface{ AuditChain() AuditChain })
-	if !ok {
-		return nil
-	}
-	c := keeper.AuditChain()
-	defer c.Close()
-	detail, err := json.Marshal(map[string]any{"dry_run": req.DryRun, "filter": req.Filter.String(), "reason": req.Action.Reason,
-		"events": res.Events, "aggregates": res.Aggregates, "held_aggregates": len(res.Held)})
-	if err != nil {
-		return err
-	}
-	_, err = c.AddNote(ctx, AuditNote{Kind: "replay", Actor: "operator:" + req.Action.Actor, Detail: string(detail)})
-	return err
+	return RecordNote(ctx, s, "replay", "operator:"+req.Action.Actor, map[string]any{"dry_run": req.DryRun,
+		"filter": req.Filter.String(), "reason": req.Action.Reason, "events": res.Events, "aggregates": res.Aggregates,
+		"held_aggregates": len(res.Held)})
 }

@@ -159,13 +159,8 @@ func (c *KeysShredCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(g.stdout, "subject %q was shredded already: nothing changed\n", c.Subject)
 		return nil
 	}
-	detail, err := json.Marshal(map[string]any{"subject": c.Subject, "versions": n, "reason": c.Reason})
-	if err != nil {
-		return err
-	}
-	chain := b.store.AuditChain()
-	defer chain.Close()
-	if _, err := chain.AddNote(ctx, store.AuditNote{Kind: "shred", Actor: "operator:" + actorName(c.Actor), Detail: string(detail)}); err != nil {
+	if err := store.RecordNote(ctx, b.store, "shred", "operator:"+actorName(c.Actor),
+		map[string]any{"subject": c.Subject, "versions": n, "reason": c.Reason}); err != nil {
 		return fmt.Errorf("shredded %d data key version(s) of subject %q, but could not note it in the audit log: %w", n, c.Subject, err)
 	}
 	fmt.Fprintf(g.stdout, "shredded %d data key version(s) of subject %q: its payloads can no longer be read in any table\n", n, c.Subject)
